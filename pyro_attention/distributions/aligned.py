@@ -1,0 +1,79 @@
+"""The output distribution ``p(y_t | x, z_t)`` for a hard alignment, with a fast path for the observed token.
+
+Under enumeration the alignment ``z`` arrives as a tensor of source positions shaped ``(S, 1, 1)``; a plain
+``Categorical(logits)`` over ``(S, B, T, V)`` keeps ``S`` copies of a ``V``-sized softmax alive and runs
+1.5-1.8x slower (see VISION.md).  :class:`AlignedCategorical` instead carries a precomputed table
+``log p(y_t = observed | x, z_t = s)`` of shape ``(B, T, S)`` and reads ``log_prob`` of the observed value
+from it with one ``gather``.  Any other value (and :meth:`sample`, used by ``Predictive`` and generation)
+falls back to the full logits, computed on demand by ``logits_fn(z)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from pyro.distributions import Categorical, TorchDistribution
+from torch import Tensor
+from torch.distributions import constraints
+
+
+class AlignedCategorical(TorchDistribution):
+    """``Categorical(logits_fn(index))`` whose log-probability at ``observed`` is read from ``table``.
+
+    :param index: ``(..., B, T)`` long source positions (the alignment).
+    :param table: ``(B, T, S)`` ``log p(observed_t | x, z_t = s)``, or ``None`` to always use ``logits_fn``
+        (cheaper when ``index`` holds a single alignment ``(B, T)`` rather than all ``S`` of them).
+    :param observed: ``(B, T)`` the observed tokens the table was computed for.
+    :param logits_fn: maps ``index`` to full logits ``(..., B, T, V)``.
+    :param num_classes: ``V``.
+    """
+
+    arg_constraints: dict = {}
+    has_enumerate_support = False
+
+    def __init__(
+        self,
+        index: Tensor,
+        table: Tensor | None,
+        observed: Tensor,
+        logits_fn: Callable[[Tensor], Tensor],
+        num_classes: int,
+        validate_args: bool | None = None,
+    ) -> None:
+        self.index = index
+        self.table = table
+        self.observed = observed
+        self.logits_fn = logits_fn
+        self.num_classes = num_classes
+        batch_shape = index.shape if table is None else torch.broadcast_shapes(index.shape, table.shape[:-1])
+        super().__init__(batch_shape, torch.Size(), validate_args=validate_args)
+
+    @constraints.dependent_property(is_discrete=True, event_dim=0)
+    def support(self) -> constraints.Constraint:
+        return constraints.integer_interval(0, self.num_classes - 1)
+
+    def expand(self, batch_shape, _instance=None):  # noqa: ANN001 - Pyro's signature
+        batch_shape = torch.Size(batch_shape)
+        new = self._get_checked_instance(AlignedCategorical, _instance)
+        new.index = self.index.expand(batch_shape)
+        new.table, new.observed, new.logits_fn, new.num_classes = (
+            self.table, self.observed, self.logits_fn, self.num_classes)
+        super(AlignedCategorical, new).__init__(batch_shape, torch.Size(), validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    def _full(self) -> Categorical:
+        return Categorical(logits=self.logits_fn(self.index))
+
+    def log_prob(self, value: Tensor) -> Tensor:
+        if self.table is None:
+            return self._full().log_prob(value)
+        if value is self.observed or (value.shape == self.observed.shape and torch.equal(value, self.observed)):
+            shape = self.batch_shape
+            table = self.table.expand(shape + self.table.shape[-1:])
+            return table.gather(-1, self.index.expand(shape).unsqueeze(-1)).squeeze(-1)
+        return self._full().log_prob(value)
+
+    def sample(self, sample_shape: torch.Size = torch.Size()) -> Tensor:
+        return self._full().expand(self.batch_shape).sample(sample_shape)

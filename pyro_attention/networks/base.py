@@ -1,0 +1,116 @@
+"""The interface between task networks and model/guide pairs.
+
+A task network is deterministic: it turns a batch into an :class:`Encoded` record (the source values that
+attention averages, the masks, the observed targets and the prior's attention scores) and it maps a context
+vector to output logits.  It knows nothing of the random object; the pairs in :mod:`pyro_attention.models`
+decide how the scores parameterise a distribution over alignments and what is combined at prediction.
+
+Shapes: ``B`` examples, ``S`` source positions (regions or source tokens), ``T`` target positions (a QA
+example has ``T = 1``), ``D`` value size, ``V`` output classes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+
+@dataclass
+class Encoded:
+    """What a task network exposes to a model/guide pair for one batch.
+
+    :param values: ``(B, S, D)`` source representations that attention averages.
+    :param source_mask: ``(B, S)`` bool, ``True`` at real source positions.
+    :param target: ``(B, T)`` long, the observed output ids (padding holds any valid id).
+    :param target_mask: ``(B, T)`` bool, ``True`` at real target positions.
+    :param prior_scores: ``(B, T, S)`` unnormalised prior attention scores (not yet masked).
+    :param state: network-specific query states used by :meth:`AttentionNetwork.output_logits`.
+    """
+
+    values: Tensor
+    source_mask: Tensor
+    target: Tensor
+    target_mask: Tensor
+    prior_scores: Tensor
+    state: Any = None
+    batch: Any = None
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """``(B, T, S)``."""
+        return tuple(self.prior_scores.shape)  # type: ignore[return-value]
+
+
+def mask_scores(scores: Tensor, source_mask: Tensor) -> Tensor:
+    """Set scores of padded source positions to ``-inf`` (after any scaling, so gradients stay finite).
+
+    ``scores`` is ``(..., B, T, S)``; ``source_mask`` is ``(B, S)``.
+    """
+    return scores.masked_fill(~source_mask.unsqueeze(-2), float("-inf"))
+
+
+def gather_context(values: Tensor, index: Tensor) -> Tensor:
+    """Pick the value vector of one source position per target position.
+
+    :param values: ``(B, S, D)``.
+    :param index: ``(..., B, T)`` long source positions (for example an enumerated alignment ``(S, 1, 1)``).
+    :returns: ``(..., B, T, D)``.
+    """
+    batch_index = torch.arange(values.shape[0], device=values.device).unsqueeze(-1)
+    return values[batch_index, index]
+
+
+def expected_context(weights: Tensor, values: Tensor) -> Tensor:
+    """``sum_s weights[..., b, t, s] * values[b, s]``: ``(..., B, T, S) x (B, S, D) -> (..., B, T, D)``."""
+    return torch.einsum("...bts,bsd->...btd", weights, values)
+
+
+class AttentionNetwork(nn.Module):
+    """Base class of task networks.
+
+    Subclasses implement :meth:`encode`, :meth:`output_logits` and :meth:`posterior_scores`.
+    :meth:`aligned_log_likelihood` is the memory-conscious kernel used under enumeration: the
+    log-probability of the *observed* target token for every source position, ``(B, T, S)``.
+    """
+
+    num_classes: int
+    #: Source positions processed at once by :meth:`aligned_log_likelihood` (``None``: all).
+    chunk_size: int | None = None
+
+    def encode(self, batch: Any) -> Encoded:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def output_logits(self, enc: Encoded, context: Tensor) -> Tensor:  # pragma: no cover - interface
+        """Map a context ``(..., B, T, D)`` to output logits ``(..., B, T, V)``."""
+        raise NotImplementedError
+
+    def posterior_scores(self, enc: Encoded) -> Tensor:  # pragma: no cover - interface
+        """Inference-network scores ``(B, T, S)`` that may look at the observed targets."""
+        raise NotImplementedError
+
+    def aligned_logits(self, enc: Encoded) -> Tensor:
+        """Output logits for every hard alignment, ``(S, B, T, V)`` (for prediction on small problems)."""
+        S = enc.values.shape[1]
+        index = torch.arange(S, device=enc.values.device).view(S, 1, 1)
+        return self.output_logits(enc, gather_context(enc.values, index))
+
+    def aligned_log_likelihood(self, enc: Encoded) -> Tensor:
+        """``log p(y_t | x, z_t = s)`` at the observed tokens, ``(B, T, S)``.
+
+        Computed ``chunk_size`` source positions at a time so that at most ``chunk_size * B * T * V``
+        logits are alive at once.
+        """
+        B, T, S = enc.shape
+        chunk = S if self.chunk_size is None else max(1, self.chunk_size)
+        target = enc.target.unsqueeze(-1)
+        pieces = []
+        for start in range(0, S, chunk):
+            index = torch.arange(start, min(S, start + chunk), device=enc.values.device).view(-1, 1, 1)
+            logits = self.output_logits(enc, gather_context(enc.values, index))  # (s, B, T, V)
+            log_norm = torch.logsumexp(logits, dim=-1)
+            picked = logits.gather(-1, target.expand(logits.shape[:-1] + (1,))).squeeze(-1)
+            pieces.append(picked - log_norm)
+        return torch.cat(pieces, dim=0).permute(1, 2, 0)
