@@ -12,10 +12,13 @@ from typing import Any, ClassVar
 
 import pyro
 import pyro.distributions as dist
+import torch
+from pyro.poutine.runtime import get_plates
+from torch import Tensor
 
 from pyro_attention.distributions import AlignedCategorical
-from pyro_attention.networks.base import gather_context
-from pyro_attention.pair import AlignmentPair
+from pyro_attention.networks.base import AttentionNetwork, Encoded, gather_context
+from pyro_attention.pair import MAX_PLATE_NESTING, AlignmentPair, check_estimator
 
 
 class CategoricalAlignmentModel(AlignmentPair):
@@ -36,3 +39,48 @@ class CategoricalAlignmentModel(AlignmentPair):
                 z, table, enc.target, lambda i: net.output_logits(enc, gather_context(enc.values, i)),
                 net.num_classes,
             ))
+
+
+class GuidedCategoricalAlignment(CategoricalAlignmentModel):
+    """The categorical model with a categorical guide ``Categorical(logits=self.guide_logits(enc))``.
+
+    The estimator decides only how the ELBO's expectation over the guide is computed:
+
+    * ``"enum"`` -- the guide site is enumerated in parallel by ``TraceEnum_ELBO`` (exact);
+    * ``"sample"`` -- one draw per token, REINFORCE through ``TraceGraph_ELBO`` (Rao-Blackwellised over the
+      plates), with the soft-attention log-likelihood ``log p(y_t | x, E_p[z_t])`` as ``baseline_value``.
+    """
+
+    def __init__(self, network: AttentionNetwork, estimator: str = "enum") -> None:
+        super().__init__(network)
+        self.estimator = check_estimator(type(self).__name__, estimator)
+
+    def guide_logits(self, enc: Encoded) -> Tensor:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def guide(self, batch: Any) -> None:
+        enc = self.encode(batch)
+        with self.plates(enc):
+            if self.estimator == "enum":
+                infer = {"enumerate": "parallel"}
+            else:
+                # TraceGraph_ELBO wants the baseline shaped like the site, plates (e.g. particles) included
+                baseline = self.soft_log_likelihood(enc).detach()
+                infer = {"baseline": {"baseline_value": baseline.expand(_plate_shape(baseline.shape))}}
+            pyro.sample("align", dist.Categorical(logits=self.guide_logits(enc)), infer=infer)
+
+    def elbo(self) -> pyro.infer.ELBO:
+        if self.estimator == "enum":
+            return pyro.infer.TraceEnum_ELBO(max_plate_nesting=MAX_PLATE_NESTING)
+        return pyro.infer.TraceGraph_ELBO(max_plate_nesting=MAX_PLATE_NESTING)
+
+
+def _plate_shape(shape: torch.Size) -> torch.Size:
+    """``shape`` broadcast with the sizes of the plates active now."""
+    dims = list(shape)
+    for frame in get_plates():
+        if frame.dim is not None:
+            while len(dims) < -frame.dim:
+                dims.insert(0, 1)
+            dims[frame.dim] = max(dims[frame.dim], frame.size)
+    return torch.Size(dims)

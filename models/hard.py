@@ -34,37 +34,20 @@ algorithms for connectionist reinforcement learning", 1992.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
-import pyro
-import pyro.distributions as dist
+from torch import Tensor
 
-from pyro_attention.models._categorical import CategoricalAlignmentModel
-from pyro_attention.networks.base import AttentionNetwork, Encoded
-from pyro_attention.pair import MAX_PLATE_NESTING, check_estimator
+from pyro_attention.models._categorical import GuidedCategoricalAlignment
+from pyro_attention.networks.base import Encoded
 
 
-class HardAttention(CategoricalAlignmentModel):
+class HardAttention(GuidedCategoricalAlignment):
     """Hard attention: guide = prior; estimator ``"enum"`` (exact expectation) or ``"sample"`` (REINFORCE)."""
 
     label: ClassVar[str] = "hard"
     paper_row: ClassVar[str] = "Hard Attention"
 
-    def __init__(self, network: AttentionNetwork, estimator: str = "enum") -> None:
-        super().__init__(network)
-        self.estimator = check_estimator(type(self).__name__, estimator)
-
-    def _infer(self, enc: Encoded) -> dict:
-        if self.estimator == "enum":
-            return {"enumerate": "parallel"}
-        return {"baseline": {"baseline_value": self.soft_log_likelihood(enc).detach()}}
-
-    def guide(self, batch: Any) -> None:
-        enc = self.encode(batch)
-        with self.plates(enc):
-            pyro.sample("align", dist.Categorical(logits=self.prior_logits(enc)), infer=self._infer(enc))
-
-    def elbo(self) -> pyro.infer.ELBO:
-        if self.estimator == "enum":
-            return pyro.infer.TraceEnum_ELBO(max_plate_nesting=MAX_PLATE_NESTING)
-        return pyro.infer.TraceGraph_ELBO(max_plate_nesting=MAX_PLATE_NESTING)
+    def guide_logits(self, enc: Encoded) -> Tensor:
+        """The guide is the prior (it never sees ``y``)."""
+        return self.prior_logits(enc)

@@ -74,6 +74,10 @@ class RelaxedAttention(AlignmentPair):
         scores = torch.where(enc.target_mask.unsqueeze(-1), self.network.posterior_scores(enc), enc.prior_scores)
         return self._dirichlet(enc, scores)
 
+    def attention_prior(self, enc: Encoded) -> Tensor:
+        """The prior's mean weights ``E_p[z_t]``, ``(B, T, S)``."""
+        return self.prior(enc).mean
+
     def model(self, batch: Any) -> None:
         enc = self.encode(batch)
         with self.plates(enc):

@@ -33,37 +33,20 @@ References: [1] Deng, Kim, Chiu, Guo, Rush, "Latent Alignment and Variational At
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
-import pyro
-import pyro.distributions as dist
+from torch import Tensor
 
-from pyro_attention.models._categorical import CategoricalAlignmentModel
-from pyro_attention.networks.base import AttentionNetwork, Encoded
-from pyro_attention.pair import MAX_PLATE_NESTING, check_estimator
+from pyro_attention.models._categorical import GuidedCategoricalAlignment
+from pyro_attention.networks.base import Encoded
 
 
-class VariationalAttention(CategoricalAlignmentModel):
+class VariationalAttention(GuidedCategoricalAlignment):
     """Variational attention with an amortised categorical ``q(z | x, y)``."""
 
     label: ClassVar[str] = "variational"
     paper_row: ClassVar[str] = "Variational Attention"
 
-    def __init__(self, network: AttentionNetwork, estimator: str = "enum") -> None:
-        super().__init__(network)
-        self.estimator = check_estimator(type(self).__name__, estimator)
-
-    def _infer(self, enc: Encoded) -> dict:
-        if self.estimator == "enum":
-            return {"enumerate": "parallel"}
-        return {"baseline": {"baseline_value": self.soft_log_likelihood(enc).detach()}}
-
-    def guide(self, batch: Any) -> None:
-        enc = self.encode(batch)
-        with self.plates(enc):
-            pyro.sample("align", dist.Categorical(logits=self.posterior_logits(enc)), infer=self._infer(enc))
-
-    def elbo(self) -> pyro.infer.ELBO:
-        if self.estimator == "enum":
-            return pyro.infer.TraceEnum_ELBO(max_plate_nesting=MAX_PLATE_NESTING)
-        return pyro.infer.TraceGraph_ELBO(max_plate_nesting=MAX_PLATE_NESTING)
+    def guide_logits(self, enc: Encoded) -> Tensor:
+        """The guide is the inference network's ``q(z | x, y)`` (equal to the prior at padded targets)."""
+        return self.posterior_logits(enc)

@@ -77,10 +77,13 @@ class AlignmentPair:
         scores = torch.where(enc.target_mask.unsqueeze(-1), self.network.posterior_scores(enc), enc.prior_scores)
         return mask_scores(scores, enc.source_mask)
 
+    def attention_prior(self, enc: Encoded) -> Tensor:
+        """Expected prior attention weights ``E_p[z_t]`` as ``(B, T, S)`` probabilities (0 at padding)."""
+        return torch.softmax(self.prior_logits(enc), dim=-1)
+
     def soft_log_likelihood(self, enc: Encoded) -> Tensor:
         """``log p(y_t | x, c_t = E_p[x_z])`` per token ``(B, T)``: soft attention with the prior's weights."""
-        weights = torch.softmax(self.prior_logits(enc), dim=-1)
-        logits = self.network.output_logits(enc, expected_context(weights, enc.values))
+        logits = self.network.output_logits(enc, expected_context(self.attention_prior(enc), enc.values))
         picked = logits.gather(-1, enc.target.unsqueeze(-1)).squeeze(-1)
         return (picked - torch.logsumexp(logits, -1)) * enc.target_mask
 

@@ -1,0 +1,18 @@
+"""Inference utilities that work for every pair: training, exact evaluation, posteriors and prediction."""
+
+from pyro_attention.inference.evaluate import LogLikelihood, enumerated_log_joint, log_likelihood, predict
+from pyro_attention.inference.posterior import alignment_posterior, entropy, map_alignment
+from pyro_attention.inference.train import FitResult, evaluate_nll, fit
+
+__all__ = [
+    "FitResult",
+    "LogLikelihood",
+    "alignment_posterior",
+    "entropy",
+    "enumerated_log_joint",
+    "evaluate_nll",
+    "fit",
+    "log_likelihood",
+    "map_alignment",
+    "predict",
+]

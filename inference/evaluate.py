@@ -1,0 +1,143 @@
+"""Exact and estimated log-likelihoods, and predictions under the two combination rules.
+
+* :func:`log_likelihood` -- ``log p(y | x)`` per token and per example.  For pairs whose latent sites are all
+  enumerable the value is exact: the model is traced under :func:`pyro.poutine.enum` and every factor is summed
+  over the enumerated alignments (brute force over the enumerated dims, which is exact and cheap because the
+  alignments of different target positions are independent given ``x``).  Deterministic pairs report their own
+  likelihood.  Otherwise (the Dirichlet pair) it is an importance-weighted estimate with the guide as proposal,
+  ``log (1/K) sum_k p(y, z_k | x) / q(z_k | x, y)`` per token -- a stochastic lower bound in expectation,
+  labelled as such.
+* :func:`predict` -- ``p(y_t | x)`` as ``(B, T, V)`` probabilities under ``rule="marginal"``
+  (:math:`\\mathbb{E}_{p(z \\mid x)}[p(y \\mid x, z)]`, exact for categorical pairs, sampled for the Dirichlet pair)
+  or ``rule="soft"`` (:math:`p(y \\mid x, \\mathbb{E}_p[z])`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from pyro import poutine
+from pyro.poutine.util import site_is_subsample
+from torch import Tensor
+
+from pyro_attention.networks.base import expected_context
+from pyro_attention.pair import MAX_PLATE_NESTING, AlignmentPair
+
+RULES = ("marginal", "soft")
+
+
+@dataclass
+class LogLikelihood:
+    """Per-token and per-example ``log p(y | x)``.
+
+    :param per_token: ``(B, T)``, zero at padded targets.
+    :param per_example: ``(B,)``, the sum over targets.
+    :param num_tokens: ``(B,)`` real target positions.
+    :param exact: ``True`` when the value is exact, ``False`` for an estimate.
+    :param method: how it was computed, e.g. ``"enumeration"`` or ``"importance sampling, K=100, proposal q"``.
+    """
+
+    per_token: Tensor
+    per_example: Tensor
+    num_tokens: Tensor
+    exact: bool
+    method: str
+
+
+def _trace(fn: Any, *args: Any, **kwargs: Any) -> poutine.Trace:
+    trace = poutine.trace(fn).get_trace(*args, **kwargs)
+    trace.compute_log_prob(site_filter=lambda name, site: not site_is_subsample(site))
+    return trace
+
+
+def _latent_sites(trace: poutine.Trace) -> list[str]:
+    return [name for name in trace.stochastic_nodes if not site_is_subsample(trace.nodes[name])]
+
+
+def enumerated_log_joint(pair: AlignmentPair, batch: Any) -> tuple[Tensor, poutine.Trace]:
+    """``log p(y, z | x)`` with every enumerable latent site enumerated in parallel.
+
+    :returns: the joint, shaped ``(E_k, ..., E_1, B, T)`` (enumeration dims first), and the trace.
+    :raises ValueError: if some latent site of the model cannot be enumerated.
+    """
+    trace = _trace(poutine.enum(pair.model, first_available_dim=-1 - MAX_PLATE_NESTING), batch)
+    for name in _latent_sites(trace):
+        if trace.nodes[name]["infer"].get("_enumerate_dim") is None:
+            raise ValueError(f"{type(pair).__name__}: latent site {name!r} is not enumerable")
+    total = 0.0
+    for site in trace.nodes.values():
+        if site["type"] == "sample" and not site_is_subsample(site):
+            total = total + site["log_prob"]
+    return torch.as_tensor(total), trace
+
+
+def _is_enumerable(pair: AlignmentPair, batch: Any) -> bool:
+    with torch.no_grad():
+        trace = poutine.trace(pair.model).get_trace(batch)
+    return all(trace.nodes[name]["fn"].has_enumerate_support for name in _latent_sites(trace))
+
+
+@torch.no_grad()
+def log_likelihood(pair: AlignmentPair, batch: Any, num_samples: int = 100) -> LogLikelihood:
+    """``log p(y | x)`` per token and per example: exact where the alignment can be enumerated.
+
+    :param num_samples: importance samples ``K`` for pairs with a continuous alignment.
+    """
+    enc = pair.network.encode(batch)
+    mask = enc.target_mask
+    if _is_enumerable(pair, batch):
+        joint, trace = enumerated_log_joint(pair, batch)
+        per_token = joint.reshape((-1,) + joint.shape[-2:]).logsumexp(0)
+        method = "enumeration" if _latent_sites(trace) else "deterministic (no latent alignment)"
+        exact = True
+    else:
+        if num_samples < 1:
+            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        log_w = torch.stack([_log_weight(pair, batch) for _ in range(num_samples)])
+        per_token = log_w.logsumexp(0) - math.log(num_samples)
+        method = f"importance sampling, K={num_samples}, proposal q (an estimate; a lower bound in expectation)"
+        exact = False
+    per_token = per_token * mask
+    return LogLikelihood(per_token, per_token.sum(-1), mask.sum(-1), exact, method)
+
+
+def _log_weight(pair: AlignmentPair, batch: Any) -> Tensor:
+    """``log p(y, z | x) - log q(z | x, y)`` per token for one draw ``z ~ q``, ``(B, T)``."""
+    guide_trace = _trace(pair.guide, batch)
+    model_trace = _trace(poutine.replay(pair.model, trace=guide_trace), batch)
+    log_w = 0.0
+    for site in model_trace.nodes.values():
+        if site["type"] == "sample" and not site_is_subsample(site):
+            log_w = log_w + site["log_prob"]
+    for name in _latent_sites(guide_trace):
+        log_w = log_w - guide_trace.nodes[name]["log_prob"]
+    return log_w
+
+
+@torch.no_grad()
+def predict(pair: AlignmentPair, batch: Any, rule: str = "marginal", num_samples: int = 100) -> Tensor:
+    """Predictive probabilities ``(B, T, V)`` of the next output under a combination rule.
+
+    :param rule: ``"marginal"`` -- :math:`\\sum_s p(z_t = s \\mid x) p(y_t \\mid x, z_t = s)` (exact for
+        categorical pairs; a ``num_samples`` Monte Carlo average over the prior for the Dirichlet pair);
+        ``"soft"`` -- :math:`p(y_t \\mid x, \\mathbb{E}_p[z_t])`, the network run once on the expected context.
+    """
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
+    net = pair.network
+    enc = net.encode(batch)
+    if rule == "soft":
+        return net.output_logits(enc, expected_context(pair.attention_prior(enc), enc.values)).softmax(-1)
+    if pair.latent == "none":
+        raise ValueError(f"{type(pair).__name__} has no latent alignment to marginalise; use rule='soft'")
+    if pair.latent == "categorical":
+        weights = pair.attention_prior(enc).permute(2, 0, 1).unsqueeze(-1)  # (S, B, T, 1)
+        return (weights * net.aligned_logits(enc).softmax(-1)).sum(0)
+    prior = pair.prior(enc)
+    total = 0.0
+    for _ in range(num_samples):
+        total = total + net.output_logits(enc, expected_context(prior.rsample(), enc.values)).softmax(-1)
+    return total / num_samples
