@@ -94,7 +94,7 @@ def fit(
     warm = SVI(pair.model, pair.warmup_guide, optim, elbo) if warmup_steps else None
     result = FitResult()
     start = time.perf_counter()
-    bar = tqdm(total=None, disable=not progress, desc=type(pair).__name__, unit="step", leave=False)
+    bar = tqdm(total=None, disable=None if progress else True, desc=type(pair).__name__, unit="step", leave=False)
     seen = 0
     for epoch in range(num_epochs):
         for batch in _batches(train, batch_size, generator):

@@ -1,0 +1,146 @@
+r"""Hand-written pure-torch losses of the categorical pairs, for ``benchmarks/step_time.py``.
+
+Each function takes a task network (:class:`~pyro_attention.networks.RegionQA` or any
+:class:`~pyro_attention.networks.AttentionNetwork`) and a batch, and returns the scalar loss whose gradient
+equals the gradient Pyro computes for the pair's ELBO (``pair.elbo().loss_and_grads(pair.model, pair.guide,
+batch)``).  They call the network's own methods (``encode``, ``output_logits``, ``aligned_log_likelihood``,
+``posterior_scores``) and the same helpers (``mask_scores``, ``expected_context``, ``gather_context``), so the
+tensor work is the pair's; what differs is only the Pyro machinery around it.  The one structural
+difference: a hand-written step encodes the batch **once**, while Pyro runs ``encode`` in the model and again
+in the guide (pairs with a non-empty guide).
+
+With :math:`\ell_s = \log p(y_t \mid x, z_t = s)` (the observed-token table, masked at padded targets),
+:math:`p` the prior and :math:`q` the inference network (both zero at padded sources):
+
+* soft: :math:`-\sum_t \log p(y_t \mid x, c_t = \mathbb{E}_p[x_z])`;
+* marginal: :math:`-\sum_t \log \sum_s p(s)\, e^{\ell_s}`;
+* hard enum: :math:`-\sum_t \sum_s p(s)\, \ell_s` (Pyro's enumerated guide term
+  :math:`\sum_s q(s)[\log p(s) - \log q(s)]` with ``q = p`` is identically 0, in value and gradient);
+* VA enum: :math:`-\sum_t \sum_s q(s)\,[\ell_s + \log p(s) - \log q(s)]
+  = -(\mathbb{E}_q[\ell] - \mathrm{KL}(q \| p))`;
+* hard / VA sample: ``TraceGraph_ELBO``'s surrogate for one draw ``z ~ q`` per token with the
+  soft-attention log-likelihood ``b`` (detached) as ``baseline_value``:
+
+  .. math::
+
+      -\Big[\sum_t \ell_{z_t} + \log p(z_t)
+             + \log q(z_t)\, \mathrm{sg}\big(\ell_{z_t} + \log p(z_t) - \log q(z_t) - b_t\big)\Big]
+      + \sum_t \mathrm{sg}\big(\ell_{z_t} + \log p(z_t) - \log q(z_t) - b_t\big)^2,
+
+  where the last term is Pyro's baseline loss (no gradient with a detached ``baseline_value``; kept so the
+  work matches).  For hard attention ``q = p``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.distributions import Categorical
+
+from pyro_attention.networks.base import (
+    AttentionNetwork,
+    Encoded,
+    expected_context,
+    gather_context,
+    mask_scores,
+)
+
+__all__ = [
+    "hard_enum_loss",
+    "hard_sample_loss",
+    "marginal_loss",
+    "soft_loss",
+    "va_enum_loss",
+    "va_sample_loss",
+]
+
+
+# -- pieces --------------------------------------------------------------------------------------------------
+def prior_logits(enc: Encoded) -> Tensor:
+    """Prior attention logits ``(B, T, S)``, ``-inf`` at padded sources."""
+    return mask_scores(enc.prior_scores, enc.source_mask)
+
+
+def posterior_logits(net: AttentionNetwork, enc: Encoded) -> Tensor:
+    """Inference-network logits ``(B, T, S)``: ``-inf`` at padded sources, the prior's at padded targets."""
+    scores = torch.where(enc.target_mask.unsqueeze(-1), net.posterior_scores(enc), enc.prior_scores)
+    return mask_scores(scores, enc.source_mask)
+
+
+def token_log_likelihood(logits: Tensor, enc: Encoded) -> Tensor:
+    """``log softmax(logits)`` at the observed targets, ``(..., B, T)``, zero at padded targets."""
+    picked = logits.gather(-1, enc.target.unsqueeze(-1).expand(logits.shape[:-1] + (1,))).squeeze(-1)
+    return (picked - torch.logsumexp(logits, -1)) * enc.target_mask
+
+
+def soft_log_likelihood(net: AttentionNetwork, enc: Encoded) -> Tensor:
+    """``log p(y_t | x, c_t = E_p[x_z])`` per token ``(B, T)`` (soft attention with the prior's weights)."""
+    weights = torch.softmax(prior_logits(enc), dim=-1)
+    return token_log_likelihood(net.output_logits(enc, expected_context(weights, enc.values)), enc)
+
+
+def aligned_table(net: AttentionNetwork, enc: Encoded) -> Tensor:
+    """``log p(y_t | x, z_t = s)`` ``(B, T, S)``, zero at padded targets."""
+    return net.aligned_log_likelihood(enc) * enc.target_mask.unsqueeze(-1)
+
+
+def _expected(weights_log: Tensor, cost: Tensor, source_mask: Tensor) -> Tensor:
+    """``sum exp(weights_log) * cost`` over real sources (padded terms are exactly 0, as in Pyro's Dice)."""
+    return (weights_log.exp() * torch.where(source_mask.unsqueeze(-2), cost, 0.0)).sum()
+
+
+def _reinforce(net: AttentionNetwork, enc: Encoded, prior: Tensor, guide: Tensor | None) -> Tensor:
+    """``TraceGraph_ELBO``'s surrogate loss for one draw per token from ``guide`` (``None``: the prior)."""
+    baseline = soft_log_likelihood(net, enc).detach()
+    p = Categorical(logits=prior)
+    q = p if guide is None else Categorical(logits=guide)
+    z = q.sample()  # (B, T)
+    ll = token_log_likelihood(net.output_logits(enc, gather_context(enc.values, z)), enc)
+    log_p, log_q = p.log_prob(z), q.log_prob(z)
+    cost = ll + log_p - log_q
+    surrogate = (ll + log_p).sum() + (log_q * (cost - baseline).detach()).sum()
+    baseline_loss = (cost.detach() - baseline).pow(2).sum()
+    return baseline_loss - surrogate
+
+
+# -- one function per pair -----------------------------------------------------------------------------------
+def soft_loss(net: AttentionNetwork, batch: Any) -> Tensor:
+    """:class:`SoftAttention` (``Trace_ELBO``, empty guide): ``-sum_t log p(y_t | x, E_p[z_t])``."""
+    enc = net.encode(batch)
+    return -soft_log_likelihood(net, enc).sum()
+
+
+def marginal_loss(net: AttentionNetwork, batch: Any) -> Tensor:
+    """:class:`MarginalLikelihood` (``TraceEnum_ELBO``, empty guide): ``-sum_t log sum_s p(s) p(y_t | s)``."""
+    enc = net.encode(batch)
+    log_prior = torch.log_softmax(prior_logits(enc), dim=-1)
+    return -(torch.logsumexp(log_prior + aligned_table(net, enc), dim=-1) * enc.target_mask).sum()
+
+
+def hard_enum_loss(net: AttentionNetwork, batch: Any) -> Tensor:
+    """``HardAttention("enum")`` (``TraceEnum_ELBO``, enumerated prior guide): ``-sum_t sum_s p(s) l_s``."""
+    enc = net.encode(batch)
+    log_prior = torch.log_softmax(prior_logits(enc), dim=-1)
+    return -_expected(log_prior, aligned_table(net, enc), enc.source_mask)
+
+
+def va_enum_loss(net: AttentionNetwork, batch: Any) -> Tensor:
+    """``VariationalAttention("enum")``: ``-sum_t sum_s q(s) [l_s + log p(s) - log q(s)]``."""
+    enc = net.encode(batch)
+    log_prior = torch.log_softmax(prior_logits(enc), dim=-1)
+    log_q = torch.log_softmax(posterior_logits(net, enc), dim=-1)
+    return -_expected(log_q, aligned_table(net, enc) + log_prior - log_q, enc.source_mask)
+
+
+def hard_sample_loss(net: AttentionNetwork, batch: Any) -> Tensor:
+    """``HardAttention("sample")`` (``TraceGraph_ELBO``): REINFORCE, ``z ~ p``, soft-attention baseline."""
+    enc = net.encode(batch)
+    return _reinforce(net, enc, prior_logits(enc), None)
+
+
+def va_sample_loss(net: AttentionNetwork, batch: Any) -> Tensor:
+    """``VariationalAttention("sample")`` (``TraceGraph_ELBO``): REINFORCE with ``z ~ q``, same baseline."""
+    enc = net.encode(batch)
+    return _reinforce(net, enc, prior_logits(enc), posterior_logits(net, enc))

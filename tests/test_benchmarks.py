@@ -1,0 +1,78 @@
+"""Smoke test of benchmarks/step_time.py at tiny sizes: every pair times, every fairness check passes."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pyro
+import pytest
+import torch
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+TINY = ["--batch-size", "4", "--regions", "5", "--hidden", "16", "--answers", "7", "--features", "6",
+        "--question-size", "3", "--repeats", "2", "--warmup", "1"]
+
+
+def _load(name: str) -> ModuleType:
+    path = BENCHMARKS / f"{name}.py"
+    module_name = f"_pyro_attention_benchmark_{name}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def step_time() -> ModuleType:
+    return _load("step_time")
+
+
+def test_step_time_tiny(step_time: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+    threads = torch.get_num_threads()
+    result = step_time.main(step_time.make_parser().parse_args(TINY))
+    assert torch.get_num_threads() == threads  # restored
+    assert set(result["times"]) == set(step_time.PAIRS) == set(result["checks"])
+    assert len(step_time.PAIRS) == 6
+    for name, t in result["times"].items():
+        for side in ("pyro", "torch"):
+            assert math.isfinite(t[side]) and t[side] > 0, (name, side, t)
+        assert t["ratio"] == pytest.approx(t["pyro"] / t["torch"])
+    for name, c in result["checks"].items():
+        assert c["passed"], (name, c)
+        assert c["grad_rel_err"] < step_time.GRAD_RTOL
+        if c["deterministic"]:
+            assert c["loss_rel_err"] < step_time.LOSS_RTOL
+    assert {n for n, c in result["checks"].items() if not c["deterministic"]} == {"hard-sample", "va-sample"}
+    assert result["threads"] == 1 and result["validation"] is False
+    assert result["pyro_version"] == pyro.__version__
+    out = capsys.readouterr().out
+    assert "threads 1" in out and f"pyro-ppl {pyro.__version__}" in out and "enable_validation(False)" in out
+    for name in step_time.PAIRS:
+        assert name in out
+
+
+def test_step_time_subset(step_time: ModuleType) -> None:
+    args = step_time.make_parser().parse_args([*TINY, "--pairs", "va-enum", "--repeats", "1"])
+    result = step_time.main(args)
+    assert list(result["times"]) == ["va-enum"] and result["checks"]["va-enum"]["passed"]
+
+
+def test_fairness_check_catches_a_wrong_loss(step_time: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hand-written loss that drops the KL term must fail the check (the check is not vacuous)."""
+    hw = step_time.handwritten
+
+    def no_kl(net: torch.nn.Module, batch: object) -> torch.Tensor:
+        enc = net.encode(batch)
+        log_q = torch.log_softmax(hw.posterior_logits(net, enc), dim=-1)
+        return -hw._expected(log_q, hw.aligned_table(net, enc), enc.source_mask)
+
+    factory, _, deterministic = step_time.PAIRS["va-enum"]
+    monkeypatch.setitem(step_time.PAIRS, "va-enum", (factory, no_kl, deterministic))
+    with pytest.raises(AssertionError, match="fairness check failed"):
+        step_time.main(step_time.make_parser().parse_args([*TINY, "--pairs", "va-enum"]))
