@@ -110,7 +110,8 @@ def fit(
             bar.set_postfix(epoch=epoch, loss=f"{loss:.3f}", tok_s=f"{seen / (time.perf_counter() - start):.0f}")
         if val is not None:
             result.val_nll.append(evaluate_nll(pair, val, num_samples=num_samples))
-            bar.write(f"{type(pair).__name__} epoch {epoch}: validation NLL/token {result.val_nll[-1]:.4f}")
+            if progress:
+                bar.write(f"{type(pair).__name__} epoch {epoch}: validation NLL/token {result.val_nll[-1]:.4f}")
     bar.close()
     result.seconds = time.perf_counter() - start
     return result

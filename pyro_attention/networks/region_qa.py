@@ -80,7 +80,9 @@ class RegionQA(AttentionNetwork):
             )
         batch.validate(self.num_classes, self.vocab_size)
         q = self._question(batch, self.embed)  # (B, H)
-        values = torch.tanh(self.value(batch.regions))  # (B, S, H)
+        # padded rows may hold anything (even NaN): they are zeroed so they never reach a number we use
+        regions = batch.regions.masked_fill(~batch.region_mask.unsqueeze(-1), 0.0)
+        values = torch.tanh(self.value(regions))  # (B, S, H)
         scores = self.att_v(torch.tanh(self.att_query(q).unsqueeze(1) + self.att_key(values))).squeeze(-1)
         B = values.shape[0]
         return Encoded(
@@ -89,13 +91,13 @@ class RegionQA(AttentionNetwork):
             target=batch.answer.unsqueeze(1),
             target_mask=torch.ones(B, 1, dtype=torch.bool, device=values.device),
             prior_scores=scores.unsqueeze(1),  # (B, 1, S)
-            state=self.out_hidden.weight[:, : q.shape[-1]] @ q.unsqueeze(-1),  # W_o q, (B, H, 1)
+            state={"wq": self.out_hidden.weight[:, : q.shape[-1]] @ q.unsqueeze(-1), "regions": regions},
             batch=batch,
         )
 
     def output_logits(self, enc: Encoded, context: Tensor) -> Tensor:
         H = context.shape[-1]
-        wq = enc.state.squeeze(-1).unsqueeze(1)  # (B, 1, H) broadcast over T
+        wq = enc.state["wq"].squeeze(-1).unsqueeze(1)  # W_o[:, :H] q, (B, 1, H), broadcast over T
         hidden = torch.tanh(wq + context @ self.out_hidden.weight[:, H:].T + self.out_hidden.bias)
         return self.out(hidden)
 
@@ -103,5 +105,5 @@ class RegionQA(AttentionNetwork):
         batch: RegionBatch = enc.batch
         q = self._question(batch, self.post_embed)
         qy = q + self.post_answer(batch.answer)  # (B, H)
-        scores = self.post_v(torch.tanh(qy.unsqueeze(1) + self.post_key(batch.regions))).squeeze(-1)
+        scores = self.post_v(torch.tanh(qy.unsqueeze(1) + self.post_key(enc.state["regions"]))).squeeze(-1)
         return scores.unsqueeze(1)  # (B, 1, S)
