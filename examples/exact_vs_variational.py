@@ -51,9 +51,7 @@ TOLERANCE_TEXT = "1e-5"
 TOLERANCE = float(TOLERANCE_TEXT)
 
 
-def make_model(
-    prior_logits: torch.Tensor, means: torch.Tensor, sigma: float
-) -> Callable[[torch.Tensor], None]:
+def make_model(prior_logits: torch.Tensor, means: torch.Tensor, sigma: float) -> Callable[[torch.Tensor], None]:
     def model(y: torch.Tensor) -> None:
         z = pyro.sample("z", dist.Categorical(logits=prior_logits), infer={"enumerate": "parallel"})
         pyro.sample("y", dist.Normal(means[z], sigma), obs=y)
@@ -167,9 +165,7 @@ def make_fixed_guide(q_logits: torch.Tensor) -> Callable[[torch.Tensor], None]:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description="log p(y) = ELBO + KL(q || p(z|y)) for a single categorical alignment"
-    )
+    parser = argparse.ArgumentParser(description="log p(y) = ELBO + KL(q || p(z|y)) for a single categorical alignment")
     parser.add_argument("--num-states", type=int, default=5, help="number of alignment states K")
     parser.add_argument("--seed", type=int, default=0, help="seed for the fixed prior logits")
     parser.add_argument("--y", type=float, default=0.7, help="the observed value")

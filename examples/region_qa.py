@@ -30,9 +30,16 @@ def main(args: argparse.Namespace) -> dict:
     if unknown:
         raise SystemExit(f"--pairs: unknown {unknown}; choose from {list(names)}")
     config = RegionQAConfig(
-        train_size=args.train_size, val_size=args.val_size, hidden_size=args.hidden, num_epochs=args.epochs,
-        batch_size=args.batch_size, lr=args.lr, warmup_steps=args.warmup_steps, ambiguity=args.ambiguity,
-        seed=args.seed, rows=[names[p] for p in args.pairs] if args.pairs else list(ROWS),
+        train_size=args.train_size,
+        val_size=args.val_size,
+        hidden_size=args.hidden,
+        num_epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        warmup_steps=args.warmup_steps,
+        ambiguity=args.ambiguity,
+        seed=args.seed,
+        rows=[names[p] for p in args.pairs] if args.pairs else list(ROWS),
     )
     rows, _ = run_region_qa(config, progress=not args.quiet)
     table = format_table(rows)

@@ -63,9 +63,7 @@ def enumerated_expectation(
     return torch.where(weights > 0, weights * f_values, torch.zeros_like(f_values)).sum()
 
 
-def compare(
-    p_zero: float, values: torch.Tensor, f: Callable[[torch.Tensor], torch.Tensor]
-) -> tuple[float, float]:
+def compare(p_zero: float, values: torch.Tensor, f: Callable[[torch.Tensor], torch.Tensor]) -> tuple[float, float]:
     """Return ``(f(E[z]), E[f(z)])``, both expectations obtained by enumeration."""
     mean_z = enumerated_expectation(p_zero, values, lambda z: z)
     f_of_mean = f(mean_z).item()

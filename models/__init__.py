@@ -25,5 +25,4 @@ PAIRS = {
     "relaxed": RelaxedAttention,
 }
 
-__all__ = ["PAIRS", "HardAttention", "MarginalLikelihood", "RelaxedAttention", "SoftAttention",
-           "VariationalAttention"]
+__all__ = ["PAIRS", "HardAttention", "MarginalLikelihood", "RelaxedAttention", "SoftAttention", "VariationalAttention"]

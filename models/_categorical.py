@@ -30,15 +30,20 @@ class CategoricalAlignmentModel(AlignmentPair):
         enc = self.encode(batch)
         net = self.network
         with self.plates(enc):
-            z = pyro.sample("align", dist.Categorical(logits=self.prior_logits(enc)),
-                            infer={"enumerate": "parallel"})
+            z = pyro.sample("align", dist.Categorical(logits=self.prior_logits(enc)), infer={"enumerate": "parallel"})
             # z enumerated, (S, 1, 1): one table of observed-token log-likelihoods (B, T, S) serves all S
             # alignments; z sampled, (B, T): the logits of that one alignment are cheaper.
             table = net.aligned_log_likelihood(enc) if z.dim() > 2 else None
-            self.observe(enc, AlignedCategorical(
-                z, table, enc.target, lambda i: net.output_logits(enc, gather_context(enc.values, i)),
-                net.num_classes,
-            ))
+            self.observe(
+                enc,
+                AlignedCategorical(
+                    z,
+                    table,
+                    enc.target,
+                    lambda i: net.output_logits(enc, gather_context(enc.values, i)),
+                    net.num_classes,
+                ),
+            )
 
 
 class GuidedCategoricalAlignment(CategoricalAlignmentModel):

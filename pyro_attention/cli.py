@@ -22,11 +22,18 @@ def _demo(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    config = RegionQAConfig(train_size=args.train_size, val_size=args.val_size, num_epochs=args.epochs,
-                            hidden_size=args.hidden, seed=args.seed)
-    print(f"pyro-attention demo: {config.train_size} training / {config.val_size} held-out synthetic scenes, "
-          f"{config.num_epochs} epochs, hidden {config.hidden_size}, seed {config.seed}, "
-          f"{torch.get_num_threads()} thread(s)")
+    config = RegionQAConfig(
+        train_size=args.train_size,
+        val_size=args.val_size,
+        num_epochs=args.epochs,
+        hidden_size=args.hidden,
+        seed=args.seed,
+    )
+    print(
+        f"pyro-attention demo: {config.train_size} training / {config.val_size} held-out synthetic scenes, "
+        f"{config.num_epochs} epochs, hidden {config.hidden_size}, seed {config.seed}, "
+        f"{torch.get_num_threads()} thread(s)"
+    )
     start = time.perf_counter()
     rows, val = run_region_qa(config, progress=not args.quiet)
     print()
@@ -37,10 +44,13 @@ def _demo(args: argparse.Namespace) -> int:
     ambiguous = [i for i in range(len(val)) if len(set(val.region_names[i])) and _ambiguous(val, i)]
     examples = (ambiguous[:2] + [i for i in range(len(val)) if i not in ambiguous[:2]])[: args.num_plots]
     titles = [f"#{i}: {val.question_text(i)} -> {val.answers[int(val.data.answer[i])]}" for i in examples]
-    path = alignment_heatmaps(post, examples, val.region_names, titles, Path(args.out) / "alignments.png",
-                              gold=val.data.gold)
-    print(f"\nWrote the prior / posterior / q heatmaps of {variational.name} for {len(examples)} held-out "
-          f"examples to {path.resolve()}")
+    path = alignment_heatmaps(
+        post, examples, val.region_names, titles, Path(args.out) / "alignments.png", gold=val.data.gold
+    )
+    print(
+        f"\nWrote the prior / posterior / q heatmaps of {variational.name} for {len(examples)} held-out "
+        f"examples to {path.resolve()}"
+    )
     print(f"Total time {time.perf_counter() - start:.1f} s")
     return 0
 

@@ -77,14 +77,16 @@ def row_label(name: str, estimator: str | None) -> str:
     return f"{name} ({estimator})" if estimator else name
 
 
-def evaluate_pair(pair: AlignmentPair, data: RegionQADataset, num_samples: int = 50) -> tuple[float, bool, float,
-                                                                                              dict, dict]:
+def evaluate_pair(
+    pair: AlignmentPair, data: RegionQADataset, num_samples: int = 50
+) -> tuple[float, bool, float, dict, dict]:
     batch = data.data
     ll = log_likelihood(pair, batch, num_samples=num_samples)
     nll = -float(ll.per_example.sum()) / float(ll.num_tokens.sum())
     rule = "soft" if pair.latent == "none" else "marginal"
-    accuracy = float((predict(pair, batch, rule, num_samples=num_samples)[:, 0].argmax(-1) == batch.answer)
-                     .float().mean())
+    accuracy = float(
+        (predict(pair, batch, rule, num_samples=num_samples)[:, 0].argmax(-1) == batch.answer).float().mean()
+    )
     post = alignment_posterior(pair, batch)
     ent = {k: float(entropy(v).mean()) for k, v in post.items()}
     gold = {k: float((v[:, 0].argmax(-1) == batch.gold).float().mean()) for k, v in post.items()}
@@ -93,25 +95,37 @@ def evaluate_pair(pair: AlignmentPair, data: RegionQADataset, num_samples: int =
 
 def run_region_qa(config: RegionQAConfig, progress: bool = True, log=print) -> tuple[list[Row], RegionQADataset]:
     """Train and evaluate every row of ``config.rows``; returns the rows and the held-out data."""
-    train = make_region_qa(config.train_size, num_regions=config.num_regions, ambiguity=config.ambiguity,
-                           seed=config.seed)
-    val = make_region_qa(config.val_size, num_regions=config.num_regions, ambiguity=config.ambiguity,
-                         seed=config.seed + 1)
+    train = make_region_qa(
+        config.train_size, num_regions=config.num_regions, ambiguity=config.ambiguity, seed=config.seed
+    )
+    val = make_region_qa(
+        config.val_size, num_regions=config.num_regions, ambiguity=config.ambiguity, seed=config.seed + 1
+    )
     rows = []
     for name, estimator in config.rows:
         torch.manual_seed(config.seed)
-        net = RegionQA(train.feature_size, len(train.answers), vocab_size=len(train.vocab),
-                       hidden_size=config.hidden_size)
+        net = RegionQA(
+            train.feature_size, len(train.answers), vocab_size=len(train.vocab), hidden_size=config.hidden_size
+        )
         pair = make_pair(name, estimator, net)
         start = time.perf_counter()
-        fit(pair, train, num_epochs=config.num_epochs, batch_size=config.batch_size, lr=config.lr,
-            warmup_steps=config.warmup_steps if hasattr(pair, "warmup_guide") else 0, seed=config.seed,
-            progress=progress)
+        fit(
+            pair,
+            train,
+            num_epochs=config.num_epochs,
+            batch_size=config.batch_size,
+            lr=config.lr,
+            warmup_steps=config.warmup_steps if hasattr(pair, "warmup_guide") else 0,
+            seed=config.seed,
+            progress=progress,
+        )
         seconds = time.perf_counter() - start
         nll, exact, acc, ent, gold = evaluate_pair(pair, val, config.num_samples)
         rows.append(Row(row_label(name, estimator), nll, exact, acc, ent, gold, seconds, pair))
-        log(f"  trained {rows[-1].name:<22} in {seconds:5.1f} s: NLL {'' if exact else '~'}{nll:.3f}, "
-            f"accuracy {acc:.3f}")
+        log(
+            f"  trained {rows[-1].name:<22} in {seconds:5.1f} s: NLL {'' if exact else '~'}{nll:.3f}, "
+            f"accuracy {acc:.3f}"
+        )
     return rows, val
 
 
@@ -121,8 +135,7 @@ def _cell(value: float | None, fmt: str = "{:.3f}") -> str:
 
 def format_table(rows: list[Row]) -> str:
     """The comparison as a Markdown table (``~`` marks an importance-weighted estimate, not an exact NLL)."""
-    head = ("| pair | NLL | accuracy | H(prior) | H(posterior) | H(q) | gold@prior | gold@posterior | gold@q "
-            "| train s |")
+    head = "| pair | NLL | accuracy | H(prior) | H(posterior) | H(q) | gold@prior | gold@posterior | gold@q | train s |"
     lines = [head, "|" + "---|" * 10]
     for r in rows:
         nll = ("" if r.nll_exact else "~") + _cell(r.nll)

@@ -33,9 +33,14 @@ def alignment_heatmaps(
     names = [k for k in ("prior", "posterior", "guide") if k in distributions]
     if not names:
         raise ValueError("alignment_heatmaps: no 'prior', 'posterior' or 'guide' entry to draw")
-    fig, axes = plt.subplots(len(examples), 1, figsize=(8, 1.2 + 1.3 * len(names) * len(examples)), squeeze=False,
-                             gridspec_kw={"hspace": 1.0})
-    for ax, i, title in zip(axes[:, 0], examples, titles):
+    fig, axes = plt.subplots(
+        len(examples),
+        1,
+        figsize=(8, 1.2 + 1.3 * len(names) * len(examples)),
+        squeeze=False,
+        gridspec_kw={"hspace": 1.0},
+    )
+    for ax, i, title in zip(axes[:, 0], examples, titles, strict=True):
         labels = list(source_labels[i])
         n = len(labels)
         rows = [distributions[k][i, 0, :n].detach().cpu().numpy() for k in names]

@@ -13,8 +13,24 @@ import pytest
 import torch
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-TINY = ["--batch-size", "4", "--regions", "5", "--hidden", "16", "--answers", "7", "--features", "6",
-        "--question-size", "3", "--repeats", "2", "--warmup", "1"]
+TINY = [
+    "--batch-size",
+    "4",
+    "--regions",
+    "5",
+    "--hidden",
+    "16",
+    "--answers",
+    "7",
+    "--features",
+    "6",
+    "--question-size",
+    "3",
+    "--repeats",
+    "2",
+    "--warmup",
+    "1",
+]
 
 
 def _load(name: str) -> ModuleType:

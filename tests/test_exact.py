@@ -18,11 +18,11 @@ import pyro
 import pytest
 import torch
 from pyro import poutine
+from pyro_attention.inference import alignment_posterior, entropy, log_likelihood, map_alignment, predict
+from pyro_attention.models import HardAttention, MarginalLikelihood, SoftAttention, VariationalAttention
 from toy_network import ToyNetwork, make_toy_batch, pad_batch
 
 from pyro_attention.data import make_region_qa
-from pyro_attention.inference import alignment_posterior, entropy, log_likelihood, map_alignment, predict
-from pyro_attention.models import HardAttention, MarginalLikelihood, SoftAttention, VariationalAttention
 from pyro_attention.networks import RegionQA
 
 CATEGORICAL = [
@@ -166,8 +166,12 @@ def _grads(pair, elbo, batch) -> torch.Tensor:
     for p in pair.network.parameters():
         p.grad = None
     elbo.loss_and_grads(pair.model, pair.guide, batch)
-    return torch.cat([p.grad.flatten() if p.grad is not None else torch.zeros(p.numel(), dtype=p.dtype)
-                      for p in pair.network.parameters()])
+    return torch.cat(
+        [
+            p.grad.flatten() if p.grad is not None else torch.zeros(p.numel(), dtype=p.dtype)
+            for p in pair.network.parameters()
+        ]
+    )
 
 
 @pytest.mark.parametrize("cls", [HardAttention, VariationalAttention])

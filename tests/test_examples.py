@@ -29,11 +29,36 @@ def test_every_example_is_tested():
 def test_region_qa_tiny(capsys, tmp_path):
     module = _load("region_qa")
     out = tmp_path / "table.md"
-    rows = module.main(module.make_parser().parse_args(
-        ["--train-size", "64", "--val-size", "16", "--hidden", "8", "--epochs", "1", "--batch-size", "16",
-         "--warmup-steps", "2", "--quiet", "--markdown", str(out)]))
-    assert list(rows) == ["soft", "marginal", "hard (enum)", "hard (sample)", "variational (enum)",
-                          "variational (sample)", "relaxed"]
+    rows = module.main(
+        module.make_parser().parse_args(
+            [
+                "--train-size",
+                "64",
+                "--val-size",
+                "16",
+                "--hidden",
+                "8",
+                "--epochs",
+                "1",
+                "--batch-size",
+                "16",
+                "--warmup-steps",
+                "2",
+                "--quiet",
+                "--markdown",
+                str(out),
+            ]
+        )
+    )
+    assert list(rows) == [
+        "soft",
+        "marginal",
+        "hard (enum)",
+        "hard (sample)",
+        "variational (enum)",
+        "variational (sample)",
+        "relaxed",
+    ]
     printed = capsys.readouterr().out
     assert "| pair | NLL | accuracy | H(prior) | H(posterior) | H(q) | gold@prior" in printed
     assert "| relaxed | ~" in printed  # the Dirichlet NLL is marked as an estimate
@@ -48,8 +73,24 @@ def test_region_qa_rejects_unknown_pair():
 
 
 def test_demo_tiny(capsys, tmp_path):
-    code = cli.main(["demo", "--train-size", "64", "--val-size", "16", "--hidden", "8", "--epochs", "1",
-                     "--num-plots", "2", "--out", str(tmp_path), "--quiet"])
+    code = cli.main(
+        [
+            "demo",
+            "--train-size",
+            "64",
+            "--val-size",
+            "16",
+            "--hidden",
+            "8",
+            "--epochs",
+            "1",
+            "--num-plots",
+            "2",
+            "--out",
+            str(tmp_path),
+            "--quiet",
+        ]
+    )
     assert code == 0
     printed = capsys.readouterr().out
     assert "| variational (enum) |" in printed

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from pyro_attention.data import RegionBatch, make_region_qa
 from pyro_attention.inference import fit, log_likelihood
 from pyro_attention.models import HardAttention, MarginalLikelihood, SoftAttention, VariationalAttention
+
+from pyro_attention.data import RegionBatch, make_region_qa
 from pyro_attention.networks import RegionQA
 
 
@@ -19,30 +19,49 @@ def setup():
 
 
 def _replace(batch: RegionBatch, **kw) -> RegionBatch:
-    fields = dict(regions=batch.regions, region_mask=batch.region_mask, question=batch.question,
-                  answer=batch.answer, gold=batch.gold)
+    fields = dict(
+        regions=batch.regions,
+        region_mask=batch.region_mask,
+        question=batch.question,
+        answer=batch.answer,
+        gold=batch.gold,
+    )
     fields.update(kw)
     return RegionBatch(**fields)
 
 
-@pytest.mark.parametrize("change,message", [
-    (lambda b: dict(regions=b.regions[0]), r"regions must be \(B, S, F\), got shape \(6, 13\)"),
-    (lambda b: dict(regions=b.regions[..., :5]), r"regions: expected feature size 13, got shape \(4, 6, 5\)"),
-    (lambda b: dict(region_mask=b.region_mask[:, :3]), r"region_mask must be \(B, S\) = \(4, 6\)"),
-    (lambda b: dict(region_mask=b.region_mask.float()), "region_mask must be a bool tensor"),
-    (lambda b: dict(region_mask=b.region_mask.index_fill(0, torch.tensor([2]), False)),
-     r"example\(s\) \[2\] have no real region \(all padding\)"),
-    (lambda b: dict(answer=b.answer.index_fill(0, torch.tensor([1]), 99)),
-     r"answer\[1\] = 99 is out of range for 8 answer classes"),
-    (lambda b: dict(answer=b.answer[:2]), r"answer must be \(B,\) = \(4,\), got shape \(2,\)"),
-    (lambda b: dict(answer=b.answer.float()), "answer must be a long tensor"),
-    (lambda b: dict(regions=b.regions.index_put((torch.tensor([3]), torch.tensor([0]), torch.tensor([2])),
-                                                torch.tensor(float("nan")))),
-     r"non-finite feature \(NaN or inf\) at example 3, region 0"),
-    (lambda b: dict(question=b.question.index_fill(1, torch.tensor([0]), 50)),
-     r"question\[0, 0\] = 50 is out of range for vocabulary size 9"),
-    (lambda b: dict(gold=b.gold + 10), "gold: some gold region index points outside the real regions"),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (lambda b: dict(regions=b.regions[0]), r"regions must be \(B, S, F\), got shape \(6, 13\)"),
+        (lambda b: dict(regions=b.regions[..., :5]), r"regions: expected feature size 13, got shape \(4, 6, 5\)"),
+        (lambda b: dict(region_mask=b.region_mask[:, :3]), r"region_mask must be \(B, S\) = \(4, 6\)"),
+        (lambda b: dict(region_mask=b.region_mask.float()), "region_mask must be a bool tensor"),
+        (
+            lambda b: dict(region_mask=b.region_mask.index_fill(0, torch.tensor([2]), False)),
+            r"example\(s\) \[2\] have no real region \(all padding\)",
+        ),
+        (
+            lambda b: dict(answer=b.answer.index_fill(0, torch.tensor([1]), 99)),
+            r"answer\[1\] = 99 is out of range for 8 answer classes",
+        ),
+        (lambda b: dict(answer=b.answer[:2]), r"answer must be \(B,\) = \(4,\), got shape \(2,\)"),
+        (lambda b: dict(answer=b.answer.float()), "answer must be a long tensor"),
+        (
+            lambda b: dict(
+                regions=b.regions.index_put(
+                    (torch.tensor([3]), torch.tensor([0]), torch.tensor([2])), torch.tensor(float("nan"))
+                )
+            ),
+            r"non-finite feature \(NaN or inf\) at example 3, region 0",
+        ),
+        (
+            lambda b: dict(question=b.question.index_fill(1, torch.tensor([0]), 50)),
+            r"question\[0, 0\] = 50 is out of range for vocabulary size 9",
+        ),
+        (lambda b: dict(gold=b.gold + 10), "gold: some gold region index points outside the real regions"),
+    ],
+)
 @pytest.mark.parametrize("cls", [SoftAttention, MarginalLikelihood, VariationalAttention])
 def test_bad_batch_raises_value_error(setup, change, message, cls):
     net, batch = setup

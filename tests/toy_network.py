@@ -50,16 +50,24 @@ class ToyNetwork(AttentionNetwork):
         return torch.einsum("bth,bsh->bts", qy, torch.tanh(self.post_key(batch.source)))
 
 
-def make_toy_batch(B: int = 2, S: int = 3, T: int = 2, num_classes: int = 4, feature_size: int = 3, seed: int = 0,
-                   pad_source: int = 1, pad_target: int = 1) -> ToyBatch:
+def make_toy_batch(
+    B: int = 2,
+    S: int = 3,
+    T: int = 2,
+    num_classes: int = 4,
+    feature_size: int = 3,
+    seed: int = 0,
+    pad_source: int = 1,
+    pad_target: int = 1,
+) -> ToyBatch:
     """Example 0 is full; the others lose ``pad_source`` sources and ``pad_target`` targets to padding."""
     g = torch.Generator().manual_seed(seed)
     source = torch.randn(B, S, feature_size, generator=g).to(torch.get_default_dtype())
     source_mask = torch.ones(B, S, dtype=torch.bool)
     target_mask = torch.ones(B, T, dtype=torch.bool)
     if B > 1:
-        source_mask[1:, S - pad_source:] = False
-        target_mask[1:, T - pad_target:] = False
+        source_mask[1:, S - pad_source :] = False
+        target_mask[1:, T - pad_target :] = False
     target = torch.randint(num_classes, (B, T), generator=g)
     return ToyBatch(source, source_mask, target, target_mask)
 
@@ -68,7 +76,6 @@ def pad_batch(batch: ToyBatch, extra_source: int = 1, extra_target: int = 1, see
     """Append padded source and target positions filled with garbage."""
     g = torch.Generator().manual_seed(seed)
     B, S, F = batch.source.shape
-    T = batch.target.shape[1]
     junk = 100 * torch.randn(B, extra_source, F, generator=g).to(batch.source.dtype)
     return ToyBatch(
         torch.cat([batch.source, junk], 1),

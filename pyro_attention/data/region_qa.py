@@ -54,8 +54,10 @@ class RegionBatch:
 
     def to(self, device: torch.device | str) -> RegionBatch:
         return RegionBatch(
-            *(t.to(device) if t is not None else None for t in (self.regions, self.region_mask, self.question,
-                                                                 self.answer, self.gold))
+            *(
+                t.to(device) if t is not None else None
+                for t in (self.regions, self.region_mask, self.question, self.answer, self.gold)
+            )
         )
 
     def validate(self, num_answers: int | None = None, vocab_size: int | None = None) -> None:
@@ -86,13 +88,16 @@ class RegionBatch:
             if len(out):
                 i = out[0].item()
                 raise ValueError(
-                    f"answer[{i}] = {a[i].item()} is out of range for {num_answers} answer classes (0..{num_answers - 1})"
+                    f"answer[{i}] = {a[i].item()} is out of range for {num_answers} answer classes "
+                    f"(0..{num_answers - 1})"
                 )
         if q.dtype == torch.long and vocab_size is not None:
             out = ((q < 0) | (q >= vocab_size)).nonzero()
             if len(out):
                 i, j = out[0].tolist()
-                raise ValueError(f"question[{i}, {j}] = {q[i, j].item()} is out of range for vocabulary size {vocab_size}")
+                raise ValueError(
+                    f"question[{i}, {j}] = {q[i, j].item()} is out of range for vocabulary size {vocab_size}"
+                )
         if q.dtype != torch.long and not torch.isfinite(q).all():
             raise ValueError("question: non-finite values (NaN or inf) in question vectors")
         if self.gold is not None:
@@ -119,13 +124,14 @@ class RegionQADataset:
     def feature_size(self) -> int:
         return self.data.regions.shape[-1]
 
-    def batches(self, batch_size: int, shuffle: bool = False, generator: torch.Generator | None = None
-                ) -> Iterator[RegionBatch]:
+    def batches(
+        self, batch_size: int, shuffle: bool = False, generator: torch.Generator | None = None
+    ) -> Iterator[RegionBatch]:
         """Yield batches; with ``shuffle`` a new permutation from ``generator`` each call."""
         n = len(self.data)
         order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
         for start in range(0, n, batch_size):
-            yield self.data[order[start:start + batch_size]]
+            yield self.data[order[start : start + batch_size]]
 
     def question_text(self, i: int) -> str:
         return " ".join(self.vocab[t] for t in self.data.question[i].tolist() if t != PAD)
@@ -162,7 +168,9 @@ def make_region_qa(
     if not 0.0 <= ambiguity <= 1.0:
         raise ValueError(f"ambiguity must be a probability in [0, 1], got {ambiguity}")
     g = torch.Generator().manual_seed(seed)
-    code_table = torch.randint(num_codes, (num_colours, num_materials), generator=torch.Generator().manual_seed(code_seed))
+    code_table = torch.randint(
+        num_codes, (num_colours, num_materials), generator=torch.Generator().manual_seed(code_seed)
+    )
     vocab = ["<pad>", *QUESTION_TYPES, *KINDS[:num_kinds]]
     answers = [*COLOURS[:num_colours], *(f"code-{k}" for k in range(num_codes))]
     F = num_kinds + num_colours + num_materials
@@ -187,11 +195,14 @@ def make_region_qa(
         candidates = (kinds == asked).nonzero().flatten()
         target = int(candidates[torch.randint(len(candidates), (1,), generator=g)])
         qtype = int(torch.randint(len(QUESTION_TYPES), (1,), generator=g))
-        feats = torch.cat([
-            torch.nn.functional.one_hot(kinds, num_kinds),
-            torch.nn.functional.one_hot(colours, num_colours),
-            torch.nn.functional.one_hot(materials, num_materials),
-        ], dim=-1).float()
+        feats = torch.cat(
+            [
+                torch.nn.functional.one_hot(kinds, num_kinds),
+                torch.nn.functional.one_hot(colours, num_colours),
+                torch.nn.functional.one_hot(materials, num_materials),
+            ],
+            dim=-1,
+        ).float()
         regions[i, :n] = feats + noise * torch.randn(n, F, generator=g)
         mask[i, :n] = True
         question[i] = torch.tensor([1 + qtype, 1 + len(QUESTION_TYPES) + asked])
@@ -200,10 +211,12 @@ def make_region_qa(
         else:
             answer[i] = num_colours + code_table[colours[target], materials[target]]
         gold[i] = target
-        names.append([
-            f"{COLOURS[c]} {MATERIALS[m]} {KINDS[k]}" for k, c, m in zip(kinds.tolist(), colours.tolist(),
-                                                                        materials.tolist())
-        ])
+        names.append(
+            [
+                f"{COLOURS[c]} {MATERIALS[m]} {KINDS[k]}"
+                for k, c, m in zip(kinds.tolist(), colours.tolist(), materials.tolist(), strict=True)
+            ]
+        )
     data = RegionBatch(regions, mask, question, answer, gold)
     data.validate(len(answers), len(vocab))
     return RegionQADataset(data, vocab, answers, names)

@@ -58,7 +58,11 @@ class AlignedCategorical(TorchDistribution):
         new = self._get_checked_instance(AlignedCategorical, _instance)
         new.index = self.index.expand(batch_shape)
         new.table, new.observed, new.logits_fn, new.num_classes = (
-            self.table, self.observed, self.logits_fn, self.num_classes)
+            self.table,
+            self.observed,
+            self.logits_fn,
+            self.num_classes,
+        )
         super(AlignedCategorical, new).__init__(batch_shape, torch.Size(), validate_args=False)
         new._validate_args = self._validate_args
         return new

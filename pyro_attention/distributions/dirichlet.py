@@ -49,8 +49,10 @@ class MaskedDirichlet(TorchDistribution):
 
     def rsample(self, sample_shape: torch.Size = torch.Size()) -> Tensor:
         shape = self._extended_shape(sample_shape)
-        gamma = Gamma(self.concentration.expand(shape), torch.ones(shape, dtype=self.concentration.dtype,
-                                                                     device=self.concentration.device)).rsample()
+        gamma = Gamma(
+            self.concentration.expand(shape),
+            torch.ones(shape, dtype=self.concentration.dtype, device=self.concentration.device),
+        ).rsample()
         gamma = gamma * self.mask
         tiny = torch.finfo(gamma.dtype).tiny
         return gamma / gamma.sum(-1, keepdim=True).clamp(min=tiny)
@@ -66,8 +68,7 @@ class MaskedDirichlet(TorchDistribution):
         alpha, a0 = self.concentration, self._alpha0
         k = self.mask.sum(-1).to(alpha.dtype)
         log_beta = (torch.lgamma(alpha) * self.mask).sum(-1) - torch.lgamma(a0)
-        return (log_beta + (a0 - k) * torch.digamma(a0)
-                - ((alpha - 1.0) * torch.digamma(alpha) * self.mask).sum(-1))
+        return log_beta + (a0 - k) * torch.digamma(a0) - ((alpha - 1.0) * torch.digamma(alpha) * self.mask).sum(-1)
 
 
 @register_kl(MaskedDirichlet, MaskedDirichlet)
@@ -76,6 +77,9 @@ def _kl_masked_dirichlet(p: MaskedDirichlet, q: MaskedDirichlet) -> Tensor:
     m = p.mask
     a, b = p.concentration, q.concentration
     a0, b0 = p._alpha0, (b * m).sum(-1)
-    return (torch.lgamma(a0) - torch.lgamma(b0)
-            - ((torch.lgamma(a) - torch.lgamma(b)) * m).sum(-1)
-            + ((a - b) * (torch.digamma(a) - torch.digamma(a0).unsqueeze(-1)) * m).sum(-1))
+    return (
+        torch.lgamma(a0)
+        - torch.lgamma(b0)
+        - ((torch.lgamma(a) - torch.lgamma(b)) * m).sum(-1)
+        + ((a - b) * (torch.digamma(a) - torch.digamma(a0).unsqueeze(-1)) * m).sum(-1)
+    )
