@@ -7,7 +7,7 @@ enumeration; ``~`` marks the Dirichlet pair's importance-weighted estimate), ans
 own prediction rule, the entropies of prior, exact posterior and ``q``, and how often the argmax of each hits
 the gold region.  ``--markdown FILE`` also writes the table.
 
-    python examples/region_qa.py --epochs 8
+    python examples/region_qa.py --epochs 12
 
 References:
 [1] Deng, Kim, Chiu, Guo, Rush, "Latent Alignment and Variational Attention", NeurIPS 2018.
@@ -55,7 +55,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--train-size", type=int, default=2000)
     parser.add_argument("--val-size", type=int, default=500)
     parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--epochs", type=int, default=12)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--warmup-steps", type=int, default=200, help="relaxed pair: steps on E_p[log p] first")

@@ -64,7 +64,7 @@ class GuidedCategoricalAlignment(CategoricalAlignmentModel):
         raise NotImplementedError
 
     def guide(self, batch: Any) -> None:
-        enc = self.encode(batch)
+        enc = self.encode_for_model(batch)
         with self.plates(enc):
             if self.estimator == "enum":
                 infer = {"enumerate": "parallel"}

@@ -86,13 +86,13 @@ class RelaxedAttention(AlignmentPair):
             self.observe(enc, dist.Categorical(logits=logits))
 
     def guide(self, batch: Any) -> None:
-        enc = self.encode(batch)
+        enc = self.encode_for_model(batch)
         with self.plates(enc):
             pyro.sample("align", self.posterior(enc))
 
     def warmup_guide(self, batch: Any) -> None:
         """The prior as the guide: the ELBO becomes ``E_p[log p(y | x, z)]`` (the paper's warm start)."""
-        enc = self.encode(batch)
+        enc = self.encode_for_model(batch)
         with self.plates(enc):
             pyro.sample("align", self.prior(enc))
 

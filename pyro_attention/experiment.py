@@ -43,7 +43,7 @@ class RegionQAConfig:
     num_regions: tuple[int, int] = (3, 6)
     ambiguity: float = 0.3
     hidden_size: int = 64
-    num_epochs: int = 8
+    num_epochs: int = 12
     batch_size: int = 32
     lr: float = 3e-3
     warmup_steps: int = 200

@@ -47,9 +47,28 @@ class AlignmentPair:
 
     # -- plumbing -------------------------------------------------------------------------------------------
     def encode(self, batch: Any) -> Encoded:
-        """Register the network with Pyro and encode ``batch``."""
+        """Register the network with Pyro and encode ``batch``.
+
+        Pyro runs the guide, then the model, on the same batch; the encoding the guide left with
+        :meth:`encode_for_model` is reused once by the next call here, if nothing changed in between (same batch
+        object, same parameter versions, same grad mode).  Otherwise the batch is encoded afresh.
+        """
         pyro.module("network", self.network)
+        cached, self._cached = getattr(self, "_cached", None), None
+        if cached is not None and cached[0] == self._cache_key(batch):
+            return cached[1]
         return self.network.encode(batch)
+
+    def encode_for_model(self, batch: Any) -> Encoded:
+        """:meth:`encode`, and keep the result for the model that Pyro runs next (guides call this)."""
+        enc = self.encode(batch)
+        self._cached = (self._cache_key(batch), enc)
+        return enc
+
+    def _cache_key(self, batch: Any) -> tuple:
+        # the cached Encoded holds a reference to ``batch``, so its id cannot be reused while cached;
+        # an optimiser step bumps every parameter's version counter
+        return id(batch), torch.is_grad_enabled(), tuple(p._version for p in self.network.parameters())
 
     @staticmethod
     @contextmanager
