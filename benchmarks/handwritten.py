@@ -18,17 +18,15 @@ With :math:`\ell_s = \log p(y_t \mid x, z_t = s)` (the observed-token table, mas
   :math:`\sum_s q(s)[\log p(s) - \log q(s)]` with ``q = p`` is identically 0, in value and gradient);
 * VA enum: :math:`-\sum_t \sum_s q(s)\,[\ell_s + \log p(s) - \log q(s)]
   = -(\mathbb{E}_q[\ell] - \mathrm{KL}(q \| p))`;
-* hard / VA sample: ``TraceGraph_ELBO``'s surrogate for one draw ``z ~ q`` per token with the
-  soft-attention log-likelihood ``b`` (detached) as ``baseline_value``:
+* hard / VA sample: ``ReinforceKL_ELBO``'s surrogate for one draw ``z ~ q`` per token with the
+  soft-attention log-likelihood ``b`` (detached) as ``baseline_value`` and the KL in closed form:
 
   .. math::
 
-      -\Big[\sum_t \ell_{z_t} + \log p(z_t)
-             + \log q(z_t)\, \mathrm{sg}\big(\ell_{z_t} + \log p(z_t) - \log q(z_t) - b_t\big)\Big]
-      + \sum_t \mathrm{sg}\big(\ell_{z_t} + \log p(z_t) - \log q(z_t) - b_t\big)^2,
+      -\Big[\sum_t \ell_{z_t} - \mathrm{KL}(q_t \| p_t)
+             + \log q(z_t)\, \mathrm{sg}\big(\ell_{z_t} - b_t\big)\Big].
 
-  where the last term is Pyro's baseline loss (no gradient with a detached ``baseline_value``; kept so the
-  work matches).  For hard attention ``q = p``.
+  For hard attention ``q = p`` (the KL is 0 in value and gradient).
 """
 
 from __future__ import annotations
@@ -92,17 +90,15 @@ def _expected(weights_log: Tensor, cost: Tensor, source_mask: Tensor) -> Tensor:
 
 
 def _reinforce(net: AttentionNetwork, enc: Encoded, prior: Tensor, guide: Tensor | None) -> Tensor:
-    """``TraceGraph_ELBO``'s surrogate loss for one draw per token from ``guide`` (``None``: the prior)."""
+    """``ReinforceKL_ELBO``'s surrogate loss for one draw per token from ``guide`` (``None``: the prior)."""
     baseline = soft_log_likelihood(net, enc).detach()
     p = Categorical(logits=prior)
     q = p if guide is None else Categorical(logits=guide)
     z = q.sample()  # (B, T)
     ll = token_log_likelihood(net.output_logits(enc, gather_context(enc.values, z)), enc)
-    log_p, log_q = p.log_prob(z), q.log_prob(z)
-    cost = ll + log_p - log_q
-    surrogate = (ll + log_p).sum() + (log_q * (cost - baseline).detach()).sum()
-    baseline_loss = (cost.detach() - baseline).pow(2).sum()
-    return baseline_loss - surrogate
+    kl = (q.probs * torch.where(q.probs > 0, q.logits - p.logits, 0.0)).sum(-1)  # 0 at padded sources
+    surrogate = ll.sum() - kl.sum() + (q.log_prob(z) * (ll - baseline).detach()).sum()
+    return -surrogate
 
 
 # -- one function per pair -----------------------------------------------------------------------------------
@@ -135,12 +131,12 @@ def va_enum_loss(net: AttentionNetwork, batch: Any) -> Tensor:
 
 
 def hard_sample_loss(net: AttentionNetwork, batch: Any) -> Tensor:
-    """``HardAttention("sample")`` (``TraceGraph_ELBO``): REINFORCE, ``z ~ p``, soft-attention baseline."""
+    """``HardAttention("sample")`` (``ReinforceKL_ELBO``): REINFORCE, ``z ~ p``, soft-attention baseline."""
     enc = net.encode(batch)
     return _reinforce(net, enc, prior_logits(enc), None)
 
 
 def va_sample_loss(net: AttentionNetwork, batch: Any) -> Tensor:
-    """``VariationalAttention("sample")`` (``TraceGraph_ELBO``): REINFORCE with ``z ~ q``, same baseline."""
+    """``VariationalAttention("sample")`` (``ReinforceKL_ELBO``): REINFORCE with ``z ~ q``, analytic KL."""
     enc = net.encode(batch)
     return _reinforce(net, enc, prior_logits(enc), posterior_logits(net, enc))

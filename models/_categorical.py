@@ -14,6 +14,7 @@ import pyro
 import pyro.distributions as dist
 import torch
 from pyro.poutine.runtime import get_plates
+from pyro_attention.inference.elbo import ReinforceKL_ELBO
 from torch import Tensor
 
 from pyro_attention.distributions import AlignedCategorical
@@ -52,8 +53,10 @@ class GuidedCategoricalAlignment(CategoricalAlignmentModel):
     The estimator decides only how the ELBO's expectation over the guide is computed:
 
     * ``"enum"`` -- the guide site is enumerated in parallel by ``TraceEnum_ELBO`` (exact);
-    * ``"sample"`` -- one draw per token, REINFORCE through ``TraceGraph_ELBO`` (Rao-Blackwellised over the
-      plates), with the soft-attention log-likelihood ``log p(y_t | x, E_p[z_t])`` as ``baseline_value``.
+    * ``"sample"`` -- one draw per token and :class:`~pyro_attention.inference.ReinforceKL_ELBO`: the KL in
+      closed form, REINFORCE (Rao-Blackwellised over the plates) for ``E_q[log p(y | x, z)]`` with the
+      soft-attention log-likelihood ``log p(y_t | x, E_p[z_t])`` as ``baseline_value`` -- the paper's estimator.
+      (The guide's ``infer`` uses Pyro's baseline key, so ``TraceGraph_ELBO``, whose KL is sampled, runs too.)
     """
 
     def __init__(self, network: AttentionNetwork, estimator: str = "enum") -> None:
@@ -77,7 +80,7 @@ class GuidedCategoricalAlignment(CategoricalAlignmentModel):
     def elbo(self) -> pyro.infer.ELBO:
         if self.estimator == "enum":
             return pyro.infer.TraceEnum_ELBO(max_plate_nesting=MAX_PLATE_NESTING)
-        return pyro.infer.TraceGraph_ELBO(max_plate_nesting=MAX_PLATE_NESTING)
+        return ReinforceKL_ELBO(max_plate_nesting=MAX_PLATE_NESTING)
 
 
 def _plate_shape(shape: torch.Size) -> torch.Size:

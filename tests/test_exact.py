@@ -19,6 +19,7 @@ import pytest
 import torch
 from pyro import poutine
 from pyro_attention.inference import alignment_posterior, entropy, log_likelihood, map_alignment, predict
+from pyro_attention.inference.elbo import ReinforceKL_ELBO
 from pyro_attention.models import HardAttention, MarginalLikelihood, SoftAttention, VariationalAttention
 from toy_network import ToyNetwork, make_toy_batch, pad_batch
 
@@ -174,12 +175,15 @@ def _grads(pair, elbo, batch) -> torch.Tensor:
     )
 
 
+@pytest.mark.parametrize("elbo_class", [ReinforceKL_ELBO, pyro.infer.TraceGraph_ELBO])
 @pytest.mark.parametrize("cls", [HardAttention, VariationalAttention])
-def test_reinforce_gradient_matches_enumerated_gradient(float64, cls):
+def test_reinforce_gradient_matches_enumerated_gradient(float64, cls, elbo_class):
+    """The "sample" estimator (analytic KL) and Pyro's TraceGraph_ELBO (sampled KL) are both unbiased."""
     net, batch = _toy(seed=8)
     exact = _grads(cls(net, estimator="enum"), cls(net, estimator="enum").elbo(), batch)
     pair = cls(net, estimator="sample")
-    elbo = pyro.infer.TraceGraph_ELBO(num_particles=500, vectorize_particles=True, max_plate_nesting=2)
+    assert type(pair.elbo()) is ReinforceKL_ELBO
+    elbo = elbo_class(num_particles=500, vectorize_particles=True, max_plate_nesting=2)
     runs = torch.stack([_grads(pair, elbo, batch) for _ in range(20)])
     mean, se = runs.mean(0), runs.std(0) / runs.shape[0] ** 0.5
     z = (mean - exact).abs() / (se + 1e-12)
@@ -188,3 +192,18 @@ def test_reinforce_gradient_matches_enumerated_gradient(float64, cls):
     # 5 standard errors on every coordinate; and the vectors agree to 5 % overall
     assert (z[moving] < 5).all(), z.max()
     assert (mean - exact).norm() < 0.05 * exact.norm()
+
+
+@pytest.mark.parametrize("cls", [HardAttention, VariationalAttention])
+def test_reinforce_kl_loss_estimates_the_elbo(float64, cls):
+    net, batch = _toy(seed=9)
+    exact = cls(net, estimator="enum")
+    exact_loss = exact.elbo().loss(exact.model, exact.guide, batch)
+    pair = cls(net, estimator="sample")
+    elbo = ReinforceKL_ELBO(num_particles=20000, vectorize_particles=True, max_plate_nesting=2)
+    assert elbo.loss(pair.model, pair.guide, batch) == pytest.approx(exact_loss, rel=0.02)
+    # differentiable_loss exists (TraceGraph_ELBO has none) and matches loss in value
+    pyro.set_rng_seed(3)
+    value = float(elbo.differentiable_loss(pair.model, pair.guide, batch).detach())
+    pyro.set_rng_seed(3)
+    assert value == pytest.approx(elbo.loss(pair.model, pair.guide, batch))

@@ -136,3 +136,17 @@ def test_predictive_generates_answers(float64):
     pair = MarginalLikelihood(net)
     samples = pyro.infer.Predictive(pair.model, num_samples=3, return_sites=["align", "y"])(batch)
     assert samples["y"].shape[0] == 3 and samples["align"].shape[0] == 3
+
+
+def test_categorical_kl_is_torchs_value_with_finite_gradients(float64):
+    logits_p = torch.tensor([[0.3, -1.0, float("-inf")], [1.0, 2.0, 0.5]], requires_grad=True)
+    logits_q = torch.tensor([[1.3, 0.2, float("-inf")], [0.0, -2.0, 0.1]], requires_grad=True)
+    p, q = pyro.distributions.Categorical(logits=logits_p), pyro.distributions.Categorical(logits=logits_q)
+    ours = kl_divergence(p, q)
+    theirs = kl_divergence(torch.distributions.Categorical(logits=logits_p),
+                           torch.distributions.Categorical(logits=logits_q))
+    assert torch.allclose(ours, theirs)
+    ours.sum().backward()
+    assert torch.isfinite(logits_p.grad).all() and torch.isfinite(logits_q.grad).all()
+    assert kl_divergence(p, pyro.distributions.Categorical(logits=torch.tensor([0.0, float("-inf"), 0.0]))
+                         )[0].item() == float("inf")

@@ -2,5 +2,6 @@
 
 from pyro_attention.distributions.aligned import AlignedCategorical
 from pyro_attention.distributions.dirichlet import MaskedDirichlet
+from pyro_attention.distributions.kl import kl_categorical_categorical
 
-__all__ = ["AlignedCategorical", "MaskedDirichlet"]
+__all__ = ["AlignedCategorical", "MaskedDirichlet", "kl_categorical_categorical"]
