@@ -100,8 +100,7 @@ def make_network(args: argparse.Namespace) -> RegionQA:
 
 
 def _grads(net: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {n: (torch.zeros_like(p) if p.grad is None else p.grad.detach().clone())
-            for n, p in net.named_parameters()}
+    return {n: (torch.zeros_like(p) if p.grad is None else p.grad.detach().clone()) for n, p in net.named_parameters()}
 
 
 def _rel(a: float, b: float) -> float:
@@ -192,25 +191,31 @@ def make_parser() -> argparse.ArgumentParser:
 def main(args: argparse.Namespace) -> dict[str, Any]:
     """Run the fairness checks, then the timings; print both tables and return them."""
     if args.repeats < 1 or args.warmup < 0 or args.threads < 1:
-        raise ValueError(f"need repeats >= 1, warmup >= 0, threads >= 1; got {args.repeats}, {args.warmup}, "
-                         f"{args.threads}")
+        raise ValueError(
+            f"need repeats >= 1, warmup >= 0, threads >= 1; got {args.repeats}, {args.warmup}, {args.threads}"
+        )
     old_threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)
     try:
         batch = make_batch(args)
         real = batch.region_mask.sum(-1)
         print("SVI step time: Pyro vs a hand-written torch step of the same loss (float32, CPU)")
-        print(f"torch {torch.__version__}, pyro-ppl {pyro.__version__}, Python {platform.python_version()}, "
-              f"threads {torch.get_num_threads()} (torch.set_num_threads)")
-        print(f"B={args.batch_size} S={args.regions} (real regions {int(real.min())}..{int(real.max())}) "
-              f"D={args.hidden} A={args.answers} F={args.features} question={args.question_size} "
-              f"lr={args.lr:g} seed={args.seed}")
+        print(
+            f"torch {torch.__version__}, pyro-ppl {pyro.__version__}, Python {platform.python_version()}, "
+            f"threads {torch.get_num_threads()} (torch.set_num_threads)"
+        )
+        print(
+            f"B={args.batch_size} S={args.regions} (real regions {int(real.min())}..{int(real.max())}) "
+            f"D={args.hidden} A={args.answers} F={args.features} question={args.question_size} "
+            f"lr={args.lr:g} seed={args.seed}"
+        )
         print("Adam on both sides (pyro.optim.Adam / torch.optim.Adam), no clipping")
         print()
-        print(f"fairness check (Pyro validation on): loss rel err < {LOSS_RTOL:g} (deterministic pairs), "
-              f"gradient rel err < {GRAD_RTOL:g}")
-        print(f"{'pair':<12} {'pyro loss':>14} {'torch loss':>14} {'loss rel err':>12} "
-              f"{'grad rel err':>12}  ok")
+        print(
+            f"fairness check (Pyro validation on): loss rel err < {LOSS_RTOL:g} (deterministic pairs), "
+            f"gradient rel err < {GRAD_RTOL:g}"
+        )
+        print(f"{'pair':<12} {'pyro loss':>14} {'torch loss':>14} {'loss rel err':>12} {'grad rel err':>12}  ok")
         checks = {}
         for name in args.pairs:
             c = checks[name] = check_pair(name, args, batch)
@@ -223,8 +228,10 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         if failed:
             raise AssertionError(f"fairness check failed for {failed}: {checks}")
         print()
-        print(f"step time, median of {args.repeats} after {args.warmup} warmup steps "
-              f"(Pyro validation off: pyro.enable_validation(False))")
+        print(
+            f"step time, median of {args.repeats} after {args.warmup} warmup steps "
+            f"(Pyro validation off: pyro.enable_validation(False))"
+        )
         print(f"{'pair':<12} {'pyro [s]':>10} {'torch [s]':>10} {'pyro/torch':>11}")
         times = {}
         for name in args.pairs:

@@ -143,10 +143,12 @@ def test_categorical_kl_is_torchs_value_with_finite_gradients(float64):
     logits_q = torch.tensor([[1.3, 0.2, float("-inf")], [0.0, -2.0, 0.1]], requires_grad=True)
     p, q = pyro.distributions.Categorical(logits=logits_p), pyro.distributions.Categorical(logits=logits_q)
     ours = kl_divergence(p, q)
-    theirs = kl_divergence(torch.distributions.Categorical(logits=logits_p),
-                           torch.distributions.Categorical(logits=logits_q))
+    theirs = kl_divergence(
+        torch.distributions.Categorical(logits=logits_p), torch.distributions.Categorical(logits=logits_q)
+    )
     assert torch.allclose(ours, theirs)
     ours.sum().backward()
     assert torch.isfinite(logits_p.grad).all() and torch.isfinite(logits_q.grad).all()
-    assert kl_divergence(p, pyro.distributions.Categorical(logits=torch.tensor([0.0, float("-inf"), 0.0]))
-                         )[0].item() == float("inf")
+    assert kl_divergence(p, pyro.distributions.Categorical(logits=torch.tensor([0.0, float("-inf"), 0.0])))[
+        0
+    ].item() == float("inf")
