@@ -58,7 +58,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--epochs", type=int, default=12)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--warmup-steps", type=int, default=200, help="relaxed pair: steps on E_p[log p] first")
+    parser.add_argument("--warmup-steps", type=int, default=0, help="relaxed pair: steps on E_p[log p] first")
     parser.add_argument("--ambiguity", type=float, default=0.3, help="share of scenes with two regions of a kind")
     parser.add_argument("--pairs", nargs="*", default=[], help="subset of rows, e.g. 'soft' 'hard (enum)'")
     parser.add_argument("--seed", type=int, default=0)

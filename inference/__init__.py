@@ -1,5 +1,6 @@
 """Inference utilities that work for every pair: training, exact evaluation, posteriors and prediction."""
 
+from pyro_attention.inference.elbo import ReinforceKL_ELBO
 from pyro_attention.inference.evaluate import LogLikelihood, enumerated_log_joint, log_likelihood, predict
 from pyro_attention.inference.posterior import alignment_posterior, entropy, map_alignment
 from pyro_attention.inference.train import FitResult, evaluate_nll, fit
@@ -7,6 +8,7 @@ from pyro_attention.inference.train import FitResult, evaluate_nll, fit
 __all__ = [
     "FitResult",
     "LogLikelihood",
+    "ReinforceKL_ELBO",
     "alignment_posterior",
     "entropy",
     "enumerated_log_joint",

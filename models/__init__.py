@@ -5,8 +5,8 @@ pair                        ``"align"``    guide                           ELBO
 ==========================  =============  ==============================  =============================
 :class:`SoftAttention`      (none)         empty                           ``Trace_ELBO``
 :class:`MarginalLikelihood` categorical    empty (enumerated in model)     ``TraceEnum_ELBO``
-:class:`HardAttention`      categorical    the prior (enum / sample)       ``TraceEnum`` / ``TraceGraph``
-:class:`VariationalAttention` categorical  q(z | x, y) (enum / sample)     ``TraceEnum`` / ``TraceGraph``
+:class:`HardAttention`      categorical    the prior (enum / sample)       ``TraceEnum`` / ``ReinforceKL``
+:class:`VariationalAttention` categorical  q(z | x, y) (enum / sample)     ``TraceEnum`` / ``ReinforceKL``
 :class:`RelaxedAttention`   simplex        Dirichlet q(z | x, y)           ``TraceMeanField_ELBO``
 ==========================  =============  ==============================  =============================
 """

@@ -20,9 +20,10 @@ but the objective is the lower bound obtained with the prior as the guide (so th
 * **Training and prediction:** the estimator is a constructor argument that never changes the model:
 
   - ``"enum"``: the expectation is exact -- the guide site is enumerated by ``TraceEnum_ELBO``;
-  - ``"sample"``: one draw per token and REINFORCE through ``TraceGraph_ELBO`` (Rao-Blackwellised over the
-    ``"batch"`` and ``"target"`` plates), with the paper's baseline: the soft-attention log-likelihood
-    ``log p(y_t | x, E_p[z_t])`` of the same network, per token, as ``baseline_value``.
+  - ``"sample"``: one draw per token and REINFORCE through
+    :class:`~pyro_attention.inference.ReinforceKL_ELBO` (Rao-Blackwellised over the ``"batch"`` and
+    ``"target"`` plates; the KL of the prior with itself is 0), with the paper's baseline: the soft-attention
+    log-likelihood ``log p(y_t | x, E_p[z_t])`` of the same network, per token, as ``baseline_value``.
 
 Reproduces the "Hard Attention" rows of Deng et al. (2018), Table 1 (IWSLT14 enum 7.37 PPL / 31.40 BLEU,
 sample 7.38 / 31.00; VQA enum 1.78 NLL / 57.60 accuracy).

@@ -42,8 +42,7 @@ class SoftAttention(AlignmentPair):
 
     def model(self, batch: Any) -> None:
         enc = self.encode(batch)
-        weights = pyro.deterministic("attention", self.prior_logits(enc).softmax(-1), event_dim=3)
-        logits = self.network.output_logits(enc, expected_context(weights, enc.values))
+        logits = self.network.output_logits(enc, expected_context(self.attention_prior(enc), enc.values))
         with self.plates(enc):
             self.observe(enc, dist.Categorical(logits=logits))
 

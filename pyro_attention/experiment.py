@@ -46,7 +46,7 @@ class RegionQAConfig:
     num_epochs: int = 12
     batch_size: int = 32
     lr: float = 3e-3
-    warmup_steps: int = 200
+    warmup_steps: int = 0
     num_samples: int = 50
     seed: int = 0
     rows: list[tuple[str, str | None]] = field(default_factory=lambda: list(ROWS))
