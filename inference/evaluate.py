@@ -57,27 +57,31 @@ def _latent_sites(trace: poutine.Trace) -> list[str]:
     return [name for name in trace.stochastic_nodes if not site_is_subsample(trace.nodes[name])]
 
 
-def enumerated_log_joint(pair: AlignmentPair, batch: Any) -> tuple[Tensor, poutine.Trace]:
-    """``log p(y, z | x)`` with every enumerable latent site enumerated in parallel.
-
-    :returns: the joint, shaped ``(E_k, ..., E_1, B, T)`` (enumeration dims first), and the trace.
-    :raises ValueError: if some latent site of the model cannot be enumerated.
-    """
+def _enumerated_trace(pair: AlignmentPair, batch: Any) -> tuple[poutine.Trace, bool]:
+    """The model traced with every enumerable latent site enumerated in parallel, and whether all were."""
     trace = _trace(poutine.enum(pair.model, first_available_dim=-1 - MAX_PLATE_NESTING), batch)
-    for name in _latent_sites(trace):
-        if trace.nodes[name]["infer"].get("_enumerate_dim") is None:
-            raise ValueError(f"{type(pair).__name__}: latent site {name!r} is not enumerable")
+    enumerated = all(trace.nodes[name]["infer"].get("_enumerate_dim") is not None for name in _latent_sites(trace))
+    return trace, enumerated
+
+
+def _log_joint(trace: poutine.Trace) -> Tensor:
     total = 0.0
     for site in trace.nodes.values():
         if site["type"] == "sample" and not site_is_subsample(site):
             total = total + site["log_prob"]
-    return torch.as_tensor(total), trace
+    return torch.as_tensor(total)
 
 
-def _is_enumerable(pair: AlignmentPair, batch: Any) -> bool:
-    with torch.no_grad():
-        trace = poutine.trace(pair.model).get_trace(batch)
-    return all(trace.nodes[name]["fn"].has_enumerate_support for name in _latent_sites(trace))
+def enumerated_log_joint(pair: AlignmentPair, batch: Any) -> tuple[Tensor, poutine.Trace]:
+    """``log p(y, z | x)`` with every latent site enumerated in parallel.
+
+    :returns: the joint, shaped ``(E_k, ..., E_1, B, T)`` (enumeration dims first), and the trace.
+    :raises ValueError: if some latent site of the model cannot be enumerated.
+    """
+    trace, enumerated = _enumerated_trace(pair, batch)
+    if not enumerated:
+        raise ValueError(f"{type(pair).__name__}: some latent site of the model is not enumerable")
+    return _log_joint(trace), trace
 
 
 @torch.no_grad()
@@ -86,22 +90,20 @@ def log_likelihood(pair: AlignmentPair, batch: Any, num_samples: int = 100) -> L
 
     :param num_samples: importance samples ``K`` for pairs with a continuous alignment.
     """
-    enc = pair.network.encode(batch)
-    mask = enc.target_mask
-    if _is_enumerable(pair, batch):
-        joint, trace = enumerated_log_joint(pair, batch)
+    trace, enumerated = _enumerated_trace(pair, batch)
+    mask = trace.nodes["y"]["mask"]
+    if enumerated:
+        joint = _log_joint(trace)
         per_token = joint.reshape((-1,) + joint.shape[-2:]).logsumexp(0)
         method = "enumeration" if _latent_sites(trace) else "deterministic (no latent alignment)"
-        exact = True
     else:
         if num_samples < 1:
             raise ValueError(f"num_samples must be >= 1, got {num_samples}")
         log_w = torch.stack([_log_weight(pair, batch) for _ in range(num_samples)])
         per_token = log_w.logsumexp(0) - math.log(num_samples)
         method = f"importance sampling, K={num_samples}, proposal q (an estimate; a lower bound in expectation)"
-        exact = False
     per_token = per_token * mask
-    return LogLikelihood(per_token, per_token.sum(-1), mask.sum(-1), exact, method)
+    return LogLikelihood(per_token, per_token.sum(-1), mask.sum(-1), enumerated, method)
 
 
 def _log_weight(pair: AlignmentPair, batch: Any) -> Tensor:

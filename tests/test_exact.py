@@ -17,6 +17,8 @@ import itertools
 import pyro
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pyro import poutine
 from pyro_attention.inference import alignment_posterior, entropy, log_likelihood, map_alignment, predict
 from pyro_attention.inference.elbo import ReinforceKL_ELBO
@@ -207,3 +209,37 @@ def test_reinforce_kl_loss_estimates_the_elbo(float64, cls):
     value = float(elbo.differentiable_loss(pair.model, pair.guide, batch).detach())
     pyro.set_rng_seed(3)
     assert value == pytest.approx(elbo.loss(pair.model, pair.guide, batch))
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    B=st.integers(1, 3),
+    S=st.integers(2, 4),
+    T=st.integers(1, 3),
+    pad_source=st.integers(0, 1),
+    pad_target=st.integers(0, 1),
+    seed=st.integers(0, 10_000),
+)
+def test_enumeration_properties_hypothesis(B, S, T, pad_source, pad_target, seed):
+    """On random sizes and paddings: per-token log p = log sum_s p(s) p(y | s) computed independently,
+    ELBO <= log p with equality gap KL(q || posterior), and the posterior sums to one over real sources."""
+    torch.set_default_dtype(torch.float64)
+    try:
+        torch.manual_seed(seed)
+        net = ToyNetwork()
+        batch = make_toy_batch(B, S, T, seed=seed, pad_source=min(pad_source, S - 1), pad_target=min(pad_target, T - 1))
+        pair = VariationalAttention(net)
+        enc = net.encode(batch)
+        ll = log_likelihood(pair, batch)
+        direct = (pair.prior_logits(enc).log_softmax(-1) + net.aligned_log_likelihood(enc)).logsumexp(-1)
+        assert torch.allclose(ll.per_token, direct * enc.target_mask, atol=1e-10)
+        elbo = -pair.elbo().loss(pair.model, pair.guide, batch)
+        post = alignment_posterior(pair, batch)
+        q, p = post["guide"], post["posterior"]
+        kl = (torch.where(q > 0, q * (q.log() - p.log()), 0.0).sum(-1) * enc.target_mask).sum()
+        assert float(ll.per_example.sum()) - elbo == pytest.approx(float(kl), abs=1e-9)
+        assert kl >= -1e-12
+        assert torch.allclose(p.sum(-1), torch.ones_like(p[..., 0]))
+        assert (p[~enc.source_mask.unsqueeze(1).expand_as(p)] == 0).all()
+    finally:
+        torch.set_default_dtype(torch.float32)
