@@ -1,7 +1,13 @@
 """Inference utilities that work for every pair: training, exact evaluation, posteriors and prediction."""
 
 from pyro_attention.inference.elbo import ReinforceKL_ELBO
-from pyro_attention.inference.evaluate import LogLikelihood, enumerated_log_joint, log_likelihood, predict
+from pyro_attention.inference.evaluate import (
+    LogLikelihood,
+    enumerated_log_joint,
+    kmax_log_likelihood,
+    log_likelihood,
+    predict,
+)
 from pyro_attention.inference.posterior import alignment_posterior, entropy, map_alignment
 from pyro_attention.inference.train import FitResult, evaluate_nll, fit
 
@@ -14,6 +20,7 @@ __all__ = [
     "enumerated_log_joint",
     "evaluate_nll",
     "fit",
+    "kmax_log_likelihood",
     "log_likelihood",
     "map_alignment",
     "predict",

@@ -23,10 +23,10 @@ from pyro import poutine
 from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
-from pyro_attention.networks.base import expected_context
+from pyro_attention.networks.base import expected_context, gather_context
 from pyro_attention.pair import MAX_PLATE_NESTING, AlignmentPair
 
-RULES = ("marginal", "soft")
+RULES = ("marginal", "soft", "kmax")
 
 
 @dataclass
@@ -120,12 +120,41 @@ def _log_weight(pair: AlignmentPair, batch: Any) -> Tensor:
 
 
 @torch.no_grad()
-def predict(pair: AlignmentPair, batch: Any, rule: str = "marginal", num_samples: int = 100) -> Tensor:
+def kmax_log_likelihood(pair: AlignmentPair, batch: Any, k: int) -> LogLikelihood:
+    """``log sum_{s in top-K} p(z_t = s | x) p(y_t | x, z_t = s)`` per token: the marginal over the ``K`` most
+    probable alignments under the prior (Deng et al. 2018, K-max).  A lower bound on the exact value, equal to
+    it when ``K`` covers every real source position.
+    """
+    if pair.latent != "categorical":
+        raise ValueError(f"K-max needs a categorical alignment; {type(pair).__name__} has latent {pair.latent!r}")
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    net = pair.network
+    enc = net.encode(batch)
+    top_log_prior, index = _top_k(pair, enc, k)  # (K, B, T)
+    logits = net.output_logits(enc, gather_context(enc.values, index))  # (K, B, T, V)
+    picked = logits.gather(-1, enc.target.expand(index.shape).unsqueeze(-1)).squeeze(-1)
+    per_token = (top_log_prior + picked - logits.logsumexp(-1)).logsumexp(0) * enc.target_mask
+    exact = k >= int(enc.source_mask.sum(-1).max())
+    method = f"K-max, K={k}" + (" (covers every source position: exact)" if exact else " (a lower bound on log p)")
+    return LogLikelihood(per_token, per_token.sum(-1), enc.target_mask.sum(-1), exact, method)
+
+
+def _top_k(pair: AlignmentPair, enc: Any, k: int) -> tuple[Tensor, Tensor]:
+    """The ``K`` most probable prior alignments per token: log-probabilities and positions, ``(K, B, T)``."""
+    log_prior = pair.prior_logits(enc).log_softmax(-1)
+    values, index = log_prior.topk(min(k, log_prior.shape[-1]), dim=-1)
+    return values.permute(2, 0, 1), index.permute(2, 0, 1)
+
+
+@torch.no_grad()
+def predict(pair: AlignmentPair, batch: Any, rule: str = "marginal", num_samples: int = 100, k: int = 5) -> Tensor:
     """Predictive probabilities ``(B, T, V)`` of the next output under a combination rule.
 
     :param rule: ``"marginal"`` -- :math:`\\sum_s p(z_t = s \\mid x) p(y_t \\mid x, z_t = s)` (exact for
         categorical pairs; a ``num_samples`` Monte Carlo average over the prior for the Dirichlet pair);
-        ``"soft"`` -- :math:`p(y_t \\mid x, \\mathbb{E}_p[z_t])`, the network run once on the expected context.
+        ``"soft"`` -- :math:`p(y_t \\mid x, \\mathbb{E}_p[z_t])`, the network run once on the expected context;
+        ``"kmax"`` -- the marginal over the ``k`` most probable prior alignments, renormalised over them.
     """
     if rule not in RULES:
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
@@ -135,6 +164,12 @@ def predict(pair: AlignmentPair, batch: Any, rule: str = "marginal", num_samples
         return net.output_logits(enc, expected_context(pair.attention_prior(enc), enc.values)).softmax(-1)
     if pair.latent == "none":
         raise ValueError(f"{type(pair).__name__} has no latent alignment to marginalise; use rule='soft'")
+    if rule == "kmax":
+        if pair.latent != "categorical":
+            raise ValueError(f"rule='kmax' needs a categorical alignment; {type(pair).__name__} has none")
+        top_log_prior, index = _top_k(pair, enc, k)
+        weights = top_log_prior.softmax(0).unsqueeze(-1)  # renormalised over the K alignments
+        return (weights * net.output_logits(enc, gather_context(enc.values, index)).softmax(-1)).sum(0)
     if pair.latent == "categorical":
         weights = pair.attention_prior(enc).permute(2, 0, 1).unsqueeze(-1)  # (S, B, T, 1)
         return (weights * net.aligned_logits(enc).softmax(-1)).sum(0)

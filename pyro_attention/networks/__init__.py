@@ -8,5 +8,6 @@ from pyro_attention.networks.base import (
     mask_scores,
 )
 from pyro_attention.networks.region_qa import RegionQA
+from pyro_attention.networks.seq2seq import Seq2Seq
 
-__all__ = ["AttentionNetwork", "Encoded", "RegionQA", "expected_context", "gather_context", "mask_scores"]
+__all__ = ["AttentionNetwork", "Encoded", "RegionQA", "Seq2Seq", "expected_context", "gather_context", "mask_scores"]

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 
 @dataclass
@@ -100,17 +101,26 @@ class AttentionNetwork(nn.Module):
     def aligned_log_likelihood(self, enc: Encoded) -> Tensor:
         """``log p(y_t | x, z_t = s)`` at the observed tokens, ``(B, T, S)``.
 
-        Computed ``chunk_size`` source positions at a time so that at most ``chunk_size * B * T * V``
-        logits are alive at once.
+        With ``chunk_size`` set, the ``S`` source positions are processed ``chunk_size`` at a time and, when
+        gradients are needed, each chunk is recomputed in the backward pass (activation checkpointing), so at
+        most ``chunk_size * B * T * V`` logits are alive at once instead of ``S * B * T * V``.
         """
         B, T, S = enc.shape
-        chunk = S if self.chunk_size is None else max(1, self.chunk_size)
-        target = enc.target.unsqueeze(-1)
+        if self.chunk_size is None or self.chunk_size >= S:
+            return self._observed_log_likelihood(enc, 0, S)
+        chunk = max(1, self.chunk_size)
         pieces = []
         for start in range(0, S, chunk):
-            index = torch.arange(start, min(S, start + chunk), device=enc.values.device).view(-1, 1, 1)
-            logits = self.output_logits(enc, gather_context(enc.values, index))  # (s, B, T, V)
-            log_norm = torch.logsumexp(logits, dim=-1)
-            picked = logits.gather(-1, target.expand(logits.shape[:-1] + (1,))).squeeze(-1)
-            pieces.append(picked - log_norm)
-        return torch.cat(pieces, dim=0).permute(1, 2, 0)
+            stop = min(S, start + chunk)
+            if torch.is_grad_enabled():
+                pieces.append(checkpoint(self._observed_log_likelihood, enc, start, stop, use_reentrant=False))
+            else:
+                pieces.append(self._observed_log_likelihood(enc, start, stop))
+        return torch.cat(pieces, dim=-1)
+
+    def _observed_log_likelihood(self, enc: Encoded, start: int, stop: int) -> Tensor:
+        """``log p(y_t | x, z_t = s)`` for ``s`` in ``[start, stop)``, ``(B, T, stop - start)``."""
+        index = torch.arange(start, stop, device=enc.values.device).view(-1, 1, 1)
+        logits = self.output_logits(enc, gather_context(enc.values, index))  # (s, B, T, V)
+        picked = logits.gather(-1, enc.target.unsqueeze(-1).expand(logits.shape[:-1] + (1,))).squeeze(-1)
+        return (picked - torch.logsumexp(logits, dim=-1)).permute(1, 2, 0)

@@ -1,0 +1,108 @@
+"""The translation batch: padded source and target token ids with masks (and, where known, gold alignments)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+PAD, BOS, EOS, UNK = 0, 1, 2, 3
+SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
+
+
+@dataclass
+class TranslationBatch:
+    """A batch of sentence pairs.
+
+    :param source: ``(B, S)`` long source ids (``PAD`` = 0 where padded).
+    :param source_mask: ``(B, S)`` bool, ``True`` at real source tokens.
+    :param target_in: ``(B, T)`` long decoder inputs ``<s> y_1 ... y_{T-1}`` (teacher forcing).
+    :param target: ``(B, T)`` long outputs ``y_1 ... y_T`` (the last real one is ``</s>``).
+    :param target_mask: ``(B, T)`` bool, ``True`` at real target positions.
+    :param gold: optional ``(B, T)`` long source position each target token is aligned to (``-1``: none).
+    """
+
+    source: Tensor
+    source_mask: Tensor
+    target_in: Tensor
+    target: Tensor
+    target_mask: Tensor
+    gold: Tensor | None = None
+
+    def __len__(self) -> int:
+        return self.source.shape[0]
+
+    def __getitem__(self, index: slice | Tensor) -> TranslationBatch:
+        return TranslationBatch(
+            self.source[index],
+            self.source_mask[index],
+            self.target_in[index],
+            self.target[index],
+            self.target_mask[index],
+            None if self.gold is None else self.gold[index],
+        )
+
+    def validate(self, source_vocab: int | None = None, target_vocab: int | None = None) -> None:
+        """Raise ``ValueError`` naming the offending tensor and shape for malformed input."""
+        s, sm, ti, t, tm = self.source, self.source_mask, self.target_in, self.target, self.target_mask
+        if s.dim() != 2 or s.dtype != torch.long:
+            raise ValueError(f"source must be a (B, S) long tensor, got shape {tuple(s.shape)} dtype {s.dtype}")
+        B, S = s.shape
+        if tuple(sm.shape) != (B, S) or sm.dtype != torch.bool:
+            raise ValueError(f"source_mask must be a (B, S) = {(B, S)} bool tensor, got {tuple(sm.shape)} {sm.dtype}")
+        if t.dim() != 2 or t.shape[0] != B or t.dtype != torch.long:
+            raise ValueError(f"target must be a (B, T) long tensor with B = {B}, got {tuple(t.shape)} {t.dtype}")
+        T = t.shape[1]
+        for name, x, dtype in (("target_in", ti, torch.long), ("target_mask", tm, torch.bool)):
+            if tuple(x.shape) != (B, T) or x.dtype != dtype:
+                raise ValueError(f"{name} must be a (B, T) = {(B, T)} {dtype} tensor, got {tuple(x.shape)} {x.dtype}")
+        empty = (~sm.any(-1)).nonzero().flatten()
+        if len(empty):
+            raise ValueError(f"source_mask: example(s) {empty.tolist()} have an empty source (all padding)")
+        empty = (~tm.any(-1)).nonzero().flatten()
+        if len(empty):
+            raise ValueError(f"target_mask: example(s) {empty.tolist()} have an empty target (all padding)")
+        for name, x, vocab, mask in (
+            ("source", s, source_vocab, sm),
+            ("target", t, target_vocab, tm),
+            ("target_in", ti, target_vocab, tm),
+        ):
+            if vocab is None:
+                continue
+            bad = (((x < 0) | (x >= vocab)) & mask).nonzero()
+            if len(bad):
+                i, j = bad[0].tolist()
+                raise ValueError(f"{name}[{i}, {j}] = {x[i, j].item()} is out of range for vocabulary size {vocab}")
+
+
+def collate(
+    pairs: Sequence[tuple[Sequence[int], Sequence[int]]], gold: Sequence[Sequence[int]] | None = None
+) -> TranslationBatch:
+    """Pad ``(source ids, target ids)`` pairs into a batch; targets get ``<s>`` in front and ``</s>`` at the end.
+
+    :param gold: optional per pair, the source position of each target token (``-1``: unaligned); ``</s>`` is
+        unaligned.
+    """
+    if not pairs:
+        raise ValueError("collate: no sentence pairs")
+    for i, (src, _) in enumerate(pairs):
+        if len(src) == 0:
+            raise ValueError(f"collate: pair {i} has an empty source sentence")
+    B = len(pairs)
+    S = max(len(src) for src, _ in pairs)
+    T = max(len(tgt) for _, tgt in pairs) + 1
+    source = torch.full((B, S), PAD, dtype=torch.long)
+    target_in = torch.full((B, T), PAD, dtype=torch.long)
+    target = torch.full((B, T), PAD, dtype=torch.long)
+    gold_t = torch.full((B, T), -1, dtype=torch.long) if gold is not None else None
+    for i, (src, tgt) in enumerate(pairs):
+        source[i, : len(src)] = torch.as_tensor(list(src), dtype=torch.long)
+        target_in[i, : len(tgt) + 1] = torch.as_tensor([BOS, *tgt], dtype=torch.long)
+        target[i, : len(tgt) + 1] = torch.as_tensor([*tgt, EOS], dtype=torch.long)
+        if gold_t is not None:
+            if len(gold[i]) != len(tgt):
+                raise ValueError(f"collate: gold alignment {i} has {len(gold[i])} links for {len(tgt)} target tokens")
+            gold_t[i, : len(tgt)] = torch.as_tensor(list(gold[i]), dtype=torch.long)
+    return TranslationBatch(source, source != PAD, target_in, target, target_in != PAD, gold_t)

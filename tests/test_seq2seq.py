@@ -1,0 +1,152 @@
+"""Every pair on the translation network: brute-force exactness, padding, chunked enumeration, K-max."""
+
+from __future__ import annotations
+
+import itertools
+
+import pyro
+import pytest
+import torch
+from pyro import poutine
+
+from pyro_attention.data.translation import PAD, TranslationBatch, collate
+from pyro_attention.inference import alignment_posterior, kmax_log_likelihood, log_likelihood, predict
+from pyro_attention.models import PAIRS, MarginalLikelihood, RelaxedAttention, VariationalAttention
+from pyro_attention.networks import Seq2Seq
+
+V = 5
+
+
+def _tiny(seed: int = 0, chunk_size: int | None = None) -> tuple[Seq2Seq, TranslationBatch]:
+    """B=2, S=3, T=3 (two target words + </s>), V=5; the second pair is padded on both sides."""
+    torch.manual_seed(seed)
+    net = Seq2Seq(V, V, embedding_size=4, encoder_size=3, decoder_size=5, attention_size=4, chunk_size=chunk_size)
+    return net, collate([([4, 3, 4], [3, 4]), ([3, 4], [4])])
+
+
+def _pad(batch: TranslationBatch, extra: int = 2) -> TranslationBatch:
+    B = len(batch)
+    pad = torch.full((B, extra), PAD, dtype=torch.long)
+    no = torch.zeros(B, extra, dtype=torch.bool)
+    return TranslationBatch(
+        torch.cat([batch.source, pad], 1),
+        torch.cat([batch.source_mask, no], 1),
+        torch.cat([batch.target_in, pad], 1),
+        torch.cat([batch.target, pad], 1),
+        torch.cat([batch.target_mask, no], 1),
+    )
+
+
+@pytest.mark.parametrize("name", ["marginal", "hard", "variational"])
+def test_exact_log_likelihood_brute_force_per_example(float64, name):
+    net, batch = _tiny()
+    net.double()
+    pair = PAIRS[name](net)
+    ll = log_likelihood(pair, batch)
+    assert ll.exact
+    for i in range(len(batch)):
+        one = batch[i : i + 1]
+        T, S = one.target.shape[1], one.source.shape[1]
+        joints = []
+        for z in itertools.product(range(S), repeat=T):
+            z = torch.tensor(z).view(1, T)
+            joints.append(poutine.trace(poutine.condition(pair.model, {"align": z})).get_trace(one).log_prob_sum())
+        assert torch.allclose(torch.logsumexp(torch.stack(joints), 0), ll.per_example[i], atol=1e-10)
+
+
+@pytest.mark.parametrize("name", sorted(PAIRS))
+def test_every_pair_trains_on_seq2seq(name):
+    net, batch = _tiny(chunk_size=2)
+    pair = PAIRS[name](net)
+    svi = pyro.infer.SVI(pair.model, pair.guide, pyro.optim.Adam({"lr": 0.05}), pair.elbo())
+    losses = [svi.step(batch) for _ in range(30)]
+    assert all(torch.isfinite(torch.tensor(losses)))
+    assert sum(losses[-5:]) < sum(losses[:5])
+
+
+@pytest.mark.parametrize("name", ["soft", "marginal", "variational"])
+def test_seq2seq_padding_changes_nothing(float64, name):
+    net, batch = _tiny(seed=1)
+    net.double()
+    pair = PAIRS[name](net)
+    ll, ll_pad = log_likelihood(pair, batch), log_likelihood(pair, _pad(batch))
+    assert torch.allclose(ll.per_example, ll_pad.per_example, atol=1e-10)
+    loss = pair.elbo().loss(pair.model, pair.guide, batch)
+    assert abs(loss - pair.elbo().loss(pair.model, pair.guide, _pad(batch))) < 1e-9
+    for key, probs in alignment_posterior(pair, _pad(batch)).items():
+        assert (probs[..., 3:] == 0).all(), key
+
+
+def test_chunked_enumeration_equals_one_shot_in_value_and_gradient(float64):
+    net, batch = _tiny(seed=2)
+    net.double()
+    pair = MarginalLikelihood(net)
+    grads = []
+    for chunk in (None, 1, 2):
+        net.chunk_size = chunk
+        net.zero_grad()
+        loss = pair.elbo().differentiable_loss(pair.model, pair.guide, batch)
+        loss.backward()
+        grads.append((loss.detach(), torch.cat([p.grad.flatten() for p in net.parameters() if p.grad is not None])))
+    for loss, grad in grads[1:]:
+        assert torch.allclose(loss, grads[0][0]) and torch.allclose(grad, grads[0][1], atol=1e-12)
+
+
+def test_kmax_is_exact_when_k_covers_the_source_and_a_bound_below(float64):
+    net, batch = _tiny(seed=3)
+    net.double()
+    pair = VariationalAttention(net)
+    exact = log_likelihood(pair, batch)
+    full = kmax_log_likelihood(pair, batch, k=3)
+    assert full.exact and torch.allclose(full.per_example, exact.per_example, atol=1e-12)
+    one = kmax_log_likelihood(pair, batch, k=1)
+    assert not one.exact and "lower bound" in one.method
+    assert (one.per_example <= exact.per_example + 1e-12).all()
+    assert torch.allclose(predict(pair, batch, "kmax", k=3), predict(pair, batch, "marginal"), atol=1e-12)
+    with pytest.raises(ValueError, match="needs a categorical alignment"):
+        kmax_log_likelihood(RelaxedAttention(net), batch, k=2)
+
+
+def test_inference_network_sees_the_whole_target(float64):
+    net, batch = _tiny(seed=4)
+    net.double()
+    pair = VariationalAttention(net)
+    changed = TranslationBatch(
+        batch.source,
+        batch.source_mask,
+        batch.target_in,
+        batch.target.index_put((torch.tensor([0]), torch.tensor([1])), torch.tensor(3)),
+        batch.target_mask,
+    )
+    q0, q1 = alignment_posterior(pair, batch)["guide"], alignment_posterior(pair, changed)["guide"]
+    assert not torch.allclose(q0[0, 0], q1[0, 0])  # q at step 0 moved when target token 1 changed
+    p0, p1 = alignment_posterior(pair, batch)["prior"], alignment_posterior(pair, changed)["prior"]
+    assert torch.allclose(p0, p1)  # the prior sees only y_<t (target_in), unchanged here
+
+
+def test_translation_batch_errors():
+    net, batch = _tiny()
+    with pytest.raises(ValueError, match=r"target\[0, 0\] = 7 is out of range for vocabulary size 5"):
+        net.encode(
+            TranslationBatch(
+                batch.source,
+                batch.source_mask,
+                batch.target_in,
+                batch.target.index_fill(1, torch.tensor([0]), 7),
+                batch.target_mask,
+            )
+        )
+    with pytest.raises(ValueError, match=r"example\(s\) \[1\] have an empty source"):
+        net.encode(
+            TranslationBatch(
+                batch.source,
+                batch.source_mask.index_fill(0, torch.tensor([1]), False),
+                batch.target_in,
+                batch.target,
+                batch.target_mask,
+            )
+        )
+    with pytest.raises(ValueError, match="pair 0 has an empty source sentence"):
+        collate([([], [1])])
+    with pytest.raises(TypeError, match="expects a TranslationBatch"):
+        net.encode("a batch")
