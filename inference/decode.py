@@ -1,0 +1,155 @@
+"""Greedy and beam-search decoding under a chosen prediction rule.
+
+At each step the decoder state ``h_t`` and the prior ``p(z_t | x, y_<t)`` are computed once; the next-token
+distribution is then
+
+* ``"soft"`` -- ``p(y_t | x, c_t = E_p[x_z])``: the network run once on the soft context;
+* ``"marginal"`` -- ``sum_s p(z_t = s) p(y_t | x, z_t = s)``: the exact marginal over alignments;
+* ``"kmax"`` -- the same sum over the ``k`` most probable alignments, renormalised (Deng et al. 2018).
+
+Whatever the rule, the decoder is fed the prior's soft context, as in training.  Beam search keeps ``beam_size``
+hypotheses per sentence and ranks finished ones by ``log p / lp(length)`` with the GNMT length penalty
+``lp(n) = ((5 + n) / 6) ** length_penalty`` (``0`` disables it).  ``beam_size=1`` is greedy decoding.
+
+The network must provide the incremental-decoding methods of :class:`~pyro_attention.networks.Seq2Seq`
+(``encode_source``, ``initial_state``, ``decoder_step``, ``step_logits``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from pyro_attention.data.translation import BOS, EOS
+from pyro_attention.networks.base import mask_scores
+from pyro_attention.pair import AlignmentPair
+
+DECODE_RULES = ("soft", "marginal", "kmax")
+
+
+def _next_log_probs(net: Any, src: Any, h: Tensor, scores: Tensor, rule: str, k: int) -> Tensor:
+    """``log p(y_t | x, y_<t)`` over the vocabulary, ``(N, V)``."""
+    log_prior = mask_scores(scores.unsqueeze(1), src.source_mask).squeeze(1).log_softmax(-1)  # (N, S)
+    if rule == "soft":
+        context = torch.einsum("ns,nsd->nd", log_prior.exp(), src.values)
+        return net.step_logits(h, context).log_softmax(-1)
+    if rule == "kmax":
+        log_prior, index = log_prior.topk(min(k, log_prior.shape[-1]), dim=-1)  # (N, K)
+        log_prior = log_prior.log_softmax(-1)
+        values = src.values.gather(1, index.unsqueeze(-1).expand(-1, -1, src.values.shape[-1]))  # (N, K, D)
+    else:
+        values = src.values
+    per_alignment = net.step_logits(h.unsqueeze(1), values).log_softmax(-1)  # (N, S or K, V)
+    return (log_prior.unsqueeze(-1) + per_alignment).logsumexp(1)
+
+
+def _expand(src: Any, n: int) -> Any:
+    return type(src)(*(t.expand(n, *t.shape[1:]) for t in (src.values, src.keys, src.source_mask)))
+
+
+@torch.no_grad()
+def translate(
+    pair: AlignmentPair,
+    source: Tensor,
+    source_mask: Tensor,
+    beam_size: int = 5,
+    rule: str = "marginal",
+    k: int = 5,
+    max_len: int = 50,
+    length_penalty: float = 0.0,
+) -> list[list[int]]:
+    """Decode every source sentence; returns target ids without ``<s>`` and ``</s>``.
+
+    :param source: ``(B, S)`` long source ids; ``source_mask``: ``(B, S)`` bool.
+    :param rule: ``"soft"``, ``"marginal"`` or ``"kmax"`` (see the module docstring).
+    """
+    if rule not in DECODE_RULES:
+        raise ValueError(f"rule must be one of {DECODE_RULES}, got {rule!r}")
+    if rule != "soft" and pair.latent != "categorical":
+        raise ValueError(f"rule={rule!r} needs a categorical alignment; {type(pair).__name__} has {pair.latent!r}")
+    if beam_size < 1 or max_len < 1 or k < 1:
+        raise ValueError(f"need beam_size >= 1, max_len >= 1, k >= 1; got {beam_size}, {max_len}, {k}")
+    net = pair.network
+    was_training = net.training
+    net.eval()
+    try:
+        return [
+            _beam(net, source[i : i + 1], source_mask[i : i + 1], beam_size, rule, k, max_len, length_penalty)
+            for i in range(source.shape[0])
+        ]
+    finally:
+        net.train(was_training)
+
+
+def _penalty(length: int, alpha: float) -> float:
+    return ((5.0 + length) / 6.0) ** alpha if alpha else 1.0
+
+
+def _beam(
+    net: Any, source: Tensor, mask: Tensor, beam: int, rule: str, k: int, max_len: int, alpha: float
+) -> list[int]:
+    real = int(mask.sum())
+    src = net.encode_source(source[:, :real], mask[:, :real])
+    state, fed = net.initial_state(src)
+    tokens = torch.full((1, 1), BOS, dtype=torch.long)
+    scores = torch.zeros(1)
+    finished: list[tuple[float, list[int]]] = []
+    for step in range(max_len):
+        n = tokens.shape[0]
+        h, a, state, fed = net.decoder_step(_expand(src, n), tokens[:, -1], state, fed)
+        log_probs = _next_log_probs(net, _expand(src, n), h, a, rule, k)  # (n, V)
+        V = log_probs.shape[-1]
+        total = (scores.unsqueeze(-1) + log_probs).flatten()
+        top, flat = total.topk(min(beam, total.numel()))
+        rows, words = flat // V, flat % V
+        keep = []
+        for score, row, word in zip(top.tolist(), rows.tolist(), words.tolist(), strict=True):
+            if word == EOS or step == max_len - 1:
+                hyp = tokens[row, 1:].tolist() + ([] if word == EOS else [word])
+                finished.append((score / _penalty(len(hyp) + 1, alpha), hyp))
+            else:
+                keep.append((score, row, word))
+        if len(finished) >= beam or not keep:
+            break
+        # the best finished hypothesis can no longer be beaten when no penalty rewards length
+        if finished and alpha == 0 and max(f[0] for f in finished) >= keep[0][0]:
+            break
+        scores = torch.tensor([s for s, _, _ in keep])
+        rows_t = torch.tensor([r for _, r, _ in keep])
+        tokens = torch.cat([tokens[rows_t], torch.tensor([[w] for _, _, w in keep])], dim=1)
+        state = [(hh[rows_t], cc[rows_t]) for hh, cc in state]
+        fed = fed[rows_t]
+    return max(finished, key=lambda f: f[0])[1]
+
+
+@torch.no_grad()
+def greedy(
+    pair: AlignmentPair, source: Tensor, source_mask: Tensor, rule: str = "marginal", k: int = 5, max_len: int = 50
+) -> list[list[int]]:
+    """Greedy decoding, batched: the argmax token at every step until ``</s>`` (reference for beam 1)."""
+    if rule not in DECODE_RULES:
+        raise ValueError(f"rule must be one of {DECODE_RULES}, got {rule!r}")
+    net = pair.network
+    was_training = net.training
+    net.eval()
+    try:
+        src = net.encode_source(source, source_mask)
+        state, fed = net.initial_state(src)
+        y = torch.full((source.shape[0],), BOS, dtype=torch.long)
+        out = [[] for _ in range(source.shape[0])]
+        done = torch.zeros(source.shape[0], dtype=torch.bool)
+        for _ in range(max_len):
+            h, a, state, fed = net.decoder_step(src, y, state, fed)
+            y = _next_log_probs(net, src, h, a, rule, k).argmax(-1)
+            for i in (~done).nonzero().flatten().tolist():
+                if int(y[i]) == EOS:
+                    done[i] = True
+                else:
+                    out[i].append(int(y[i]))
+            if done.all():
+                break
+        return out
+    finally:
+        net.train(was_training)
