@@ -18,9 +18,9 @@ import pyro.distributions as dist
 import torch
 from pyro import poutine
 from pyro.infer import infer_discrete
-from pyro_attention.inference.evaluate import enumerated_log_joint
 from torch import Tensor
 
+from pyro_attention.inference.evaluate import enumerated_log_joint
 from pyro_attention.pair import MAX_PLATE_NESTING, AlignmentPair
 
 

@@ -18,9 +18,9 @@ import pyro
 import torch
 from pyro.infer import SVI
 from pyro.optim import ClippedAdam
-from pyro_attention.inference.evaluate import log_likelihood
 from tqdm.auto import tqdm
 
+from pyro_attention.inference.evaluate import log_likelihood
 from pyro_attention.pair import AlignmentPair
 
 

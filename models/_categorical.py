@@ -14,10 +14,10 @@ import pyro
 import pyro.distributions as dist
 import torch
 from pyro.poutine.runtime import get_plates
-from pyro_attention.inference.elbo import ReinforceKL_ELBO
 from torch import Tensor
 
 from pyro_attention.distributions import AlignedCategorical
+from pyro_attention.inference.elbo import ReinforceKL_ELBO
 from pyro_attention.networks.base import AttentionNetwork, Encoded, gather_context
 from pyro_attention.pair import MAX_PLATE_NESTING, AlignmentPair, check_estimator
 

@@ -37,9 +37,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pyro_attention.models._categorical import GuidedCategoricalAlignment
 from torch import Tensor
 
+from pyro_attention.models._categorical import GuidedCategoricalAlignment
 from pyro_attention.networks.base import Encoded
 
 

@@ -27,8 +27,8 @@ from __future__ import annotations
 from typing import ClassVar
 
 import pyro
-from pyro_attention.models._categorical import CategoricalAlignmentModel
 
+from pyro_attention.models._categorical import CategoricalAlignmentModel
 from pyro_attention.pair import MAX_PLATE_NESTING
 
 

@@ -20,12 +20,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyro import poutine
-from pyro_attention.inference import alignment_posterior, entropy, log_likelihood, map_alignment, predict
-from pyro_attention.inference.elbo import ReinforceKL_ELBO
-from pyro_attention.models import HardAttention, MarginalLikelihood, SoftAttention, VariationalAttention
 from toy_network import ToyNetwork, make_toy_batch, pad_batch
 
 from pyro_attention.data import make_region_qa
+from pyro_attention.inference import alignment_posterior, entropy, log_likelihood, map_alignment, predict
+from pyro_attention.inference.elbo import ReinforceKL_ELBO
+from pyro_attention.models import HardAttention, MarginalLikelihood, SoftAttention, VariationalAttention
 from pyro_attention.networks import RegionQA
 
 CATEGORICAL = [

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from pyro_attention.inference import fit, log_likelihood
-from pyro_attention.models import HardAttention, MarginalLikelihood, SoftAttention, VariationalAttention
 
 from pyro_attention.data import RegionBatch, make_region_qa
+from pyro_attention.inference import fit, log_likelihood
+from pyro_attention.models import HardAttention, MarginalLikelihood, SoftAttention, VariationalAttention
 from pyro_attention.networks import RegionQA
 
 

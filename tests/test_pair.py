@@ -6,8 +6,9 @@ import pyro
 import pytest
 import torch
 from pyro import poutine
-from pyro_attention.models import HardAttention, RelaxedAttention, VariationalAttention
 from toy_network import ToyNetwork, make_toy_batch
+
+from pyro_attention.models import HardAttention, RelaxedAttention, VariationalAttention
 
 
 class CountingNetwork(ToyNetwork):

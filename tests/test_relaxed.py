@@ -7,12 +7,12 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pyro_attention.inference import alignment_posterior, fit, log_likelihood, predict
-from pyro_attention.models import MarginalLikelihood, RelaxedAttention, SoftAttention, VariationalAttention
 from torch.distributions import Dirichlet, kl_divergence
 from toy_network import ToyNetwork, make_toy_batch, pad_batch
 
 from pyro_attention.distributions import AlignedCategorical, MaskedDirichlet
+from pyro_attention.inference import alignment_posterior, fit, log_likelihood, predict
+from pyro_attention.models import MarginalLikelihood, RelaxedAttention, SoftAttention, VariationalAttention
 
 
 @settings(max_examples=30, deadline=None)
