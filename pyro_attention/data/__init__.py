@@ -1,5 +1,31 @@
 """Batches, readers and synthetic generators."""
 
 from pyro_attention.data.region_qa import RegionBatch, RegionQADataset, make_region_qa
+from pyro_attention.data.synthetic_translation import (
+    SyntheticTranslation,
+    encode_synthetic,
+    make_synthetic_translation,
+    translate_synthetic,
+)
+from pyro_attention.data.text import (
+    ParallelCorpus,
+    Vocab,
+    apply_subword,
+    bucket_batches,
+    bucket_indices,
+    data_dir,
+    iwslt14_paths,
+    multi30k_paths,
+    read_lines,
+    read_parallel,
+    train_subword,
+    undo_bpe,
+    unescape_moses,
+)
 
-__all__ = ["RegionBatch", "RegionQADataset", "make_region_qa"]
+__all__ = [
+    "RegionBatch", "RegionQADataset", "make_region_qa",
+    "SyntheticTranslation", "encode_synthetic", "make_synthetic_translation", "translate_synthetic",
+    "ParallelCorpus", "Vocab", "apply_subword", "bucket_batches", "bucket_indices", "data_dir", "iwslt14_paths",
+    "multi30k_paths", "read_lines", "read_parallel", "train_subword", "undo_bpe", "unescape_moses",
+]
