@@ -1,5 +1,6 @@
 """Inference utilities that work for every pair: training, exact evaluation, posteriors and prediction."""
 
+from pyro_attention.inference.arviz import diagnostics, format_diagnostics, to_inference_data
 from pyro_attention.inference.elbo import ReinforceKL_ELBO
 from pyro_attention.inference.evaluate import (
     LogLikelihood,
@@ -16,6 +17,8 @@ __all__ = [
     "LogLikelihood",
     "ReinforceKL_ELBO",
     "alignment_posterior",
+    "diagnostics",
+    "format_diagnostics",
     "entropy",
     "enumerated_log_joint",
     "evaluate_nll",
@@ -24,4 +27,5 @@ __all__ = [
     "log_likelihood",
     "map_alignment",
     "predict",
+    "to_inference_data",
 ]

@@ -108,15 +108,18 @@ def log_likelihood(pair: AlignmentPair, batch: Any, num_samples: int = 100) -> L
 
 def _log_weight(pair: AlignmentPair, batch: Any) -> Tensor:
     """``log p(y, z | x) - log q(z | x, y)`` per token for one draw ``z ~ q``, ``(B, T)``."""
+    return guide_draw(pair, batch)[1]
+
+
+def guide_draw(pair: AlignmentPair, batch: Any) -> tuple[Tensor, Tensor]:
+    """One draw ``z ~ q(z | x, y)`` of site ``"align"`` and its log importance weight per token,
+    ``log p(y, z | x) - log q(z | x, y)`` ``(B, T)`` (padded targets: 0)."""
     guide_trace = _trace(pair.guide, batch)
     model_trace = _trace(poutine.replay(pair.model, trace=guide_trace), batch)
-    log_w = 0.0
-    for site in model_trace.nodes.values():
-        if site["type"] == "sample" and not site_is_subsample(site):
-            log_w = log_w + site["log_prob"]
+    log_w = _log_joint(model_trace)
     for name in _latent_sites(guide_trace):
         log_w = log_w - guide_trace.nodes[name]["log_prob"]
-    return log_w
+    return guide_trace.nodes["align"]["value"], log_w
 
 
 @torch.no_grad()

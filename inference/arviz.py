@@ -1,0 +1,235 @@
+"""ArviZ views of a pair's alignments: ``to_inference_data`` and a diagnostics table.
+
+Built on :func:`arviz.from_dict`, so it works with ArviZ 0.2x (``InferenceData``, what Python 3.11 installs)
+and with ArviZ >= 1.0 (``DataTree``).  ``arviz.from_pyro`` is not used: it accepts MCMC objects only and, for an
+enumerated model, fills ``log_likelihood`` with the likelihood at an alignment drawn from the prior.
+
+Groups (one chain; ``draw`` = independent draws, so R-hat is meaningless here -- it is an MCMC diagnostic):
+
+* ``posterior`` -- ``align`` (chain, draw, example, target): source positions drawn from the exact posterior
+  ``p(z | x, y)`` (categorical pairs) or from ``q`` (the Dirichlet pair: ``weights`` holds the simplex draws);
+  ``weights`` (chain, draw, example, target, source): the same draws as one-hot / simplex vectors, so
+  ``az.summary`` reports posterior probabilities, not averages of position numbers;
+* ``prior`` -- the same two variables drawn from ``p(z | x)``;
+* ``observed_data`` -- ``y`` (example, target) and ``target_mask``;
+* ``constant_data`` -- ``prior_probs``, ``posterior_probs`` (exact, categorical pairs) and ``q_probs`` (the
+  guide's probabilities or mean weights), each (example, target, source), and ``source_mask``;
+* ``log_likelihood`` -- ``y`` (chain, draw, token): the **exact** marginal ``log p(y_t | x, y_<t)`` of every
+  *real* target token (padding dropped; ``token_example`` / ``token_position`` coordinates say where each comes
+  from); for the Dirichlet pair an importance-weighted estimate (``attrs["log_likelihood_method"]``);
+* ``sample_stats`` -- per example (dims ``example`` only): ``elbo`` and ``kl`` (``KL(q || p(z | x, y))``,
+  exact for categorical pairs: ``log p - ELBO``) and PSIS ``khat`` of q (``nan`` where fewer than 10 distinct
+  weights leave no tail to fit); and ``log_weight`` (chain, draw, example), ``log p(y, z | x) - log q(z | x, y)``
+  for the draws ``z ~ q`` (pairs with a guide).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyro.distributions as dist
+import torch
+import xarray as xr
+from pyro import poutine
+
+from pyro_attention.inference.evaluate import guide_draw, log_likelihood
+from pyro_attention.inference.posterior import alignment_posterior, entropy
+from pyro_attention.pair import AlignmentPair
+
+
+def _np(x: torch.Tensor) -> np.ndarray:
+    return x.detach().cpu().numpy()
+
+
+def _has_guide(pair: AlignmentPair, batch: Any) -> bool:
+    with torch.no_grad():
+        return "align" in poutine.trace(pair.guide).get_trace(batch).nodes
+
+
+def _draws(pair: AlignmentPair, batch: Any, num_samples: int) -> dict[str, torch.Tensor]:
+    """Prior draws of the alignment and, for pairs with a guide, draws from q with their log importance
+    weights ``(N, B)``."""
+    with torch.no_grad():
+        prior_fn = poutine.trace(pair.model).get_trace(batch).nodes["align"]["fn"]
+        out = {"prior": prior_fn.sample((num_samples,))}
+        if _has_guide(pair, batch):
+            guided = [guide_draw(pair, batch) for _ in range(num_samples)]
+            out["q"] = torch.stack([z for z, _ in guided])
+            out["log_weight"] = torch.stack([w.sum(-1) for _, w in guided])
+    return out
+
+
+#: fewer distinct importance weights than this leave PSIS nothing to fit a tail to
+MIN_DISTINCT_WEIGHTS = 10
+
+
+def _khat(draws: dict) -> np.ndarray | None:
+    """PSIS k-hat per example of the draws from q (``nan`` where fewer than 10 weights are distinct: a
+    discrete q with few support points, or q equal to the posterior, gives tied weights and no tail to fit)."""
+    import arviz as az
+
+    if "log_weight" not in draws:
+        return None
+    log_w = _np(draws["log_weight"]).T.astype(np.float64)  # (B, N)
+    khat = np.asarray(az.psislw(log_w.copy())[1], dtype=np.float64)
+    distinct = np.array([len(np.unique(np.round(row, 10))) for row in log_w])
+    return np.where(distinct >= MIN_DISTINCT_WEIGHTS, khat, np.nan)
+
+
+def _one_hot(z: torch.Tensor, S: int) -> torch.Tensor:
+    return torch.nn.functional.one_hot(z, S).to(torch.get_default_dtype()) if z.dtype == torch.long else z
+
+
+def to_inference_data(
+    pair: AlignmentPair,
+    batch: Any,
+    num_samples: int = 100,
+    source_labels: Sequence[Sequence[str]] | None = None,
+    target_labels: Sequence[Sequence[str]] | None = None,
+    num_importance_samples: int = 100,
+) -> Any:
+    """An ArviZ ``InferenceData`` (or ``DataTree``) of ``pair``'s alignments on ``batch``.
+
+    :param num_samples: draws per group (posterior, prior, and the draws from q behind ``log_weight``).
+    :param source_labels: optional per-example source tokens / region names, stored as ``source_label`` coords.
+    :param target_labels: optional per-example target tokens, stored as ``target_label`` coords.
+    """
+    import arviz as az
+
+    if pair.latent == "none":
+        raise ValueError(f"{type(pair).__name__} has no latent alignment to put in an InferenceData")
+    if num_samples < 2:
+        raise ValueError(f"num_samples must be >= 2, got {num_samples}")
+    enc = pair.network.encode(batch)
+    B, T, S = enc.shape
+    probs = alignment_posterior(pair, batch)
+    draws = _draws(pair, batch, num_samples)
+    if pair.latent == "categorical":
+        post = dist.Categorical(probs=probs["posterior"]).sample((num_samples,))
+    else:
+        post = draws["q"]
+    ll = log_likelihood(pair, batch, num_samples=num_importance_samples)
+    mask = _np(enc.target_mask)
+    ex_idx, pos_idx = np.nonzero(mask)
+    q_probs = probs.get("guide", probs["prior"])
+    elbo, kl = _elbo_and_kl(pair, batch, probs, ll, draws)
+    khat = _khat(draws)
+    per_example = {"elbo": _np(elbo), "kl": _np(kl)}
+    if khat is not None:
+        per_example["khat"] = khat
+
+    def group(z: torch.Tensor) -> dict:
+        out = {"weights": _np(_one_hot(z, S))[None]}
+        if z.dtype == torch.long:
+            out["align"] = _np(z)[None]
+        return out
+
+    coords = {"example": np.arange(B), "target": np.arange(T), "source": np.arange(S)}
+    dims = {
+        "align": ["example", "target"],
+        "weights": ["example", "target", "source"],
+        "y": ["example", "target"],
+        "target_mask": ["example", "target"],
+        "prior_probs": ["example", "target", "source"],
+        "posterior_probs": ["example", "target", "source"],
+        "q_probs": ["example", "target", "source"],
+        "source_mask": ["example", "source"],
+        "elbo": ["example"],
+        "kl": ["example"],
+        "khat": ["example"],
+        "log_weight": ["example"],
+    }
+    constant = {"prior_probs": _np(probs["prior"]), "q_probs": _np(q_probs), "source_mask": _np(enc.source_mask)}
+    if "posterior" in probs:
+        constant["posterior_probs"] = _np(probs["posterior"])
+    idata = az.from_dict(
+        posterior=group(post),
+        prior=group(draws["prior"]),
+        observed_data={"y": _np(enc.target), "target_mask": mask},
+        constant_data=constant,
+        sample_stats={"log_weight": _np(draws["log_weight"])[None]} if "log_weight" in draws else None,
+        coords=coords,
+        dims=dims,
+    )
+    attrs = {
+        "pair": type(pair).__name__,
+        "estimator": str(getattr(pair, "estimator", "")),
+        "log_likelihood_method": ll.method,
+        "log_likelihood_exact": int(ll.exact),
+        "posterior_source": "exact posterior p(z|x,y)" if pair.latent == "categorical" else "guide q(z|x,y)",
+    }
+    # one entry per *real* target token (padding dropped), with where it comes from as coordinates
+    tokens = {"token": np.arange(len(ex_idx)), "token_example": ("token", ex_idx), "token_position": ("token", pos_idx)}
+    values = _np(ll.per_token)[ex_idx, pos_idx][None, None]
+    log_lik = xr.Dataset({"y": (("chain", "draw", "token"), values)}, coords={"chain": [0], "draw": [0], **tokens})
+    idata.add_groups(log_likelihood=log_lik)
+    # per-example statistics have no draw dimension: added after from_dict, which would force (chain, draw)
+    stats = xr.Dataset({k: (("example",), v) for k, v in per_example.items()}, coords={"example": np.arange(B)})
+    if "sample_stats" in idata.groups():
+        idata.sample_stats = idata.sample_stats.assign(stats)
+    else:
+        idata.add_groups(sample_stats=stats)
+    for group in idata.groups():
+        getattr(idata, group).attrs.update(attrs)
+    for name, labels, dim in (("source_label", source_labels, "source"), ("target_label", target_labels, "target")):
+        if labels is not None:
+            table = np.full((B, S if dim == "source" else T), "", dtype=object)
+            for i, row in enumerate(labels):
+                table[i, : len(row)] = list(row)[: table.shape[1]]
+            idata.constant_data[name] = (("example", dim), table.astype(str))
+    return idata
+
+
+def _elbo_and_kl(pair: AlignmentPair, batch: Any, probs: dict, ll: Any, draws: dict) -> tuple:
+    """Per-example ELBO and KL(q || p(z | x, y)): exact for categorical pairs, a Monte Carlo estimate otherwise."""
+    log_p = ll.per_example
+    if pair.latent == "categorical" and "guide" in probs:
+        q, post = probs["guide"], probs["posterior"]
+        tiny = torch.finfo(q.dtype).tiny
+        kl_tok = (q * (q.clamp(min=tiny).log() - post.clamp(min=tiny).log())).sum(-1)
+        kl = (kl_tok * pair.network.encode(batch).target_mask).sum(-1)
+        return log_p - kl, kl
+    if pair.latent == "categorical":  # no guide: the ELBO is the exact log-likelihood
+        return log_p, torch.zeros_like(log_p)
+    elbo = draws["log_weight"].mean(0)
+    return elbo, log_p - elbo
+
+
+def diagnostics(pair: AlignmentPair, batch: Any, num_samples: int = 100) -> dict[str, float]:
+    """One row of the diagnostics table: PSIS k-hat of q, ELBO gap, entropies and argmax agreement."""
+    enc = pair.network.encode(batch)
+    mask = enc.target_mask
+    probs = alignment_posterior(pair, batch)
+    draws = _draws(pair, batch, num_samples)
+    khat = _khat(draws)
+    ll = log_likelihood(pair, batch, num_samples=num_samples)
+    elbo, kl = _elbo_and_kl(pair, batch, probs, ll, draws)
+    tokens = float(mask.sum())
+    row = {"log_p_per_token": float(ll.per_example.sum()) / tokens, "elbo_gap_per_token": float(kl.sum()) / tokens}
+    if khat is not None:
+        defined = khat[np.isfinite(khat)]
+        row["khat_defined"] = float(len(defined)) / len(khat)
+        if len(defined):
+            row.update({"khat_mean": float(defined.mean()), "khat_gt_0.7": float(np.mean(defined > 0.7))})
+    for key, value in probs.items():
+        row[f"H({key})"] = float((entropy(value) * mask).sum()) / tokens
+    argmax = {k: v.argmax(-1) for k, v in probs.items()}
+    reference = "posterior" if "posterior" in argmax else "guide" if "guide" in argmax else None
+    if reference:
+        for key in argmax:
+            if key != reference:
+                row[f"agree({key},{reference})"] = float(((argmax[key] == argmax[reference]) & mask).sum()) / tokens
+    return row
+
+
+def format_diagnostics(rows: dict[str, dict[str, float]]) -> str:
+    """A Markdown table, one row per pair, the union of columns."""
+    columns: list[str] = []
+    for row in rows.values():
+        columns += [c for c in row if c not in columns]
+    lines = ["| pair | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    for name, row in rows.items():
+        lines.append(f"| {name} | " + " | ".join(f"{row[c]:.3f}" if c in row else "-" for c in columns) + " |")
+    return "\n".join(lines)
