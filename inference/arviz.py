@@ -224,11 +224,25 @@ def diagnostics(pair: AlignmentPair, batch: Any, num_samples: int = 100) -> dict
     return row
 
 
+COLUMNS = [
+    "log_p_per_token",
+    "elbo_gap_per_token",
+    "khat_defined",
+    "khat_mean",
+    "khat_gt_0.7",
+    "H(prior)",
+    "H(posterior)",
+    "H(guide)",
+    "agree(prior,posterior)",
+    "agree(guide,posterior)",
+    "agree(prior,guide)",
+]
+
+
 def format_diagnostics(rows: dict[str, dict[str, float]]) -> str:
     """A Markdown table, one row per pair, the union of columns."""
-    columns: list[str] = []
-    for row in rows.values():
-        columns += [c for c in row if c not in columns]
+    present = {c for row in rows.values() for c in row}
+    columns = [c for c in COLUMNS if c in present] + sorted(present - set(COLUMNS))
     lines = ["| pair | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for name, row in rows.items():
         lines.append(f"| {name} | " + " | ".join(f"{row[c]:.3f}" if c in row else "-" for c in columns) + " |")

@@ -12,7 +12,7 @@ import pytest
 from pyro_attention import cli
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-TESTED = {"toy_expectation.py", "exact_vs_variational.py", "region_qa.py"}
+TESTED = {"toy_expectation.py", "exact_vs_variational.py", "region_qa.py", "inspect_posteriors.py"}
 
 
 def _load(name: str):
@@ -64,6 +64,33 @@ def test_region_qa_tiny(capsys, tmp_path):
     assert "| relaxed | ~" in printed  # the Dirichlet NLL is marked as an estimate
     assert out.read_text().startswith("| pair |")
     assert all(r.nll > 0 for r in rows.values())
+
+
+def test_inspect_posteriors_tiny(capsys, tmp_path):
+    module = _load("inspect_posteriors")
+    out = tmp_path / "posterior.nc"
+    result = module.main(
+        module.make_parser().parse_args(
+            [
+                "--train-size",
+                "32",
+                "--val-size",
+                "8",
+                "--hidden",
+                "8",
+                "--epochs",
+                "1",
+                "--num-samples",
+                "12",
+                "--out",
+                str(out),
+            ]
+        )
+    )
+    printed = capsys.readouterr().out
+    assert "| pair | log_p_per_token | elbo_gap_per_token" in printed
+    assert out.exists() and out.with_suffix(".forest.png").exists()
+    assert set(result["rows"]) == {"marginal", "hard (enum)", "variational (enum)", "variational (sample)", "relaxed"}
 
 
 def test_region_qa_rejects_unknown_pair():
