@@ -9,6 +9,7 @@ from pyro_attention.inference.evaluate import (
     log_likelihood,
     predict,
 )
+from pyro_attention.inference.mcmc import compare_to_guide, nuts_alignment
 from pyro_attention.inference.posterior import alignment_posterior, entropy, map_alignment
 from pyro_attention.inference.train import FitResult, evaluate_nll, fit
 
@@ -17,6 +18,7 @@ __all__ = [
     "LogLikelihood",
     "ReinforceKL_ELBO",
     "alignment_posterior",
+    "compare_to_guide",
     "diagnostics",
     "format_diagnostics",
     "entropy",
@@ -26,6 +28,7 @@ __all__ = [
     "kmax_log_likelihood",
     "log_likelihood",
     "map_alignment",
+    "nuts_alignment",
     "predict",
     "to_inference_data",
 ]

@@ -1,5 +1,14 @@
 """Batches, readers and synthetic generators."""
 
+from pyro_attention.data.alignments import (
+    DroppedLink,
+    GoldAlignment,
+    GoldAlignments,
+    invert,
+    read_bitext,
+    read_naacl,
+    read_pharaoh,
+)
 from pyro_attention.data.region_qa import RegionBatch, RegionQADataset, make_region_qa
 from pyro_attention.data.synthetic_translation import (
     SyntheticTranslation,
@@ -28,4 +37,5 @@ __all__ = [
     "SyntheticTranslation", "encode_synthetic", "make_synthetic_translation", "translate_synthetic",
     "ParallelCorpus", "Vocab", "apply_subword", "bucket_batches", "bucket_indices", "data_dir", "iwslt14_paths",
     "multi30k_paths", "read_lines", "read_parallel", "train_subword", "undo_bpe", "unescape_moses",
+    "DroppedLink", "GoldAlignment", "GoldAlignments", "invert", "read_bitext", "read_naacl", "read_pharaoh",
 ]

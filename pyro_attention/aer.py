@@ -1,0 +1,201 @@
+"""Alignment Error Rate (Och & Ney 2003) and turning attention / posterior matrices into hard links.
+
+Links are 0-indexed ``(source_pos, target_pos)`` pairs throughout, as read by
+:mod:`pyro_attention.data.alignments`.  With predicted links A, sure gold links S and possible gold links
+P ⊇ S (where an annotation has no possible links, P = S -- :class:`~pyro_attention.data.alignments.GoldAlignment`
+guarantees ``possible ⊇ sure``, so this holds by construction)::
+
+    precision = |A ∩ P| / |A|        recall = |A ∩ S| / |S|
+    AER       = 1 - (|A ∩ S| + |A ∩ P|) / (|A| + |S|)
+
+Corpus scores are micro-averaged: every count is summed over all sentence pairs before dividing (the usual
+convention, and what the NAACL 2003 / WPT 2005 scorers do).  A ratio with a zero denominator is ``nan``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from pyro_attention.data.alignments import GoldAlignment, invert
+
+__all__ = [
+    "AERResult",
+    "alignment_error_rate",
+    "intersect",
+    "links_from_probs",
+    "symmetrize",
+    "union",
+]
+
+Link = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class AERResult:
+    """Corpus-level alignment scores.
+
+    :param aer: alignment error rate in ``[0, 1]`` (lower is better).
+    :param precision: ``|A ∩ P| / |A|``.
+    :param recall: ``|A ∩ S| / |S|``.
+    :param num_predicted: ``|A|`` summed over pairs.
+    :param num_sure: ``|S|`` summed over pairs.
+    :param num_possible: ``|P|`` summed over pairs, with ``P ⊇ S`` (sure links included).
+    """
+
+    aer: float
+    precision: float
+    recall: float
+    num_predicted: int
+    num_sure: int
+    num_possible: int
+
+    def __str__(self) -> str:
+        return (
+            f"AER {100 * self.aer:.2f}  precision {100 * self.precision:.2f}  recall {100 * self.recall:.2f}  "
+            f"(|A| {self.num_predicted}, |S| {self.num_sure}, |P| {self.num_possible})"
+        )
+
+
+def _ratio(num: int, den: int) -> float:
+    return num / den if den else math.nan
+
+
+def alignment_error_rate(
+    predicted: Sequence[Iterable[Link]], gold: Sequence[GoldAlignment | Iterable[Link]]
+) -> AERResult:
+    """Corpus AER, precision and recall of ``predicted`` links against ``gold`` (Och & Ney 2003).
+
+    :param predicted: per sentence pair, the predicted ``(source_pos, target_pos)`` links A.
+    :param gold: per sentence pair, a :class:`GoldAlignment` (a plain set of links counts as sure only, P = S).
+    :raises ValueError: if the two sequences differ in length.
+    """
+    if len(predicted) != len(gold):
+        raise ValueError(f"alignment_error_rate: {len(predicted)} predicted alignments for {len(gold)} gold ones")
+    n_a = n_s = n_p = a_and_s = a_and_p = 0
+    for a, g in zip(predicted, gold, strict=True):
+        a = {(int(i), int(j)) for i, j in a}
+        if isinstance(g, GoldAlignment):
+            sure, possible = g.sure, g.possible | g.sure
+        else:
+            sure = possible = {(int(i), int(j)) for i, j in g}
+        n_a += len(a)
+        n_s += len(sure)
+        n_p += len(possible)
+        a_and_s += len(a & sure)
+        a_and_p += len(a & possible)
+    total = n_a + n_s
+    aer = 1.0 - (a_and_s + a_and_p) / total if total else math.nan
+    return AERResult(aer, _ratio(a_and_p, n_a), _ratio(a_and_s, n_s), n_a, n_s, n_p)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# From probabilities to links
+
+
+def _positions(mask: Tensor) -> Tensor:
+    """Word position of every cell along the last dim: the rank among the ``True`` cells (``-1`` elsewhere)."""
+    return torch.where(mask, mask.long().cumsum(-1) - 1, torch.full_like(mask, -1, dtype=torch.long))
+
+
+def links_from_probs(
+    probs: Tensor,
+    threshold: float | None = None,
+    source_mask: Tensor | None = None,
+    target_mask: Tensor | None = None,
+) -> set[Link] | list[set[Link]]:
+    """Hard ``(source_pos, target_pos)`` links from alignment probabilities (attention weights, posteriors).
+
+    :param probs: ``(T, S)`` for one sentence pair or ``(B, T, S)`` for a batch: row ``t`` is the distribution
+        over source positions for target token ``t``.
+    :param threshold: ``None``: one link per (unmasked) target token, to its most probable unmasked source
+        token (ties go to the first); a number: every unmasked cell with ``probs >= threshold``.
+    :param source_mask: ``(S,)`` / ``(B, S)`` bool, ``True`` at source *words*; default all.
+    :param target_mask: ``(T,)`` / ``(B, T)`` bool, ``True`` at target *words*; default all.  Mask out padding
+        and special tokens (``<s>``, ``</s>``) so they get no links.
+    :returns: a set of links for ``(T, S)`` input, a list of ``B`` sets for ``(B, T, S)``.  Positions count the
+        ``True`` cells of the masks only: the ``k``-th unmasked source token is source position ``k``, so a
+        leading ``<s>`` that is masked out shifts nothing against the gold, which numbers words from 0.
+    """
+    if probs.dim() not in (2, 3):
+        raise ValueError(f"links_from_probs: probs must be (T, S) or (B, T, S), got shape {tuple(probs.shape)}")
+    single = probs.dim() == 2
+    p = probs.detach().unsqueeze(0) if single else probs.detach()
+    B, T, S = p.shape
+    masks = []
+    for name, mask, size in (("source_mask", source_mask, S), ("target_mask", target_mask, T)):
+        if mask is None:
+            mask = torch.ones(B, size, dtype=torch.bool, device=p.device)
+        else:
+            mask = mask.to(device=p.device, dtype=torch.bool)
+            if single:
+                mask = mask.unsqueeze(0)
+            if tuple(mask.shape) != (B, size):
+                expected = (size,) if single else (B, size)
+                raise ValueError(f"links_from_probs: {name} must have shape {expected}, got {tuple(mask.shape)}")
+        masks.append(mask)
+    src_mask, tgt_mask = masks
+    cell = tgt_mask.unsqueeze(-1) & src_mask.unsqueeze(-2)  # (B, T, S)
+    if threshold is None:
+        scores = p.float().masked_fill(~src_mask.unsqueeze(-2), -math.inf)
+        best = scores.argmax(-1)  # (B, T)
+        keep = tgt_mask & src_mask.any(-1, keepdim=True)
+        chosen = torch.zeros_like(cell)
+        chosen.scatter_(-1, best.unsqueeze(-1), True)
+        chosen &= keep.unsqueeze(-1)
+    else:
+        chosen = cell & (p >= threshold)
+    src_pos, tgt_pos = _positions(src_mask), _positions(tgt_mask)
+    out: list[set[Link]] = [set() for _ in range(B)]
+    for b, t, s in chosen.nonzero().tolist():
+        out[b].add((int(src_pos[b, s]), int(tgt_pos[b, t])))
+    return out[0] if single else out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Combining link sets
+
+
+def _is_link_set(x) -> bool:
+    return isinstance(x, set | frozenset)
+
+
+def intersect(a, b):
+    """``a ∩ b`` for two link sets, or pair by pair for two equally long sequences of link sets."""
+    if _is_link_set(a) and _is_link_set(b):
+        return set(a) & set(b)
+    if len(a) != len(b):
+        raise ValueError(f"intersect: {len(a)} and {len(b)} alignments")
+    return [set(x) & set(y) for x, y in zip(a, b, strict=True)]
+
+
+def union(a, b):
+    """``a ∪ b`` for two link sets, or pair by pair for two equally long sequences of link sets."""
+    if _is_link_set(a) and _is_link_set(b):
+        return set(a) | set(b)
+    if len(a) != len(b):
+        raise ValueError(f"union: {len(a)} and {len(b)} alignments")
+    return [set(x) | set(y) for x, y in zip(a, b, strict=True)]
+
+
+def symmetrize(forward, backward, method: str = "intersection"):
+    """Combine the links of the two translation directions.
+
+    Convention: ``forward`` comes from the source -> target model and holds ``(source_pos, target_pos)`` links;
+    ``backward`` comes from the model of the reverse direction (the target language as *its* source), so its
+    links are ``(target_pos, source_pos)``, exactly as :func:`links_from_probs` returns them for that model.
+    ``backward`` is inverted to ``(source_pos, target_pos)`` and then intersected with ``forward`` (high
+    precision), or united with it (``method="union"``, high recall).
+
+    Works on one pair (two link sets) or a corpus (two equally long sequences of link sets).
+    """
+    if method not in ("intersection", "union"):
+        raise ValueError(f"symmetrize: unknown method {method!r}; allowed: 'intersection', 'union'")
+    combine = intersect if method == "intersection" else union
+    if _is_link_set(backward):
+        return combine(forward, invert(backward))
+    return combine(forward, [invert(x) for x in backward])
