@@ -82,6 +82,10 @@ def test_inspect_posteriors_tiny(capsys, tmp_path):
                 "1",
                 "--num-samples",
                 "12",
+                "--nuts",
+                "1",
+                "--nuts-samples",
+                "20",
                 "--out",
                 str(out),
             ]
@@ -90,6 +94,7 @@ def test_inspect_posteriors_tiny(capsys, tmp_path):
     printed = capsys.readouterr().out
     assert "| pair | log_p_per_token | elbo_gap_per_token" in printed
     assert out.exists() and out.with_suffix(".forest.png").exists()
+    assert "| example | regions | max R-hat |" in printed and len(result["nuts"]) == 1
     assert set(result["rows"]) == {"marginal", "hard (enum)", "variational (enum)", "variational (sample)", "relaxed"}
 
 
