@@ -2,6 +2,9 @@
 
 ``pyro-attention demo`` trains every pair of the paper on synthetic region-QA scenes (a few minutes on two
 CPU cores), prints the comparison table and writes a heatmap of prior / exact posterior / q alignments.
+``pyro-attention train | evaluate | translate`` train a translation pair (synthetic data by default; Multi30k,
+IWSLT14 or any parallel files), score a checkpoint (perplexity, K-max perplexity, prior entropy, BLEU) and
+translate a file or stdin (see ``docs/translation.md``).
 """
 
 from __future__ import annotations
@@ -61,6 +64,317 @@ def _ambiguous(val, i: int) -> bool:  # noqa: ANN001
     return sum(name.endswith(" " + kind) for name in val.region_names[i]) > 1
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# Translation: train, evaluate, translate
+
+
+def _int_at_least(low: int):  # noqa: ANN202 - an argparse type
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}")
+        return value
+
+    return parse
+
+
+def _float_in(low: float, high: float, low_open: bool = False, high_open: bool = False):  # noqa: ANN202
+    lo, hi = ("(" if low_open else "["), (")" if high_open else "]")
+    where = f"in {lo}{low:g}, {high:g}{hi}" if high != float("inf") else f"{'>' if low_open else '>='} {low:g}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number {where}, got {text!r}") from None
+        ok = (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
+        if not ok:
+            raise argparse.ArgumentTypeError(f"must be a number {where}, got {text!r}")
+        return value
+
+    return parse
+
+
+def _positive_float(text: str) -> float:
+    return _float_in(0.0, float("inf"), low_open=True)(text)
+
+
+def _add_train_options(p: argparse.ArgumentParser) -> None:
+    from pyro_attention.models import PAIRS
+    from pyro_attention.pair import ESTIMATORS
+    from pyro_attention.translation import DATA_KINDS
+
+    S = argparse.SUPPRESS  # only flags given on the command line override the config file (or a resumed run)
+    pos, nonneg = _int_at_least(1), _int_at_least(0)
+    p.add_argument("--config", help="JSON or TOML file of options (keys as the flags, '-' or '_'); flags win")
+    g = p.add_argument_group("data")
+    g.add_argument("--data", choices=DATA_KINDS, default=S, help="corpus (default synthetic: no files needed)")
+    g.add_argument("--data-dir", default=S, help="folder holding multi30k/ and iwslt14-de-en/ "
+                   "(default: $PYRO_ATTENTION_DATA)")
+    g.add_argument("--src", default=S, help="source language (Multi30k: de en fr cs; IWSLT14: de en; default de)")
+    g.add_argument("--tgt", default=S, help="target language (default en)")
+    g.add_argument("--train-split", default=S, help="Multi30k split to train on (default train); IWSLT14 has "
+                   "no train split: training on 'valid' happens only with --train-split valid")
+    g.add_argument("--val-split", default=S, help="Multi30k validation split (default val)")
+    g.add_argument("--test-split", default=S, help="Multi30k test split (default test_2016_flickr)")
+    g.add_argument("--bpe", action="store_true", default=S, help="IWSLT14: the 14k joint BPE files")
+    for side in ("train", "val", "test"):
+        for lang in ("src", "tgt"):
+            g.add_argument(f"--{side}-{lang}", default=S, help=f"--data parallel: {side} {lang} file (plain/.gz)")
+    g.add_argument("--train-size", type=pos, default=S, help="first N training pairs (synthetic: generate N; "
+                   "default 2000 / all)")
+    g.add_argument("--val-size", type=pos, default=S, help="first N validation pairs (synthetic default 200; "
+                   "IWSLT14: pairs held out from the end of valid, default 500)")
+    g.add_argument("--test-size", type=pos, default=S, help="synthetic test pairs (default 200)")
+    g.add_argument("--max-len", type=pos, default=S, help="drop training pairs with a longer side (default 50)")
+    g.add_argument("--min-freq", type=pos, default=S, help="vocabulary: minimum count in training (default 1)")
+    g.add_argument("--max-vocab", type=_int_at_least(5), default=S, help="vocabulary: at most N entries incl. "
+                   "4 specials")
+    g.add_argument("--data-seed", type=nonneg, default=S, help="synthetic data seed (splits: +0/+1/+2)")
+    g.add_argument("--synthetic-vocab", type=_int_at_least(4), default=S, help="synthetic source words (24)")
+    g.add_argument("--synthetic-min-len", type=pos, default=S, help="synthetic shortest source (3)")
+    g.add_argument("--synthetic-max-len", type=pos, default=S, help="synthetic longest source (8)")
+    g = p.add_argument_group("model")
+    g.add_argument("--model", choices=tuple(PAIRS), default=S, help="the pair (default soft)")
+    g.add_argument("--estimator", choices=ESTIMATORS, default=S, help="hard / variational only (default enum)")
+    g.add_argument("--embedding", type=pos, default=S, help="embedding size (64)")
+    g.add_argument("--encoder", type=pos, default=S, help="BiLSTM size per direction (64)")
+    g.add_argument("--decoder", type=pos, default=S, help="decoder LSTM size (128)")
+    g.add_argument("--attention", type=pos, default=S, help="MLP attention size (64)")
+    g.add_argument("--layers", type=pos, default=S, help="LSTM layers (1)")
+    g.add_argument("--dropout", type=_float_in(0, 1, high_open=True), default=S, help="dropout (0)")
+    g.add_argument("--chunk-size", type=nonneg, default=S, help="source positions per chunk of the enumerated "
+                   "output layer (8; 0: all at once)")
+    g = p.add_argument_group("optimisation")
+    g.add_argument("--epochs", type=pos, default=S, help="epochs in all, counting resumed ones (10)")
+    g.add_argument("--batch-size", type=pos, default=S, help="sentences per batch (32)")
+    g.add_argument("--lr", type=_positive_float, default=S, help="Adam learning rate (3e-3)")
+    g.add_argument("--clip-norm", type=_positive_float, default=S, help="per-parameter gradient norm clip (5)")
+    g.add_argument("--lr-decay", type=_float_in(0, 1, low_open=True), default=S,
+                   help="lr factor when validation PPL does not improve (0.5)")
+    g.add_argument("--patience", type=nonneg, default=S, help="stop after N epochs without improvement "
+                   "(3; 0: never)")
+    g.add_argument("--warmup-steps", type=nonneg, default=S, help="relaxed: steps with the prior as guide (0)")
+    g.add_argument("--num-samples", type=pos, default=S, help="importance samples of the relaxed bound (20)")
+    g.add_argument("--seed", type=nonneg, default=S, help="seed of weights, sampling and batch order (0)")
+    g.add_argument("--threads", type=nonneg, default=S, help="torch threads (1; 0: torch's choice)")
+    g.add_argument("--out", default=S, help="output folder (default runs/<model>-<estimator>)")
+    p.add_argument("--resume", action="store_true", help="continue from last.pt in --out (restores everything)")
+    p.add_argument("--overwrite", action="store_true", help="start afresh even if --out holds a checkpoint")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _config_error(parser: argparse.ArgumentParser, error: Exception) -> None:
+    """``parser.error`` naming the flag when the message starts with a config key."""
+    from pyro_attention.translation import TranslationConfig
+
+    message = str(error)
+    for key in sorted(TranslationConfig.keys(), key=len, reverse=True):
+        if message.startswith(key + ":"):
+            message = f"argument --{key.replace('_', '-')}: {message[len(key) + 1:].lstrip()}"
+            break
+        if message.startswith(key + " "):
+            message = f"argument --{key.replace('_', '-')}: {message}"
+            break
+    parser.error(message)
+
+
+def _fail(parser: argparse.ArgumentParser, error: Exception) -> None:
+    """A run-time error (data, checkpoint): one line on stderr and exit status 1, without the usage text.
+
+    A decoding rule that the checkpoint's pair does not allow is an option error (``parser.error``, status 2).
+    """
+    if str(error).startswith("rule "):
+        parser.error(f"argument --rule: {error}")
+    print(f"{parser.prog}: error: {error}", file=sys.stderr)
+    raise SystemExit(1)
+
+
+def _translation_config(args: argparse.Namespace, parser: argparse.ArgumentParser):  # noqa: ANN202
+    from pyro_attention.translation import TranslationConfig, _read_checkpoint, read_config_file
+
+    keys = set(TranslationConfig.keys())
+    try:
+        given = {**(read_config_file(args.config) if args.config else {})}
+        given.update({k: v for k, v in vars(args).items() if k in keys})
+        config = TranslationConfig.from_dict(given)
+        last = config.out_dir / "last.pt"
+        if args.resume and last.is_file():  # the resumed run's options, with what was given on top
+            saved = TranslationConfig.from_dict(_read_checkpoint(last)["config"])
+            config = TranslationConfig.from_dict(given, base=saved)
+        return config
+    except (ValueError, FileNotFoundError) as e:
+        _config_error(parser, e)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from pyro_attention.translation import train
+
+    parser = args.parser
+    config = _translation_config(args, parser)
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    print(
+        f"pyro-attention train: {config.model}{' (' + config.estimator + ')' if config.estimator else ''} on "
+        f"{config.data} data, epochs {config.epochs}, batch {config.batch_size}, lr {config.lr:g}, seed "
+        f"{config.seed}, {torch.get_num_threads()} thread(s); output {config.out_dir}"
+    )
+    try:
+        train(config, progress=not args.quiet, resume=args.resume, overwrite=args.overwrite)
+    except (ValueError, FileNotFoundError, FileExistsError) as e:
+        _fail(parser, e)
+    return 0
+
+
+def _print_scores(res: dict) -> None:
+    print(
+        f"evaluate {res['checkpoint']} ({res['model']}{', ' + res['estimator'] if res['estimator'] else ''}) on "
+        f"{res['data']}: {res['sentences']} sentences, {res['tokens']} target tokens (with </s>)"
+    )
+    if res["ppl_exact"]:
+        print(f"perplexity           {res['ppl']:.4f}  (exact: {res['ppl_method']}; NLL/token {res['nll']:.4f})")
+    else:
+        print(f"perplexity bound     {res['ppl']:.4f}  ({res['ppl_method']}; importance-weighted bound, not exact)")
+    if res["kmax_ppl"] is not None:
+        print(f"K-max perplexity     {res['kmax_ppl']:.4f}  ({res['kmax_method']})")
+    else:
+        print("K-max perplexity     -  (needs a categorical alignment)")
+    print(f"prior entropy        {res['prior_entropy']:.4f}  nats per target token")
+    if res["bleu"] is not None:
+        print(
+            f"BLEU                 {res['bleu']:.2f}  (beam {res['beam']}, rule {res['rule']}, length penalty "
+            f"{res['length_penalty']:g})"
+        )
+        print(f"sacreBLEU signature  {res['bleu_signature']}")
+        print(f"sacreBLEU            {res['bleu_text']}")
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    import json
+
+    from pyro_attention.translation import evaluate
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        res = evaluate(
+            args.checkpoint,
+            args.split,
+            src_file=args.src_file,
+            tgt_file=args.tgt_file,
+            ref_file=args.ref_file,
+            data_dir=args.data_dir,
+            size=args.size,
+            kmax=args.kmax,
+            beam=args.beam,
+            rule=args.rule,
+            length_penalty=args.length_penalty,
+            max_decode_len=args.max_decode_len,
+            batch_size=args.batch_size,
+            num_samples=args.num_samples,
+            bleu=not args.no_bleu,
+            lowercase=args.lowercase_bleu,
+            progress=not args.quiet,
+        )
+    except (ValueError, FileNotFoundError) as e:
+        _fail(args.parser, e)
+    _print_scores(res)
+    if args.hypotheses and res["hypotheses"] is not None:
+        Path(args.hypotheses).write_text("".join(h + "\n" for h in res["hypotheses"]), encoding="utf-8")
+        print(f"wrote {len(res['hypotheses'])} translations to {args.hypotheses}")
+    if args.json:
+        scores = {k: v for k, v in res.items() if k != "hypotheses"}
+        Path(args.json).write_text(json.dumps(scores, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+def _translate(args: argparse.Namespace) -> int:
+    from pyro_attention.data.text import read_lines
+    from pyro_attention.translation import translate_lines
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        lines = sys.stdin.read().splitlines() if args.input == "-" else read_lines(args.input)
+        out = translate_lines(
+            args.checkpoint,
+            lines,
+            beam=args.beam,
+            rule=args.rule,
+            k=args.kmax,
+            length_penalty=args.length_penalty,
+            max_decode_len=args.max_decode_len,
+            tokenize=args.tokenize,
+            lowercase=args.lowercase,
+            progress=args.progress,
+        )
+    except (ValueError, FileNotFoundError) as e:
+        _fail(args.parser, e)
+    for line in out:
+        sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+def _add_decoding_options(p: argparse.ArgumentParser) -> None:
+    from pyro_attention.inference.decode import DECODE_RULES
+
+    p.add_argument("--beam", type=_int_at_least(1), default=5, help="beam size (1: greedy; default 5)")
+    p.add_argument("--rule", choices=DECODE_RULES, default=None,
+                   help="prediction rule (default marginal for categorical pairs, soft otherwise)")
+    p.add_argument("--length-penalty", type=_float_in(0, float("inf")), default=0.0,
+                   help="GNMT length penalty alpha (0: none)")
+    p.add_argument("--max-decode-len", type=_int_at_least(1), default=None,
+                   help="longest translation (default 2 x source length + 10)")
+    p.add_argument("--threads", type=_int_at_least(0), default=1, help="torch threads (1; 0: torch's choice)")
+
+
+def _add_translation_commands(sub) -> None:  # noqa: ANN001
+    tr = sub.add_parser("train", help="train a translation pair (synthetic data by default)",
+                        description="Train a model/guide pair on translation; see docs/translation.md.")
+    _add_train_options(tr)
+    tr.set_defaults(func=_train, parser=tr)
+
+    ev = sub.add_parser("evaluate", help="perplexity, K-max perplexity, prior entropy and BLEU of a checkpoint",
+                        description="Score a checkpoint on a split of its corpus or on given files.")
+    ev.add_argument("checkpoint", help="a .pt checkpoint or a run folder (its best.pt, else last.pt)")
+    ev.add_argument("--split", choices=("train", "val", "test"), default="test", help="split (default test)")
+    ev.add_argument("--src-file", help="score these source sentences instead of a split (with --tgt-file)")
+    ev.add_argument("--tgt-file", help="their tokenised targets")
+    ev.add_argument("--ref-file", help="raw references for BLEU, line-aligned (default: detokenised targets)")
+    ev.add_argument("--data-dir", help="where the corpus lives now (default: as in training)")
+    ev.add_argument("--size", type=_int_at_least(1), help="first N pairs only (synthetic: generate N)")
+    ev.add_argument("--kmax", type=_int_at_least(0), default=5,
+                    help="K of the K-max perplexity and of --rule kmax (default 5; 0: skip K-max)")
+    ev.add_argument("--batch-size", type=_int_at_least(1), default=64, help="sentences per scoring batch")
+    ev.add_argument("--num-samples", type=_int_at_least(1), help="importance samples (relaxed; default: "
+                    "the training config's)")
+    ev.add_argument("--no-bleu", action="store_true", help="skip decoding and BLEU")
+    ev.add_argument("--lowercase-bleu", action=argparse.BooleanOptionalAction, default=None,
+                    help="case-insensitive BLEU (default: when the corpus is lower-cased)")
+    ev.add_argument("--hypotheses", help="write the detokenised translations to this file")
+    ev.add_argument("--json", help="write the scores to this JSON file")
+    ev.add_argument("--quiet", action="store_true", help="no progress bars")
+    _add_decoding_options(ev)
+    ev.set_defaults(func=_evaluate, parser=ev)
+
+    tl = sub.add_parser("translate", help="translate a file or stdin to stdout",
+                        description="Translate one sentence per line; detokenised output on stdout.")
+    tl.add_argument("checkpoint", help="a .pt checkpoint or a run folder (its best.pt, else last.pt)")
+    tl.add_argument("input", nargs="?", default="-", help="input file (plain or .gz); '-' or none: stdin")
+    tl.add_argument("--kmax", type=_int_at_least(1), default=5, help="K of --rule kmax (5)")
+    tl.add_argument("--tokenize", choices=("none", "moses"), default="none",
+                    help="none: input is tokenised like the training data; moses: tokenise raw text (sacremoses)")
+    tl.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=None,
+                    help="lower-case the input (default: when the training corpus is lower-cased)")
+    tl.add_argument("--progress", action="store_true", help="a progress bar on stderr")
+    _add_decoding_options(tl)
+    tl.set_defaults(func=_translate, parser=tl)
+
+
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pyro-attention", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -75,6 +389,7 @@ def make_parser() -> argparse.ArgumentParser:
     demo.add_argument("--out", default="pyro-attention-demo", help="folder for the figure")
     demo.add_argument("--quiet", action="store_true", help="no progress bars")
     demo.set_defaults(func=_demo)
+    _add_translation_commands(sub)
     return parser
 
 

@@ -1,0 +1,1210 @@
+"""Translation experiments end to end: configuration, corpora, training with checkpoints, evaluation, translation.
+
+This module is the glue behind ``pyro-attention train | evaluate | translate`` and is usable from Python:
+
+* :class:`TranslationConfig` -- every option, CPU-small defaults, loadable from a JSON or TOML file
+  (:meth:`TranslationConfig.from_file`; an unknown key is a ``ValueError`` listing the allowed ones);
+* :func:`load_corpora` -- train / val (/ test) token lists for the synthetic task (the default, no files needed),
+  Multi30k, IWSLT14 (which has only ``valid`` and ``test``: training on ``valid`` happens only when asked with
+  ``train_split="valid"``, and then the *tail* of ``valid`` is held out for validation) or any parallel files;
+* :func:`build_vocabs`, :func:`build_pair` -- vocabularies from the training side, a
+  :class:`~pyro_attention.networks.Seq2Seq` and the model/guide pair;
+* :func:`train` -- SVI on ``pair.elbo()`` with Pyro's :class:`~pyro.optim.ClippedAdam` (per-parameter gradient
+  clipping), length-bucketed batches, validation perplexity every epoch, learning-rate halving when it does
+  not improve, early stopping, atomic checkpoints (``last.pt`` every epoch, ``best.pt`` at the best validation)
+  and exact resumption (``resume=True``);
+* :func:`evaluate` -- exact perplexity (an importance-weighted bound for the Dirichlet pair), K-max perplexity,
+  prior entropy per token and sacreBLEU of beam-search output;
+* :func:`translate_lines` -- detokenised translations of raw lines.
+
+**Learning-rate schedule.**  Pyro's optimiser keeps one torch optimiser per parameter; when the validation
+perplexity of an epoch is not lower than the best so far, the ``lr`` of every one of their parameter groups is
+multiplied by ``lr_decay`` (0.5: halved), and so is the ``lr`` the wrapper gives optimisers it creates later.
+The current ``lr`` is part of the optimiser state, so a resumed run continues with it.
+
+**Exact resumption.**  Checkpoints are written at the end of an epoch, after validation.  They hold the network,
+the optimiser state (``optim.get_state()``), the torch / Python / NumPy RNG states at that moment, and the
+counters; the order of the batches in epoch ``e`` is drawn from a generator seeded with ``(seed, e)`` alone.
+A run resumed from ``last.pt`` therefore replays exactly what the uninterrupted run would have done (same
+thread count assumed: floating-point reductions may differ across thread counts).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+import os
+import platform
+import tempfile
+import time
+import typing
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyro
+import torch
+from pyro.infer import SVI
+from pyro.optim import ClippedAdam
+from tqdm.auto import tqdm
+
+from pyro_attention import __version__
+from pyro_attention.data.synthetic_translation import make_synthetic_translation
+from pyro_attention.data.text import (
+    IWSLT14_LANGUAGES,
+    MULTI30K_LANGUAGES,
+    MULTI30K_SPLITS,
+    Vocab,
+    bucket_batches,
+    data_dir,
+    iwslt14_paths,
+    multi30k_paths,
+    read_lines,
+    read_parallel,
+)
+from pyro_attention.data.translation import TranslationBatch
+from pyro_attention.models import PAIRS
+from pyro_attention.networks import Seq2Seq
+from pyro_attention.pair import ESTIMATORS, AlignmentPair
+
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "DATA_KINDS",
+    "STRUCTURAL_KEYS",
+    "Checkpoint",
+    "Corpora",
+    "Split",
+    "TrainResult",
+    "TranslationConfig",
+    "build_pair",
+    "build_vocabs",
+    "evaluate",
+    "load_checkpoint",
+    "load_corpora",
+    "load_split",
+    "read_config_file",
+    "save_checkpoint",
+    "train",
+    "translate_lines",
+]
+
+DATA_KINDS = ("synthetic", "multi30k", "iwslt14", "parallel")
+#: pairs whose constructor takes an estimator
+ESTIMATOR_PAIRS = ("hard", "variational")
+#: config keys that must agree between a checkpoint and the run that resumes it (with the vocabularies)
+STRUCTURAL_KEYS = ("model", "estimator", "embedding", "encoder", "decoder", "attention", "layers")
+CHECKPOINT_FORMAT = "pyro_attention.translation.checkpoint"
+SPLITS = ("train", "val", "test")
+#: synthetic corpus sizes used when ``train_size`` / ``val_size`` / ``test_size`` are not given
+SYNTHETIC_SIZES = {"train": 2000, "val": 200, "test": 200}
+#: IWSLT14 pairs held out from the tail of ``valid`` for validation when ``val_size`` is not given
+IWSLT14_HELD_OUT = 500
+CSV_FIELDS = ("kind", "epoch", "step", "loss", "tokens", "lr", "val_nll", "val_ppl", "val_exact", "seconds")
+
+Log = Callable[[str], None]
+
+
+def _log(text: str) -> None:
+    tqdm.write(text)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Configuration
+
+
+@dataclass
+class TranslationConfig:
+    """Every option of a translation run (the command-line flags carry the same names, ``_`` as ``-``).
+
+    Data: ``data`` is ``"synthetic"`` (the package's generator; sizes ``train_size`` / ``val_size`` /
+    ``test_size``, default 2000 / 200 / 200, seeds ``data_seed + 0 / 1 / 2``), ``"multi30k"``
+    (``data_dir`` or ``$PYRO_ATTENTION_DATA``; lower-cased tokenised ``train`` / ``val`` / ``test_2016_flickr``),
+    ``"iwslt14"`` (``train_split="valid"`` must be given: the corpus here has no train split) or ``"parallel"``
+    (``train_src`` ... ``test_tgt`` paths).  ``max_len`` drops longer *training* pairs (reported);
+    ``train_size`` keeps the first pairs after that.  ``min_freq`` / ``max_vocab`` shape the vocabularies, built
+    from the training side.
+
+    Model: ``model`` is a key of :data:`pyro_attention.models.PAIRS`; ``estimator`` (``"enum"`` or ``"sample"``,
+    default ``"enum"``) only for ``hard`` and ``variational``.  Sizes as :class:`~pyro_attention.networks.Seq2Seq`
+    (``chunk_size=0``: no chunking of the enumerated output layer).
+
+    Optimisation: ``epochs``, ``batch_size`` (sentences), ``lr``, ``clip_norm`` (per parameter, ClippedAdam),
+    ``lr_decay`` (factor applied when validation perplexity does not improve), ``patience`` (epochs without
+    improvement before stopping; 0: never stop early), ``warmup_steps`` (Dirichlet pair: steps with the prior as
+    guide), ``num_samples`` (importance samples of the Dirichlet pair's validation bound), ``seed``, ``threads``
+    (torch threads; 0 leaves torch's choice) and ``out`` (default ``runs/<model>-<estimator>``).
+    """
+
+    # data
+    data: str = "synthetic"
+    data_dir: str | None = None
+    src: str = "de"
+    tgt: str = "en"
+    train_split: str | None = None
+    val_split: str | None = None
+    test_split: str | None = None
+    bpe: bool = False
+    train_src: str | None = None
+    train_tgt: str | None = None
+    val_src: str | None = None
+    val_tgt: str | None = None
+    test_src: str | None = None
+    test_tgt: str | None = None
+    train_size: int | None = None
+    val_size: int | None = None
+    test_size: int | None = None
+    max_len: int = 50
+    min_freq: int = 1
+    max_vocab: int | None = None
+    data_seed: int = 0
+    synthetic_vocab: int = 24
+    synthetic_min_len: int = 3
+    synthetic_max_len: int = 8
+    # model
+    model: str = "soft"
+    estimator: str | None = None
+    embedding: int = 64
+    encoder: int = 64
+    decoder: int = 128
+    attention: int = 64
+    layers: int = 1
+    dropout: float = 0.0
+    chunk_size: int = 8
+    # optimisation
+    epochs: int = 10
+    batch_size: int = 32
+    lr: float = 3e-3
+    clip_norm: float = 5.0
+    lr_decay: float = 0.5
+    patience: int = 3
+    warmup_steps: int = 0
+    num_samples: int = 20
+    seed: int = 0
+    threads: int = 1
+    out: str | None = None
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, _check_type(f.name, getattr(self, f.name), hints[f.name]))
+        _choice("data", self.data, DATA_KINDS)
+        _choice("model", self.model, tuple(PAIRS))
+        if self.model in ESTIMATOR_PAIRS:
+            if self.estimator is None:
+                self.estimator = "enum"
+            _choice("estimator", self.estimator, ESTIMATORS)
+        elif self.estimator is not None:
+            raise ValueError(
+                f"estimator: model {self.model!r} has no estimator, got {self.estimator!r}; allowed: none "
+                f"(estimators {', '.join(ESTIMATORS)} exist only for {', '.join(ESTIMATOR_PAIRS)})"
+            )
+        for name in ("embedding", "encoder", "decoder", "attention", "layers", "epochs", "batch_size", "max_len",
+                     "min_freq", "num_samples", "synthetic_min_len", "synthetic_max_len"):
+            _at_least(name, getattr(self, name), 1)
+        for name in ("chunk_size", "patience", "warmup_steps", "seed", "threads", "data_seed"):
+            _at_least(name, getattr(self, name), 0)
+        for name in ("train_size", "val_size", "test_size"):
+            if getattr(self, name) is not None:
+                _at_least(name, getattr(self, name), 1)
+        if self.max_vocab is not None:
+            _at_least("max_vocab", self.max_vocab, 5)
+        _at_least("synthetic_vocab", self.synthetic_vocab, 4)
+        if self.synthetic_min_len > self.synthetic_max_len:
+            raise ValueError(
+                f"synthetic_min_len ({self.synthetic_min_len}) must not exceed synthetic_max_len "
+                f"({self.synthetic_max_len})"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        for name in ("lr", "clip_norm"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if not 0.0 < self.lr_decay <= 1.0:
+            raise ValueError(f"lr_decay must be in (0, 1], got {self.lr_decay}")
+        if self.warmup_steps and not hasattr(PAIRS[self.model], "warmup_guide"):
+            with_warmup = [k for k, v in PAIRS.items() if hasattr(v, "warmup_guide")]
+            raise ValueError(
+                f"warmup_steps: model {self.model!r} has no warm-up guide; only {', '.join(with_warmup)} has one"
+            )
+        self._check_data()
+
+    def _check_data(self) -> None:
+        if self.data == "multi30k":
+            for name in ("src", "tgt"):
+                _choice(name, getattr(self, name), MULTI30K_LANGUAGES)
+            for name in ("train_split", "val_split", "test_split"):
+                if getattr(self, name) is not None:
+                    _choice(name, getattr(self, name), MULTI30K_SPLITS)
+        elif self.data == "iwslt14":
+            for name in ("src", "tgt"):
+                _choice(name, getattr(self, name), IWSLT14_LANGUAGES)
+            if self.train_split != "valid":
+                raise ValueError(
+                    f"train_split: IWSLT14 here has only the splits 'valid' and 'test' (no train split); to train "
+                    f"on 'valid' say so with --train-split valid (the last val_size pairs of 'valid', default "
+                    f"{IWSLT14_HELD_OUT}, are then held out for validation and 'test' is the test split); "
+                    f"got {self.train_split!r}"
+                )
+            if self.val_split is not None or self.test_split not in (None, "test"):
+                raise ValueError(
+                    "val_split / test_split: not configurable for IWSLT14 (validation is the held-out tail of "
+                    "'valid', the test split is 'test')"
+                )
+        elif self.data == "parallel":
+            missing = [n for n in ("train_src", "train_tgt", "val_src", "val_tgt") if getattr(self, n) is None]
+            if missing:
+                raise ValueError(
+                    "data 'parallel' needs the paths " + ", ".join("--" + n.replace("_", "-") for n in missing)
+                )
+        if self.src == self.tgt and self.data in ("multi30k", "iwslt14"):
+            raise ValueError(f"src and tgt are both {self.src!r}")
+
+    # -- construction -----------------------------------------------------------------------------------------
+    @classmethod
+    def keys(cls) -> list[str]:
+        """The allowed configuration keys."""
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], base: TranslationConfig | None = None) -> TranslationConfig:
+        """A config from ``values`` (keys with ``-`` or ``_``), on top of ``base`` (default: the defaults).
+
+        Changing ``model`` without naming ``estimator`` resets the estimator to that model's default.
+
+        :raises ValueError: for an unknown key (listing the allowed ones) or a bad value (naming the key).
+        """
+        values = _normalise_keys(values)
+        if "model" in values and "estimator" not in values and (base is None or base.model != values["model"]):
+            values["estimator"] = None
+        start = dataclasses.asdict(base) if base is not None else {}
+        return cls(**{**start, **values})
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike, **overrides: Any) -> TranslationConfig:
+        """Read a JSON (``.json``) or TOML (``.toml``) file of flat ``key = value`` pairs; ``overrides`` win."""
+        return cls.from_dict({**read_config_file(path), **_normalise_keys(overrides)})
+
+    def replace(self, **changes: Any) -> TranslationConfig:
+        """A copy with ``changes`` applied (validated)."""
+        return type(self).from_dict(changes, base=self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @property
+    def out_dir(self) -> Path:
+        """``out``, or ``runs/<model>-<estimator>`` (``runs/<model>`` for pairs without an estimator)."""
+        if self.out:
+            return Path(self.out)
+        return Path("runs") / (f"{self.model}-{self.estimator}" if self.estimator else self.model)
+
+    @property
+    def lowercased(self) -> bool:
+        """Whether the corpus is lower-cased (Multi30k's and IWSLT14's prepared files are)."""
+        return self.data in ("multi30k", "iwslt14")
+
+
+def _normalise_keys(values: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    allowed = TranslationConfig.keys()
+    unknown = []
+    for key, value in values.items():
+        name = str(key).replace("-", "_")
+        if name not in allowed:
+            unknown.append(str(key))
+        out[name] = value
+    if unknown:
+        raise ValueError(
+            f"unknown config key(s) {', '.join(repr(k) for k in unknown)}; allowed keys: {', '.join(allowed)}"
+        )
+    return out
+
+
+def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
+    """The ``key -> value`` table of a JSON or TOML config file (keys checked, values not yet).
+
+    :raises ValueError: for an unknown key (naming the file and listing the allowed keys), a file that is not
+        a flat table, or a suffix other than ``.json`` / ``.toml``.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such config file")
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".json":
+            values = json.loads(path.read_text(encoding="utf-8"))
+        elif suffix == ".toml":
+            values = _toml().loads(path.read_text(encoding="utf-8"))
+        else:
+            raise ValueError(f"{path}: a config file must end in .json or .toml")
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from None
+    except ValueError as e:  # tomllib.TOMLDecodeError is a ValueError
+        raise ValueError(f"{path}: {e}") from None
+    if not isinstance(values, dict):
+        raise ValueError(f"{path}: a config file holds one table of key = value pairs")
+    try:
+        return _normalise_keys(values)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
+
+
+def _toml():
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+        try:
+            import tomli as tomllib
+        except ModuleNotFoundError:
+            raise ValueError("reading TOML needs Python 3.11+ (tomllib) or the 'tomli' package") from None
+    return tomllib
+
+
+def _check_type(name: str, value: Any, hint: Any) -> Any:
+    options = typing.get_args(hint) or (hint,)
+    if value is None:
+        if type(None) in options:
+            return None
+        raise ValueError(f"config key {name!r} must not be empty (null)")
+    for kind in options:
+        if kind is bool and isinstance(value, bool):
+            return value
+        if kind is int and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if kind is str and isinstance(value, (str, os.PathLike)):
+            return str(value)
+    names = " or ".join("null" if k is type(None) else k.__name__ for k in options)
+    raise ValueError(f"config key {name!r} must be {names}, got {value!r}")
+
+
+def _choice(name: str, value: Any, allowed: Sequence[str]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+
+
+def _at_least(name: str, value: int, low: int) -> None:
+    if value < low:
+        raise ValueError(f"{name} must be >= {low}, got {value}")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Corpora
+
+
+@dataclass
+class Split:
+    """Token lists of one split, and the references BLEU compares against.
+
+    :param references: one string per pair: the raw reference (Multi30k ``raw/``), else the target side joined
+        (synthetic) or detokenised; ``None`` when not asked for (training and validation splits).
+    :param dropped: pairs dropped because one side was longer than ``max_len`` (training split only).
+    :param total: pairs read (kept + dropped), before any ``*_size`` subset.
+    """
+
+    name: str
+    source: list[list[str]]
+    target: list[list[str]]
+    references: list[str] | None
+    description: str
+    dropped: int = 0
+    total: int = 0
+    max_len: int | None = None
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def drop_report(self) -> str:
+        return f"dropped {self.dropped} of {self.total} pairs longer than {self.max_len}"
+
+
+@dataclass
+class Corpora:
+    train: Split
+    val: Split
+    test: Split | None = None
+
+
+def _filter(source: list, target: list, refs: list | None, max_len: int | None) -> tuple[list, list, Any, int]:
+    if max_len is None:
+        return source, target, refs, 0
+    keep = [i for i in range(len(source)) if len(source[i]) <= max_len and len(target[i]) <= max_len]
+    kept_refs = None if refs is None else [refs[i] for i in keep]
+    return [source[i] for i in keep], [target[i] for i in keep], kept_refs, len(source) - len(keep)
+
+
+def _detok_refs(target: list[list[str]], lang: str) -> list[str]:
+    from pyro_attention.metrics import detokenize
+
+    return [detokenize(t, lang) for t in target]
+
+
+def load_split(
+    config: TranslationConfig,
+    which: str,
+    *,
+    max_len: int | None = None,
+    size: int | None = None,
+    src_file: str | os.PathLike | None = None,
+    tgt_file: str | os.PathLike | None = None,
+    ref_file: str | os.PathLike | None = None,
+    references: bool = True,
+) -> Split:
+    """One split (``"train"``, ``"val"`` or ``"test"``) of the configured corpus, or explicit files.
+
+    :param max_len: drop pairs with a side longer than this (counted in ``dropped``).
+    :param size: keep the first ``size`` pairs (after ``max_len``); synthetic: the number generated.
+    :param src_file: with ``tgt_file``, read these parallel files instead (``ref_file``: raw references, one a
+        line; default: the detokenised target side).
+    :param references: also prepare the BLEU references (``False``: ``Split.references`` is ``None``).
+    """
+    if src_file is not None or tgt_file is not None:
+        if src_file is None or tgt_file is None:
+            raise ValueError("give both a source and a target file (--src-file and --tgt-file)")
+        corpus = read_parallel(src_file, tgt_file, lowercase=config.lowercased)
+        refs = _references(ref_file, corpus.lines, corpus.target, config.tgt) if references else None
+        desc = f"{src_file} / {tgt_file}"
+        return _finish(which, corpus.source, corpus.target, refs, desc, max_len, size)
+    _choice("split", which, SPLITS)
+    if config.data == "synthetic":
+        n = size if size is not None else SYNTHETIC_SIZES[which]
+        data = make_synthetic_translation(
+            n,
+            seed=config.data_seed + SPLITS.index(which),
+            vocab_size=config.synthetic_vocab,
+            min_len=config.synthetic_min_len,
+            max_len=config.synthetic_max_len,
+        )
+        refs = [" ".join(t) for t in data.target] if references else None
+        desc = f"synthetic {which} (seed {config.data_seed + SPLITS.index(which)}, vocabulary {config.synthetic_vocab})"
+        return _finish(which, data.source, data.target, refs, desc, max_len, None)
+    if config.data == "multi30k":
+        root = data_dir(config.data_dir)
+        name = getattr(config, f"{which}_split") or {"train": "train", "val": "val", "test": "test_2016_flickr"}[which]
+        src_path, tgt_path = multi30k_paths(root, name, config.src, config.tgt)
+        corpus = read_parallel(src_path, tgt_path)
+        if references:
+            raw = multi30k_paths(root, name, config.src, config.tgt, tokenized=False)[1]
+            refs = _references(raw, corpus.lines, corpus.target, config.tgt)
+        else:
+            refs = None
+        desc = f"Multi30k {name} {config.src}-{config.tgt} ({src_path.parent})"
+        return _finish(which, corpus.source, corpus.target, refs, desc, max_len, size)
+    if config.data == "iwslt14":
+        root = data_dir(config.data_dir)
+        name = "test" if which == "test" else "valid"
+        corpus = read_parallel(*iwslt14_paths(root, name, config.bpe, config.src, config.tgt))
+        source, target = corpus.source, corpus.target
+        held = config.val_size or IWSLT14_HELD_OUT
+        if which != "test":
+            if held >= len(source):
+                raise ValueError(f"val_size {held} leaves no IWSLT14 'valid' pair for training ({len(source)} in all)")
+            source, target = (source[:-held], target[:-held]) if which == "train" else (source[-held:], target[-held:])
+        refs = _detok_refs(target, config.tgt) if references else None
+        part = {"train": f"'valid' without its last {held} pairs", "val": f"last {held} pairs of 'valid'",
+                "test": "'test'"}[which]
+        desc = f"IWSLT14 {config.src}-{config.tgt}{' BPE' if config.bpe else ''}: {part}"
+        return _finish(which, source, target, refs, desc, max_len, size if which != "val" else None)
+    # parallel
+    src_path, tgt_path = getattr(config, f"{which}_src"), getattr(config, f"{which}_tgt")
+    if src_path is None or tgt_path is None:
+        raise ValueError(
+            f"data 'parallel' has no {which} files: give --{which}-src and --{which}-tgt in the config, or "
+            f"evaluate with --src-file and --tgt-file"
+        )
+    corpus = read_parallel(src_path, tgt_path)
+    refs = _detok_refs(corpus.target, config.tgt) if references else None
+    return _finish(which, corpus.source, corpus.target, refs, f"{src_path} / {tgt_path}", max_len, size)
+
+
+def _references(ref_file: Any, lines: list[int], target: list[list[str]], lang: str) -> list[str]:
+    if ref_file is None:
+        return _detok_refs(target, lang)
+    raw = read_lines(ref_file)
+    if lines and lines[-1] > len(raw):
+        raise ValueError(f"{ref_file}: {len(raw)} reference lines, fewer than the {lines[-1]} source lines")
+    return [raw[n - 1] for n in lines]
+
+
+def _finish(which, source, target, refs, desc, max_len, size) -> Split:  # noqa: ANN001
+    total = len(source)
+    source, target, refs, dropped = _filter(source, target, refs, max_len)
+    if size is not None:
+        source, target, refs = source[:size], target[:size], None if refs is None else refs[:size]
+    if not source:
+        raise ValueError(f"{which} split ({desc}) holds no sentence pairs")
+    return Split(which, source, target, refs, desc, dropped, total, max_len)
+
+
+def load_corpora(config: TranslationConfig, log: Log | None = _log, test: bool = False) -> Corpora:
+    """Train and validation (and, with ``test=True``, test, with its BLEU references) splits of ``config``'s
+    corpus.
+
+    Training pairs longer than ``max_len`` are dropped, and ``log`` reports how many ("dropped N of M pairs
+    longer than L"); validation and test splits are kept whole (``val_size`` / ``test_size`` take the first
+    pairs).
+    """
+    train = load_split(config, "train", max_len=config.max_len, size=config.train_size, references=False)
+    val = load_split(config, "val", size=config.val_size, references=False)
+    tst = load_split(config, "test", size=config.test_size) if test else None
+    if log is not None:
+        log(f"train: {train.description}: {len(train)} pairs; {train.drop_report()}")
+        log(f"val: {val.description}: {len(val)} pairs")
+        if tst is not None:
+            log(f"test: {tst.description}: {len(tst)} pairs")
+    return Corpora(train, val, tst)
+
+
+def build_vocabs(config: TranslationConfig, train: Split) -> tuple[Vocab, Vocab]:
+    """Source and target :class:`~pyro_attention.data.Vocab` of the training side (``min_freq``, ``max_vocab``)."""
+    return (
+        Vocab.build(train.source, config.min_freq, config.max_vocab),
+        Vocab.build(train.target, config.min_freq, config.max_vocab),
+    )
+
+
+def make_batches(split: Split, src_vocab: Vocab, tgt_vocab: Vocab, batch_size: int) -> list[TranslationBatch]:
+    """Length-bucketed batches of ``split`` (fixed composition; :func:`train` permutes their order per epoch)."""
+    return bucket_batches(
+        [src_vocab.encode(s) for s in split.source], [tgt_vocab.encode(t) for t in split.target], batch_size
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Model
+
+
+def build_pair(config: TranslationConfig, src_vocab: Vocab, tgt_vocab: Vocab) -> tuple[Seq2Seq, AlignmentPair]:
+    """The :class:`~pyro_attention.networks.Seq2Seq` network of ``config``'s sizes and its model/guide pair.
+
+    Initial weights come from torch's global RNG (seed it first for reproducibility; :func:`train` does).
+    """
+    network = Seq2Seq(
+        len(src_vocab),
+        len(tgt_vocab),
+        embedding_size=config.embedding,
+        encoder_size=config.encoder,
+        decoder_size=config.decoder,
+        attention_size=config.attention,
+        layers=config.layers,
+        dropout=config.dropout,
+        chunk_size=config.chunk_size or None,
+    )
+    cls = PAIRS[config.model]
+    pair = cls(network, estimator=config.estimator) if config.model in ESTIMATOR_PAIRS else cls(network)
+    return network, pair
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Checkpoints
+
+
+def save_checkpoint(state: dict[str, Any], path: str | os.PathLike) -> Path:
+    """Write ``state`` with ``torch.save`` atomically: a temporary file in the same folder, flushed and fsync-ed,
+    then ``os.replace``-d onto ``path``.  On any failure the temporary file is removed and an existing ``path``
+    is left as it was.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual permissions
+        with os.fdopen(fd, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    try:  # make the rename itself durable (POSIX); not possible everywhere
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+    except OSError:  # pragma: no cover - e.g. Windows
+        return path
+    try:
+        os.fsync(dir_fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(dir_fd)
+    return path
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _rng_state() -> dict[str, Any]:
+    import random
+
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(cached)],
+    }
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    import random
+
+    torch.set_rng_state(state["torch"])
+    version, keys, gauss = state["python"]
+    random.setstate((version, tuple(keys), gauss))
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+
+
+@dataclass
+class Checkpoint:
+    """A loaded checkpoint: its config, vocabularies, the pair (network weights loaded) and the raw dict."""
+
+    path: Path
+    config: TranslationConfig
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    network: Seq2Seq
+    pair: AlignmentPair
+    state: dict[str, Any]
+
+
+def _read_checkpoint(path: Path) -> dict[str, Any]:
+    if path.is_dir():
+        candidates = [path / "best.pt", path / "last.pt"]
+        found = next((p for p in candidates if p.is_file()), None)
+        if found is None:
+            raise FileNotFoundError(f"{path}: holds neither best.pt nor last.pt")
+        path = found
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such checkpoint")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - torch raises many kinds for a damaged file
+        raise ValueError(f"{path}: cannot be read as a checkpoint ({type(e).__name__}: {e})") from None
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"{path}: not a {CHECKPOINT_FORMAT} file")
+    state["_path"] = str(path)
+    return state
+
+
+def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
+    """Load a checkpoint file (or a run folder: its ``best.pt``, else ``last.pt``) into a ready pair."""
+    state = _read_checkpoint(Path(path))
+    config = TranslationConfig.from_dict(state["config"])
+    src_vocab, tgt_vocab = Vocab.from_json(state["src_vocab"]), Vocab.from_json(state["tgt_vocab"])
+    network, pair = build_pair(config, src_vocab, tgt_vocab)
+    network.load_state_dict(state["network"])
+    network.eval()
+    return Checkpoint(Path(state["_path"]), config, src_vocab, tgt_vocab, network, pair, state)
+
+
+def _vocab_difference(what: str, old: Vocab, new: Vocab) -> str | None:
+    if old == new:
+        return None
+    first = next((i for i, (a, b) in enumerate(zip(old.itos, new.itos, strict=False)) if a != b), None)
+    where = (
+        f"first difference at id {first}: {old.itos[first]!r} vs {new.itos[first]!r}"
+        if first is not None
+        else "one is a prefix of the other"
+    )
+    return f"{what}: checkpoint {len(old)} entries, this run {len(new)} ({where})"
+
+
+def check_compatible(state: dict[str, Any], config: TranslationConfig, src_vocab: Vocab, tgt_vocab: Vocab) -> None:
+    """Refuse (``ValueError`` naming every difference) a checkpoint of another model, sizes or vocabularies."""
+    old = state["config"]
+    diffs = [
+        f"{key}: checkpoint {old.get(key)!r}, this run {getattr(config, key)!r}"
+        for key in STRUCTURAL_KEYS
+        if old.get(key) != getattr(config, key)
+    ]
+    for what, saved, new in (("source vocabulary", state["src_vocab"], src_vocab),
+                             ("target vocabulary", state["tgt_vocab"], tgt_vocab)):
+        diff = _vocab_difference(what, Vocab.from_json(saved), new)
+        if diff:
+            diffs.append(diff)
+    if diffs:
+        raise ValueError(
+            f"{state.get('_path', 'checkpoint')} does not belong to this run, refusing to resume: "
+            + "; ".join(diffs)
+            + " (use another --out, or --overwrite to start afresh)"
+        )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Training
+
+
+@dataclass
+class Validation:
+    """Validation perplexity of one pass: exact, or an importance-weighted bound (``exact=False``)."""
+
+    nll: float
+    ppl: float
+    exact: bool
+    method: str
+    tokens: int
+
+    def label(self) -> str:
+        return "PPL" if self.exact else "PPL bound (importance-weighted; an upper bound in expectation)"
+
+
+def validate(pair: AlignmentPair, batches: Iterable[TranslationBatch], num_samples: int = 20) -> Validation:
+    """Perplexity over ``batches`` with the network in eval mode: exact by enumeration for the categorical pairs
+    and soft attention; for the Dirichlet pair the ``num_samples``-sample importance-weighted bound.
+    """
+    from pyro_attention.inference import log_likelihood
+
+    net = pair.network
+    was_training = net.training
+    net.eval()
+    total, tokens, exact, method = 0.0, 0, True, ""
+    try:
+        for batch in batches:
+            ll = log_likelihood(pair, batch, num_samples=num_samples)
+            total += float(ll.per_example.sum())
+            tokens += int(ll.num_tokens.sum())
+            exact, method = exact and ll.exact, ll.method
+    finally:
+        net.train(was_training)
+    nll = -total / max(tokens, 1)
+    return Validation(nll, math.exp(nll), exact, method, tokens)
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train` leaves: the trained pair (last epoch's weights), vocabularies and counters."""
+
+    pair: AlignmentPair
+    network: Seq2Seq
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    out: Path
+    epoch: int
+    step: int
+    best_metric: float
+    best_epoch: int
+    lr: float
+    history: dict[str, Any]
+    stopped_early: bool = False
+
+
+def _empty_history() -> dict[str, Any]:
+    return {"steps": {k: [] for k in ("epoch", "step", "loss", "tokens", "lr", "seconds")},
+            "epochs": {k: [] for k in ("epoch", "step", "val_nll", "val_ppl", "val_exact", "lr", "seconds")}}
+
+
+def _epoch_generator(seed: int, epoch: int) -> torch.Generator:
+    """The generator that orders the batches of ``epoch``: a function of ``(seed, epoch)`` only."""
+    return torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+
+
+def _set_lr(optim: ClippedAdam, lr: float) -> None:
+    optim.pt_optim_args["lr"] = lr
+    for opt in optim.optim_objs.values():
+        for group in opt.param_groups:
+            group["lr"] = lr
+
+
+def _write_csv(path: Path, history: dict[str, Any]) -> None:
+    """Rewrite the CSV from ``history`` (step rows and epoch rows, in the order they happened).
+
+    A resumed run starts from the checkpoint's history, so rows of an interrupted epoch are dropped.
+    """
+    rows = []
+    steps, epochs = history["steps"], history["epochs"]
+    for i in range(len(steps["step"])):
+        rows.append(_csv_row("step", **{k: v[i] for k, v in steps.items()}))
+    for i in range(len(epochs["epoch"])):
+        rows.append(_csv_row("epoch", **{k: v[i] for k, v in epochs.items()}))
+    rows.sort(key=lambda r: (r["step"], r["kind"] == "epoch"))
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, CSV_FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(tmp, path)
+
+
+def _csv_row(kind: str, **values: Any) -> dict[str, Any]:
+    row = {k: "" for k in CSV_FIELDS}
+    row["kind"] = kind
+    for key, value in values.items():
+        row[key] = f"{value:.9g}" if isinstance(value, float) else value
+    return row
+
+
+def train(
+    config: TranslationConfig,
+    progress: bool = True,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    log: Log | None = _log,
+) -> TrainResult:
+    """Train ``config``'s pair by SVI and write checkpoints and ``history.csv`` to ``config.out_dir``.
+
+    Every epoch: the length-bucketed batches in an order drawn from ``(seed, epoch)``, one
+    ``SVI(pair.model, pair.guide, ClippedAdam, pair.elbo()).step`` each (``pair.warmup_guide`` for the first
+    ``warmup_steps``); then validation perplexity; the learning rate is multiplied by ``lr_decay`` when it did not
+    improve on the best; ``last.pt`` is written, and ``best.pt`` when it improved; training stops early after
+    ``patience`` epochs in a row without improvement.
+
+    :param resume: continue from ``last.pt`` in the output folder, restoring network, optimiser, RNG states,
+        counters and history; the checkpoint must have the same model, estimator, sizes and vocabularies.
+    :param overwrite: start afresh even if the output folder holds a checkpoint (otherwise refused).
+    :raises FileNotFoundError: ``resume`` without a ``last.pt``.
+    :raises FileExistsError: a fresh run into a folder that holds ``last.pt`` without ``overwrite``.
+    :raises ValueError: a checkpoint that does not fit this run (naming every difference).
+    """
+    log = log or (lambda _: None)
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    out = config.out_dir
+    last_path, best_path, csv_path = out / "last.pt", out / "best.pt", out / "history.csv"
+    saved = None
+    if resume:
+        if not last_path.is_file():
+            raise FileNotFoundError(f"cannot resume: {last_path} does not exist (train without --resume first)")
+        saved = _read_checkpoint(last_path)
+    elif last_path.exists() and not overwrite:
+        raise FileExistsError(
+            f"{out} already holds a checkpoint ({last_path}); pass --resume to continue it, --overwrite to start "
+            f"afresh, or choose another --out"
+        )
+
+    corpora = load_corpora(config, log)
+    src_vocab, tgt_vocab = build_vocabs(config, corpora.train)
+    if saved is not None:
+        check_compatible(saved, config, src_vocab, tgt_vocab)
+        changed = [k for k, v in config.to_dict().items() if saved["config"].get(k) != v and k not in ("epochs",)]
+        if changed:
+            log("note: changed since the checkpoint: " + ", ".join(
+                f"{k} {saved['config'].get(k)!r} -> {getattr(config, k)!r}" for k in changed))
+    log(f"vocabularies: source {len(src_vocab)}, target {len(tgt_vocab)} (min_freq {config.min_freq}, "
+        f"max_vocab {config.max_vocab})")
+    train_batches = make_batches(corpora.train, src_vocab, tgt_vocab, config.batch_size)
+    val_batches = make_batches(corpora.val, src_vocab, tgt_vocab, max(config.batch_size, 64))
+
+    pyro.clear_param_store()
+    pyro.set_rng_seed(config.seed)
+    network, pair = build_pair(config, src_vocab, tgt_vocab)
+    epoch, step, best, best_epoch, bad, lr = 0, 0, math.inf, -1, 0, config.lr
+    history = _empty_history()
+    optim_state: dict[str, Any] | None = None
+    if saved is not None:
+        network.load_state_dict(saved["network"])
+        epoch, step, best, best_epoch = saved["epoch"], saved["step"], saved["best_metric"], saved["best_epoch"]
+        bad, lr, history, optim_state = saved["bad_epochs"], saved["lr"], saved["history"], saved["optim"]
+    optim = ClippedAdam({"lr": lr, "clip_norm": config.clip_norm})
+    if optim_state is not None:
+        optim.set_state(optim_state)
+    elbo = pair.elbo()
+    svi = SVI(pair.model, pair.guide, optim, elbo)
+    warm = SVI(pair.model, pair.warmup_guide, optim, elbo) if config.warmup_steps else None
+    if saved is not None:
+        _set_rng_state(saved["rng"])
+        log(f"resumed from {last_path}: epoch {epoch}, step {step}, best validation {best:.4g}, lr {lr:.3g}")
+    out.mkdir(parents=True, exist_ok=True)
+    _write_csv(csv_path, history)
+
+    def checkpoint(val: Validation) -> dict[str, Any]:
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "format_version": 1,
+            "package_version": __version__,
+            "torch_version": str(torch.__version__),
+            "pyro_version": str(pyro.__version__),
+            "python_version": platform.python_version(),
+            "config": config.to_dict(),
+            "src_vocab": src_vocab.to_json(),
+            "tgt_vocab": tgt_vocab.to_json(),
+            "network": network.state_dict(),
+            "optim": optim.get_state(),
+            "rng": _rng_state(),
+            "epoch": epoch,
+            "step": step,
+            "metric": "val_ppl",
+            "best_metric": best,
+            "best_epoch": best_epoch,
+            "bad_epochs": bad,
+            "lr": lr,
+            "val": dataclasses.asdict(val),
+            "history": history,
+        }
+
+    stopped = bool(config.patience) and bad >= config.patience
+    if stopped:
+        log(f"early stopping already reached ({bad} epochs without improvement, patience {config.patience})")
+    remaining = 0 if stopped else max(config.epochs - epoch, 0) * len(train_batches)
+    if remaining == 0 and not stopped:
+        log(f"nothing to do: {epoch} of {config.epochs} epochs done (raise --epochs to train further)")
+    bar = tqdm(total=remaining, disable=not progress, unit="step", desc=f"{type(pair).__name__}", dynamic_ncols=True)
+    csv_file = open(csv_path, "a", newline="", encoding="utf-8")  # closed in the finally below
+    rows = csv.DictWriter(csv_file, CSV_FIELDS)
+    start, seen = time.perf_counter(), 0
+    try:
+        while not stopped and epoch < config.epochs:
+            network.train()
+            order = torch.randperm(len(train_batches), generator=_epoch_generator(config.seed, epoch)).tolist()
+            epoch_loss, epoch_tokens = 0.0, 0
+            for index in order:
+                batch = train_batches[index]
+                tokens = int(batch.target_mask.sum())
+                runner = warm if warm is not None and step < config.warmup_steps else svi
+                loss = runner.step(batch) / tokens
+                if not math.isfinite(loss):
+                    raise FloatingPointError(f"non-finite loss {loss} at step {step} (epoch {epoch})")
+                step += 1
+                seen += tokens
+                epoch_loss += loss * tokens
+                epoch_tokens += tokens
+                elapsed = time.perf_counter() - start
+                values = dict(zip(history["steps"], (epoch, step, loss, tokens, lr, elapsed), strict=True))
+                for key, value in values.items():
+                    history["steps"][key].append(value)
+                rows.writerow(_csv_row("step", **values))
+                csv_file.flush()
+                bar.update(1)
+                bar.set_postfix(epoch=epoch, loss=f"{loss:.3f}", tok_s=f"{seen / max(elapsed, 1e-9):.0f}",
+                                refresh=False)
+            val = validate(pair, val_batches, config.num_samples)
+            improved = val.ppl < best
+            if improved:
+                best, best_epoch, bad = val.ppl, epoch, 0
+            else:
+                bad += 1
+                lr *= config.lr_decay
+                _set_lr(optim, lr)
+            epoch += 1
+            elapsed = time.perf_counter() - start
+            values = (epoch - 1, step, val.nll, val.ppl, val.exact, lr, elapsed)
+            values = dict(zip(history["epochs"], values, strict=True))
+            for key, value in values.items():
+                history["epochs"][key].append(value)
+            state = checkpoint(val)
+            save_checkpoint(state, last_path)
+            if improved:
+                save_checkpoint(state, best_path)
+            rows.writerow(_csv_row("epoch", **values))
+            csv_file.flush()
+            log(
+                f"epoch {epoch}/{config.epochs} step {step}: train loss/token "
+                f"{epoch_loss / max(epoch_tokens, 1):.4f}, validation NLL/token {val.nll:.4f}, {val.label()} "
+                f"{val.ppl:.4f}" + (" (best)" if improved else f", no improvement ({bad}); lr -> {lr:.3g}")
+            )
+            if config.patience and bad >= config.patience:
+                stopped = True
+                log(f"early stopping: {bad} epochs without improvement (patience {config.patience})")
+    finally:
+        csv_file.close()
+        bar.close()
+    log(f"best validation PPL {best:.4f} at epoch {best_epoch + 1}; checkpoints in {out}")
+    return TrainResult(pair, network, src_vocab, tgt_vocab, out, epoch, step, best, best_epoch, lr, history, stopped)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Evaluation and translation
+
+
+def _as_checkpoint(checkpoint: Checkpoint | str | os.PathLike) -> Checkpoint:
+    return checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
+
+
+def _default_rule(pair: AlignmentPair, rule: str | None) -> str:
+    from pyro_attention.inference.decode import DECODE_RULES
+
+    if rule is None:
+        return "marginal" if pair.latent == "categorical" else "soft"
+    _choice("rule", rule, DECODE_RULES)
+    if rule != "soft" and pair.latent != "categorical":
+        raise ValueError(f"rule {rule!r} needs a categorical alignment; {type(pair).__name__} allows only 'soft'")
+    return rule
+
+
+def _decode(
+    ckpt: Checkpoint,
+    sources: Sequence[Sequence[str]],
+    beam: int,
+    rule: str,
+    k: int,
+    length_penalty: float,
+    max_decode_len: int | None,
+    progress: bool,
+) -> list[list[str]]:
+    from pyro_attention.inference.decode import translate
+
+    out = []
+    for tokens in tqdm(sources, disable=not progress, desc="decoding", unit="sent", leave=False):
+        ids = torch.tensor([ckpt.src_vocab.encode(tokens)], dtype=torch.long)
+        limit = max_decode_len or 2 * len(tokens) + 10
+        hyp = translate(ckpt.pair, ids, ids != 0, beam, rule, k, limit, length_penalty)[0]
+        out.append(ckpt.tgt_vocab.decode(hyp))
+    return out
+
+
+@torch.no_grad()
+def evaluate(
+    checkpoint: Checkpoint | str | os.PathLike,
+    split: str = "test",
+    *,
+    src_file: str | os.PathLike | None = None,
+    tgt_file: str | os.PathLike | None = None,
+    ref_file: str | os.PathLike | None = None,
+    data_dir: str | None = None,
+    size: int | None = None,
+    kmax: int = 5,
+    beam: int = 5,
+    rule: str | None = None,
+    length_penalty: float = 0.0,
+    max_decode_len: int | None = None,
+    batch_size: int = 64,
+    num_samples: int | None = None,
+    bleu: bool = True,
+    lowercase: bool | None = None,
+    seed: int | None = 0,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Perplexity, K-max perplexity, prior entropy and BLEU of a checkpoint on a split or on given files.
+
+    :param split: ``"train"``, ``"val"`` or ``"test"`` of the corpus the checkpoint was trained on, unless
+        ``src_file`` / ``tgt_file`` (and optionally raw ``ref_file``) are given.
+    :param size: the first ``size`` pairs (synthetic: generate ``size``); default: the config's
+        ``{split}_size`` (so ``split="val"`` scores what validation scored), else all.
+    :param kmax: ``K`` of the K-max perplexity (categorical pairs; 0 skips it) and of ``rule="kmax"``.
+    :param rule: decoding rule, ``"soft"``, ``"marginal"`` or ``"kmax"`` (default: ``"marginal"`` for the
+        categorical pairs, ``"soft"`` otherwise).
+    :param num_samples: importance samples of the Dirichlet pair's bound (default: the training config's).
+    :param lowercase: case-insensitive BLEU (default: when the corpus is lower-cased, Multi30k and IWSLT14).
+    :param seed: seeds Pyro's RNGs first (``pyro.set_rng_seed``) so that the Dirichlet pair's sampled bound is
+        reproducible; ``None`` leaves them alone.
+    :returns: a dict with ``ppl`` (+ ``ppl_exact``, ``ppl_method``, ``nll``, ``tokens``), ``kmax_ppl``,
+        ``prior_entropy`` (mean nats per target token), ``bleu`` and ``bleu_signature``, ``hypotheses``, ...
+    """
+    from pyro_attention import metrics
+    from pyro_attention.inference import alignment_posterior, kmax_log_likelihood, log_likelihood
+
+    ckpt = _as_checkpoint(checkpoint)
+    if seed is not None:
+        pyro.set_rng_seed(seed)
+    config = ckpt.config if data_dir is None else ckpt.config.replace(data_dir=data_dir)
+    pair = ckpt.pair
+    rule = _default_rule(pair, rule) if bleu else rule
+    if kmax < 0 or beam < 1 or batch_size < 1:
+        raise ValueError(f"need kmax >= 0, beam >= 1, batch_size >= 1; got {kmax}, {beam}, {batch_size}")
+    if size is None and src_file is None and split in SPLITS:
+        size = getattr(config, f"{split}_size")  # the subset training used (val), or the configured one
+    data = load_split(
+        config, split, size=size, src_file=src_file, tgt_file=tgt_file, ref_file=ref_file, references=bleu
+    )
+    batches = make_batches(data, ckpt.src_vocab, ckpt.tgt_vocab, batch_size)
+    ckpt.network.eval()
+    samples = num_samples or config.num_samples
+    total, tokens, exact, method = 0.0, 0, True, ""
+    kmax_total = 0.0
+    kmax_exact = True
+    entropy_total = 0.0
+    for batch in tqdm(batches, disable=not progress, desc="scoring", unit="batch", leave=False):
+        ll = log_likelihood(pair, batch, num_samples=samples)
+        total += float(ll.per_example.sum())
+        tokens += int(ll.num_tokens.sum())
+        exact, method = exact and ll.exact, ll.method
+        if kmax and pair.latent == "categorical":
+            km = kmax_log_likelihood(pair, batch, kmax)
+            kmax_total += float(km.per_example.sum())
+            kmax_exact = kmax_exact and km.exact
+        ent, _ = metrics.prior_entropy(alignment_posterior(pair, batch)["prior"], batch.target_mask)
+        entropy_total += ent
+    result: dict[str, Any] = {
+        "checkpoint": str(ckpt.path),
+        "model": config.model,
+        "estimator": config.estimator,
+        "split": split if src_file is None else str(src_file),
+        "data": data.description,
+        "sentences": len(data),
+        "tokens": tokens,
+        "nll": -total / tokens,
+        "ppl": metrics.perplexity(total, tokens),
+        "ppl_exact": exact,
+        "ppl_method": method,
+        "kmax": kmax if kmax and pair.latent == "categorical" else None,
+        "kmax_ppl": metrics.perplexity(kmax_total, tokens) if kmax and pair.latent == "categorical" else None,
+        "kmax_method": (
+            f"K-max, K={kmax}, " + ("covers every source position: exact" if kmax_exact else "a lower bound on log p")
+            if kmax and pair.latent == "categorical"
+            else None
+        ),
+        "prior_entropy": entropy_total / tokens,
+        "bleu": None,
+        "bleu_signature": None,
+        "rule": rule,
+        "beam": beam,
+        "length_penalty": length_penalty,
+        "hypotheses": None,
+    }
+    if bleu:
+        hyps = _decode(ckpt, data.source, beam, rule, kmax or 5, length_penalty, max_decode_len, progress)
+        text = [metrics.detokenize(h, config.tgt) for h in hyps]
+        lc = config.lowercased if lowercase is None else lowercase
+        scored = metrics.bleu(text, data.references, lowercase=lc)
+        result.update(bleu=scored.score, bleu_signature=scored.signature, bleu_text=scored.text, hypotheses=text)
+    return result
+
+
+def _tokenizer(kind: str, lang: str) -> Callable[[str], list[str]]:
+    if kind == "none":
+        return str.split
+    if kind == "moses":
+        from sacremoses import MosesTokenizer
+
+        moses = MosesTokenizer(lang=lang)
+        return lambda line: moses.tokenize(line, escape=True, aggressive_dash_splits=False)
+    raise ValueError(f"tokenize must be one of none, moses; got {kind!r}")
+
+
+@torch.no_grad()
+def translate_lines(
+    checkpoint: Checkpoint | str | os.PathLike,
+    lines: Iterable[str],
+    *,
+    beam: int = 5,
+    rule: str | None = None,
+    k: int = 5,
+    length_penalty: float = 0.0,
+    max_decode_len: int | None = None,
+    tokenize: str = "none",
+    lowercase: bool | None = None,
+    progress: bool = False,
+) -> list[str]:
+    """Detokenised translations of ``lines`` (one sentence each; an empty line gives an empty line).
+
+    :param tokenize: ``"none"`` (the lines are tokenised like the training data: split on whitespace) or
+        ``"moses"`` (Moses-tokenise raw text with ``sacremoses``, escaping as the Multi30k / IWSLT files do).
+        BPE corpora need BPE-segmented input.
+    :param lowercase: lower-case the input (default: when the training corpus is lower-cased).
+    :param max_decode_len: at most this many target tokens (default ``2 * source length + 10``).
+    """
+    from pyro_attention.metrics import detokenize
+
+    ckpt = _as_checkpoint(checkpoint)
+    rule = _default_rule(ckpt.pair, rule)
+    split = _tokenizer(tokenize, ckpt.config.src)
+    lc = ckpt.config.lowercased if lowercase is None else lowercase
+    sources = [split(line.lower() if lc else line) for line in lines]
+    real = [i for i, s in enumerate(sources) if s]
+    hyps = _decode(ckpt, [sources[i] for i in real], beam, rule, k, length_penalty, max_decode_len, progress)
+    out = [""] * len(sources)
+    for i, hyp in zip(real, hyps, strict=True):
+        out[i] = detokenize(hyp, ckpt.config.tgt)
+    return out
+

@@ -1,0 +1,265 @@
+"""``pyro-attention train | evaluate | translate`` on the synthetic corpus with tiny sizes (a few seconds each).
+
+Also: exact resumption (RNG states, optimiser state and batch order restored), refused checkpoints, config
+files, atomic checkpoint writes, and one epoch on a 64-pair Multi30k subset when the shared data is present.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from pyro_attention import cli
+from pyro_attention.translation import (
+    CHECKPOINT_FORMAT,
+    TranslationConfig,
+    evaluate,
+    load_checkpoint,
+    save_checkpoint,
+    train,
+    translate_lines,
+)
+
+TINY = [
+    "--train-size", "16", "--val-size", "8", "--batch-size", "8",
+    "--embedding", "8", "--encoder", "8", "--decoder", "16", "--attention", "8", "--quiet",
+]  # fmt: skip
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def _train(out: Path, *extra: str) -> int:
+    return cli.main(["train", "--out", str(out), *TINY, *extra])
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    """A marginal-likelihood run: 1 epoch of 2 steps (16 pairs, batches of 8)."""
+    out = tmp_path_factory.mktemp("marginal")
+    assert _train(out, "--model", "marginal", "--epochs", "1") == 0
+    return out
+
+
+def _no_temp_files(folder: Path) -> bool:
+    return not [name for name in os.listdir(folder) if name.endswith(".tmp")]
+
+
+def test_train_two_steps(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert _train(out, "--model", "variational", "--estimator", "sample", "--epochs", "1") == 0
+    printed = capsys.readouterr().out
+    assert "dropped 0 of 16 pairs longer than 50" in printed
+    assert "validation NLL/token" in printed and "PPL" in printed
+    assert {p.name for p in out.iterdir()} == {"last.pt", "best.pt", "history.csv"}
+    state = torch.load(out / "last.pt", weights_only=True)
+    assert state["format"] == CHECKPOINT_FORMAT
+    for key in ("config", "package_version", "src_vocab", "tgt_vocab", "network", "optim", "rng", "epoch", "step",
+                "best_metric", "lr", "history"):
+        assert key in state, key
+    assert state["epoch"] == 1 and state["step"] == 2
+    assert state["config"]["model"] == "variational" and state["config"]["estimator"] == "sample"
+    assert set(state["rng"]) == {"torch", "python", "numpy"}
+    assert state["optim"] and all(k.startswith("network$$$") for k in state["optim"])
+    with open(out / "history.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["kind"] for r in rows] == ["step", "step", "epoch"]
+    assert float(rows[-1]["val_ppl"]) == pytest.approx(state["best_metric"])
+    assert _no_temp_files(out)
+
+
+def test_evaluate(run, capsys, tmp_path):
+    scores = tmp_path / "scores.json"
+    hyps = tmp_path / "hyps.txt"
+    code = cli.main(["evaluate", str(run), "--size", "6", "--beam", "2", "--kmax", "2", "--quiet",
+                     "--json", str(scores), "--hypotheses", str(hyps)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "perplexity           " in printed and "(exact: enumeration" in printed
+    assert "K-max perplexity" in printed and "K=2" in printed
+    assert "prior entropy" in printed
+    assert "BLEU" in printed and "sacreBLEU signature  nrefs:1|case:mixed|eff:no|tok:13a" in printed
+    res = json.loads(scores.read_text())
+    assert res["ppl_exact"] and res["ppl"] > 1 and res["sentences"] == 6
+    # K-max sums over fewer alignments: a lower bound on log p, so a higher perplexity
+    assert res["kmax_ppl"] >= res["ppl"] - 1e-6
+    assert 0 <= res["prior_entropy"] <= torch.log(torch.tensor(8.0)).item()
+    assert 0 <= res["bleu"] <= 100
+    assert len(hyps.read_text().splitlines()) == 6
+
+
+def test_evaluate_python_api_matches_cli_numbers(run):
+    res = evaluate(run / "last.pt", "val", kmax=0, bleu=False)
+    assert res["kmax_ppl"] is None and res["bleu"] is None
+    state = torch.load(run / "last.pt", weights_only=True)
+    assert res["ppl"] == pytest.approx(state["val"]["ppl"], rel=1e-5)  # the validation number of training
+
+
+def test_translate_file_and_stdin(run, tmp_path, capsys, monkeypatch):
+    src = tmp_path / "in.txt"
+    src.write_text("s1 s2 s3\n\ns0 s5 s6\n", encoding="utf-8")
+    assert cli.main(["translate", str(run / "best.pt"), str(src), "--beam", "2"]) == 0
+    from_file = capsys.readouterr().out.splitlines()
+    assert len(from_file) == 3 and from_file[1] == "" and from_file[0]
+    monkeypatch.setattr(sys, "stdin", io.StringIO("s1 s2 s3\n\ns0 s5 s6\n"))
+    assert cli.main(["translate", str(run), "--beam", "2"]) == 0
+    assert capsys.readouterr().out.splitlines() == from_file
+    assert translate_lines(run, ["s1 s2 s3"], beam=2) == from_file[:1]
+
+
+def test_resume_is_exact(tmp_path, capsys):
+    """1 epoch, then --resume --epochs 2 == 2 epochs in one go (same seed), with sampling and dropout."""
+    opts = ["--model", "hard", "--estimator", "sample", "--dropout", "0.2", "--train-size", "24", "--lr", "0.05"]
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert _train(a, *opts, "--epochs", "1") == 0
+    assert cli.main(["train", "--out", str(a), "--resume", "--epochs", "2", "--quiet"]) == 0
+    assert "resumed from" in capsys.readouterr().out
+    assert _train(b, *opts, "--epochs", "2") == 0
+    sa, sb = (torch.load(p / "last.pt", weights_only=True) for p in (a, b))
+    assert sa["epoch"] == sb["epoch"] == 2 and sa["step"] == sb["step"] == 6
+    assert sa["network"].keys() == sb["network"].keys()
+    for key in sa["network"]:
+        assert torch.equal(sa["network"][key], sb["network"][key]), key
+    assert sa["history"]["steps"]["loss"] == sb["history"]["steps"]["loss"]
+    assert sa["history"]["epochs"]["val_ppl"] == sb["history"]["epochs"]["val_ppl"]
+    assert sa["lr"] == sb["lr"]
+    for name in sa["optim"]:
+        for k, v in sa["optim"][name]["state"].get(0, {}).items():
+            other = sb["optim"][name]["state"][0][k]
+            assert torch.equal(torch.as_tensor(v), torch.as_tensor(other)), (name, k)
+    assert torch.equal(sa["rng"]["torch"], sb["rng"]["torch"])
+
+
+def test_resume_refuses_another_model_or_vocabulary(run, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["train", "--out", str(run), "--resume", "--model", "soft", "--quiet"])
+    assert e.value.code == 1
+    err = capsys.readouterr().err
+    assert "refusing to resume" in err and "model: checkpoint 'marginal', this run 'soft'" in err
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--out", str(run), "--resume", "--min-freq", "2", "--quiet"])
+    assert "source vocabulary: checkpoint" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--out", str(run), "--resume", "--encoder", "9", "--quiet"])
+    assert "encoder: checkpoint 8, this run 9" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # a fresh run never overwrites a checkpoint silently
+        _train(run, "--model", "marginal", "--epochs", "1")
+    assert "--resume" in capsys.readouterr().err
+
+
+def test_config_files(tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('model = "hard"\nepochz = 3\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"unknown config key\(s\) 'epochz'; allowed keys: data, data_dir"):
+        TranslationConfig.from_file(bad)
+    with pytest.raises(SystemExit) as e:
+        cli.main(["train", "--config", str(bad)])
+    assert e.value.code == 2 and "epochz" in capsys.readouterr().err
+    good = tmp_path / "run.json"
+    good.write_text(json.dumps({"model": "hard", "estimator": "sample", "batch-size": 4, "epochs": 7}))
+    config = TranslationConfig.from_file(good, epochs=2)
+    assert (config.model, config.estimator, config.batch_size, config.epochs) == ("hard", "sample", 4, 2)
+    assert config.out_dir == Path("runs/hard-sample")
+    toml = tmp_path / "run.toml"
+    toml.write_text('model = "variational"\nlr = 1\ndropout = 0.1\n', encoding="utf-8")
+    config = TranslationConfig.from_file(toml)
+    assert config.estimator == "enum" and config.lr == 1.0 and isinstance(config.lr, float)
+    typed = tmp_path / "typed.json"
+    typed.write_text(json.dumps({"epochs": "ten"}))
+    with pytest.raises(ValueError, match="'epochs' must be int"):
+        TranslationConfig.from_file(typed)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--model", "sof"], "argument --model: invalid choice: 'sof'"),
+        (["--model", "soft", "--estimator", "enum"], "argument --estimator: model 'soft' has no estimator"),
+        (["--estimator", "exact", "--model", "hard"], "argument --estimator: invalid choice: 'exact'"),
+        (["--epochs", "0"], "argument --epochs: must be an integer >= 1"),
+        (["--dropout", "1.5"], "argument --dropout: must be a number in [0, 1)"),
+        (["--data", "iwslt14"], "--train-split valid"),
+        (["--data", "multi30k", "--src", "xx"], "argument --src: src must be one of de, en, fr, cs"),
+        (["--warmup-steps", "3"], "argument --warmup-steps: model 'soft' has no warm-up guide; only relaxed"),
+    ],
+)
+def test_bad_options_are_argparse_errors(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["train", *argv])
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_relaxed_reports_a_bound(tmp_path, capsys):
+    out = tmp_path / "relaxed"
+    assert _train(out, "--model", "relaxed", "--epochs", "1", "--num-samples", "2") == 0
+    assert "PPL bound (importance-weighted" in capsys.readouterr().out
+    assert cli.main(["evaluate", str(out), "--size", "4", "--beam", "1", "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "perplexity bound" in printed and "K-max perplexity     -" in printed
+    with pytest.raises(SystemExit) as e:
+        cli.main(["evaluate", str(out), "--size", "4", "--rule", "marginal", "--quiet"])
+    assert e.value.code == 2 and "argument --rule" in capsys.readouterr().err
+
+
+def test_checkpoint_writes_are_atomic(tmp_path, monkeypatch):
+    path = tmp_path / "last.pt"
+    save_checkpoint({"x": torch.ones(3)}, path)
+
+    def broken_save(obj, f, *args, **kwargs):
+        f.write(b"half a checkpoint")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", broken_save)
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint({"x": torch.zeros(3)}, path)
+    monkeypatch.undo()
+    assert torch.equal(torch.load(path, weights_only=True)["x"], torch.ones(3))
+    assert os.listdir(tmp_path) == ["last.pt"]
+
+
+def test_failed_save_during_training_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    config = TranslationConfig(train_size=16, val_size=8, batch_size=8, embedding=8, encoder=8, decoder=16,
+                               attention=8, epochs=1, out=str(tmp_path))
+    train(config, progress=False, log=None)
+    before = torch.load(tmp_path / "last.pt", weights_only=True)
+
+    def broken_save(obj, f, *args, **kwargs):
+        f.write(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", broken_save)
+    with pytest.raises(OSError):
+        train(config.replace(epochs=2), progress=False, resume=True, log=None)
+    monkeypatch.undo()
+    after = load_checkpoint(tmp_path / "last.pt")
+    assert after.state["epoch"] == before["epoch"] == 1
+    assert all(torch.equal(after.state["network"][k], before["network"][k]) for k in before["network"])
+    assert _no_temp_files(tmp_path)
+
+
+def _multi30k_root() -> Path | None:
+    root = Path(os.environ["PYRO_ATTENTION_DATA"]) if os.environ.get("PYRO_ATTENTION_DATA") else SHARED_DATA
+    return root if (root / "multi30k" / "tok").is_dir() else None
+
+
+@pytest.mark.skipif(_multi30k_root() is None, reason=f"Multi30k not found under {SHARED_DATA} or $PYRO_ATTENTION_DATA")
+def test_multi30k_one_epoch_on_64_pairs(tmp_path, capsys):
+    root = _multi30k_root()
+    out = tmp_path / "m30k"
+    code = cli.main(["train", "--data", "multi30k", "--data-dir", str(root), "--train-size", "64", "--val-size",
+                     "16", "--epochs", "1", "--batch-size", "32", "--embedding", "8", "--encoder", "8", "--decoder",
+                     "16", "--attention", "8", "--out", str(out), "--quiet"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "Multi30k train de-en" in printed and "64 pairs; dropped" in printed
+    assert "of 29000 pairs longer than 50" in printed
+    assert (out / "best.pt").is_file()
+    res = evaluate(out, "test", size=4, beam=1, kmax=0)
+    assert res["sentences"] == 4 and "case:lc" in res["bleu_signature"]
+    assert res["ppl_exact"] and res["ppl"] > 1
