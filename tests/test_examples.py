@@ -12,7 +12,7 @@ import pytest
 from pyro_attention import cli
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-TESTED = {"toy_expectation.py", "exact_vs_variational.py", "region_qa.py", "inspect_posteriors.py"}
+TESTED = {"toy_expectation.py", "exact_vs_variational.py", "region_qa.py", "inspect_posteriors.py", "translate.py"}
 
 
 def _load(name: str):
@@ -96,6 +96,41 @@ def test_inspect_posteriors_tiny(capsys, tmp_path):
     assert out.exists() and out.with_suffix(".forest.png").exists()
     assert "| example | regions | max R-hat |" in printed and len(result["nuts"]) == 1
     assert set(result["rows"]) == {"marginal", "hard (enum)", "variational (enum)", "variational (sample)", "relaxed"}
+
+
+def test_translate_tiny(capsys, tmp_path):
+    module = _load("translate")
+    md = tmp_path / "table.md"
+    args = [
+        "--train-size",
+        "40",
+        "--val-size",
+        "8",
+        "--test-size",
+        "4",
+        "--epochs",
+        "1",
+        "--embedding",
+        "8",
+        "--encoder",
+        "8",
+        "--decoder",
+        "8",
+        "--attention",
+        "8",
+        "--beam",
+        "2",
+        "--quiet",
+        "--out",
+        str(tmp_path / "runs"),
+        "--markdown",
+        str(md),
+    ]
+    results = module.main(module.make_parser().parse_args(args))
+    assert len(results) == 7 and results["relaxed"]["ppl_exact"] is False
+    printed = capsys.readouterr().out
+    assert "| relaxed | ~" in printed and "BLEU signature: nrefs:1" in printed
+    assert md.read_text().startswith("| pair | PPL | BLEU | prior entropy |")
 
 
 def test_region_qa_rejects_unknown_pair():
