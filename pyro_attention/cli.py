@@ -390,7 +390,41 @@ def make_parser() -> argparse.ArgumentParser:
     demo.add_argument("--quiet", action="store_true", help="no progress bars")
     demo.set_defaults(func=_demo)
     _add_translation_commands(sub)
+    al = sub.add_parser("align", help="AER of prior / exact posterior / q / soft attention against gold alignments")
+    al.add_argument("--corpus", default="enfr", choices=["enfr", "csen"])
+    al.add_argument("--data-dir", default=None, help="data folder (default: $PYRO_ATTENTION_DATA)")
+    al.add_argument("--extra-size", type=_int_at_least(0), default=5000, help="extra Multi30k training pairs")
+    al.add_argument("--models", nargs="+", default=["soft", "variational"], choices=["soft", "marginal", "variational"])
+    al.add_argument("--epochs", type=_int_at_least(1), default=5)
+    al.add_argument("--batch-size", type=_int_at_least(1), default=32)
+    al.add_argument("--lr", type=_positive_float, default=3e-3)
+    al.add_argument("--max-len", type=_int_at_least(1), default=60)
+    for name, default in (("embedding", 64), ("encoder", 64), ("decoder", 128), ("attention", 64)):
+        al.add_argument(f"--{name}", type=_int_at_least(1), default=default)
+    al.add_argument("--both-directions", action="store_true", help="also train target->source; report intersection")
+    al.add_argument("--seed", type=int, default=0)
+    al.add_argument("--threads", type=_int_at_least(1), default=1)
+    al.add_argument("--out", default="runs/align")
+    al.add_argument("--markdown", default="", help="also write the table to this file")
+    al.set_defaults(func=_align, parser=al)
     return parser
+
+
+def _align(args: argparse.Namespace) -> int:
+    from pyro_attention.align import AlignConfig, format_rows, run_align
+
+    keys = [f for f in AlignConfig.__dataclass_fields__ if f in vars(args)]
+    try:
+        config = AlignConfig(**{k: getattr(args, k.replace("-", "_")) for k in keys})
+        rows = run_align(config)
+    except (FileNotFoundError, ValueError) as error:
+        _fail(args.parser, error)
+        return 1
+    table = format_rows(rows)
+    print(table)
+    if args.markdown:
+        Path(args.markdown).write_text(table + "\n")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,216 @@
+"""Alignment error rate of latent alignments against human gold alignments (``pyro-attention align``).
+
+A translation model is trained (:func:`pyro_attention.translation.train`) on parallel text that *includes the
+gold sentence pairs as unlabelled text* (plus, optionally, extra parallel text), then, on the gold pairs, every
+alignment source is turned into links -- the argmax source word of each target word -- and scored with AER,
+precision and recall (Och & Ney 2003, :mod:`pyro_attention.aer`):
+
+* ``prior``: ``p(z_t | x, y_<t)`` of a categorical pair (what it would attend to before seeing ``y_t``);
+* ``posterior``: the exact ``p(z_t | x, y)`` by enumeration (Bayes' rule, sees ``y_t``);
+* ``q``: the amortised inference network of :class:`~pyro_attention.models.VariationalAttention`;
+* ``soft``: the attention weights of a :class:`~pyro_attention.models.SoftAttention` model.
+
+With ``both_directions`` a second set of models is trained target -> source and each source's links are also
+reported for the reverse direction and for the intersection of the two (the usual symmetrisation).
+
+Corpora (from ``--data-dir`` / ``$PYRO_ATTENTION_DATA``): ``enfr`` -- English-French Hansards (NAACL 2003; 447
+pairs, 1-indexed Pharaoh with possible links), extra text Multi30k en-fr train; ``csen`` -- Czech-English WSJ
+(515 pairs, NAACL format, English column first), extra text Multi30k cs-en train.  Tokens are lower-cased
+(Multi30k is lower-cased).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from pyro_attention.aer import AERResult, alignment_error_rate, links_from_probs, symmetrize
+from pyro_attention.data.alignments import GoldAlignments, read_bitext, read_naacl, read_pharaoh
+from pyro_attention.data.text import data_dir as resolve_data_dir
+from pyro_attention.data.text import multi30k_paths, read_parallel
+from pyro_attention.data.translation import collate
+from pyro_attention.inference import alignment_posterior
+
+CORPORA = ("enfr", "csen")
+
+
+@dataclass
+class AlignConfig:
+    """Options of an AER run (CPU-sized defaults)."""
+
+    corpus: str = "enfr"
+    data_dir: str | None = None
+    extra_size: int = 5000
+    max_len: int = 60
+    epochs: int = 5
+    batch_size: int = 32
+    lr: float = 3e-3
+    embedding: int = 64
+    encoder: int = 64
+    decoder: int = 128
+    attention: int = 64
+    both_directions: bool = False
+    seed: int = 0
+    threads: int = 1
+    out: str = "runs/align"
+    models: list[str] = field(default_factory=lambda: ["soft", "variational"])
+
+    def __post_init__(self) -> None:
+        if self.corpus not in CORPORA:
+            raise ValueError(f"corpus must be one of {CORPORA}, got {self.corpus!r}")
+        unknown = [m for m in self.models if m not in ("soft", "marginal", "variational")]
+        if unknown:
+            raise ValueError(f"models: {unknown} not supported here; choose from ['soft', 'marginal', 'variational']")
+
+
+@dataclass
+class GoldCorpus:
+    source: list[list[str]]
+    target: list[list[str]]
+    gold: GoldAlignments
+    extra_source: list[list[str]]
+    extra_target: list[list[str]]
+    description: str
+
+
+def _lower(sentences: list[list[str]]) -> list[list[str]]:
+    return [[w.lower() for w in s] for s in sentences]
+
+
+def load_gold_corpus(config: AlignConfig, log: Callable[[str], None] = print) -> GoldCorpus:
+    """The gold sentence pairs, their links (out-of-range links reported and dropped) and the extra text."""
+    root = resolve_data_dir(config.data_dir)
+    gold_dir = root / "gold-alignments"
+    if config.corpus == "enfr":
+        folder = gold_dir / "awesome-align-examples"
+        source, target = read_bitext(folder / "enfr.src-tgt")
+        gold = read_pharaoh(folder / "enfr.gold", one_indexed=True, source_lengths=source, target_lengths=target)
+        src_lang, tgt_lang, desc = "en", "fr", "English-French Hansards (NAACL 2003)"
+    else:
+        folder = gold_dir / "cs-en-ldmt"
+        source, target = read_bitext(folder / "corpus.cz-en")
+        gold = read_naacl(folder / "czen.wal", swap=True, source_lengths=source, target_lengths=target)
+        src_lang, tgt_lang, desc = "cs", "en", "Czech-English WSJ (Marecek 2016)"
+    for dropped in gold.report:
+        log(f"gold: dropped {dropped}")
+    extra_src: list[list[str]] = []
+    extra_tgt: list[list[str]] = []
+    if config.extra_size:
+        paths = multi30k_paths(root, "train", src_lang, tgt_lang)
+        extra = read_parallel(*paths, max_len=config.max_len)
+        extra_src, extra_tgt = extra.source[: config.extra_size], extra.target[: config.extra_size]
+    return GoldCorpus(_lower(source), _lower(target), gold, extra_src, extra_tgt, desc)
+
+
+def _write(path: Path, sentences: list[list[str]]) -> Path:
+    path.write_text("".join(" ".join(s) + "\n" for s in sentences), encoding="utf-8")
+    return path
+
+
+def _train(corpus: GoldCorpus, config: AlignConfig, model: str, reverse: bool, log: Callable[[str], None]):  # noqa: ANN202
+    from pyro_attention.translation import TranslationConfig, train
+
+    out = Path(config.out) / f"{model}{'-reverse' if reverse else ''}"
+    out.mkdir(parents=True, exist_ok=True)
+    src, tgt = corpus.source + corpus.extra_source, corpus.target + corpus.extra_target
+    if reverse:
+        src, tgt = tgt, src
+    gold_src, gold_tgt = (corpus.target, corpus.source) if reverse else (corpus.source, corpus.target)
+    files = {
+        "train_src": _write(out / "train.src", src),
+        "train_tgt": _write(out / "train.tgt", tgt),
+        "val_src": _write(out / "val.src", gold_src),
+        "val_tgt": _write(out / "val.tgt", gold_tgt),
+    }
+    tc = TranslationConfig(
+        data="parallel",
+        **{k: str(v) for k, v in files.items()},
+        max_len=config.max_len,
+        model=model,
+        estimator="enum" if model == "variational" else None,
+        embedding=config.embedding,
+        encoder=config.encoder,
+        decoder=config.decoder,
+        attention=config.attention,
+        epochs=config.epochs,
+        batch_size=config.batch_size,
+        lr=config.lr,
+        seed=config.seed,
+        threads=config.threads,
+        out=str(out),
+        patience=0,
+    )
+    return train(tc, progress=False, overwrite=True, log=log)
+
+
+@torch.no_grad()
+def alignment_links(
+    result, source: list[list[str]], target: list[list[str]], batch_size: int = 32
+) -> dict[str, list[set[tuple[int, int]]]]:  # noqa: ANN001
+    """Argmax links of every alignment distribution of a trained pair on the given sentence pairs, in order."""
+    links: dict[str, list[set[tuple[int, int]]]] = {}
+    pair = result.pair
+    pair.network.eval()
+    for start in range(0, len(source), batch_size):
+        chunk = list(range(start, min(len(source), start + batch_size)))
+        batch = collate([(result.src_vocab.encode(source[i]), result.tgt_vocab.encode(target[i])) for i in chunk])
+        probs = alignment_posterior(pair, batch)
+        words = torch.zeros_like(batch.target_mask)
+        for row, i in enumerate(chunk):
+            words[row, : len(target[i])] = True  # real words only: no </s>
+        for name, p in probs.items():
+            name = "q" if name == "guide" else name
+            links.setdefault(name, []).extend(links_from_probs(p, source_mask=batch.source_mask, target_mask=words))
+    return links
+
+
+@dataclass
+class AlignRow:
+    model: str
+    source: str
+    direction: str
+    result: AERResult
+
+
+def run_align(config: AlignConfig, log: Callable[[str], None] = print) -> list[AlignRow]:
+    """Train the models and score every alignment source against the gold links."""
+    torch.set_num_threads(config.threads)
+    corpus = load_gold_corpus(config, log)
+    log(
+        f"{corpus.description}: {len(corpus.source)} gold pairs ({corpus.gold.num_sure} sure links), "
+        f"{len(corpus.extra_source)} extra training pairs"
+    )
+    rows: list[AlignRow] = []
+    for model in config.models:
+        start = time.perf_counter()
+        forward = alignment_links(_train(corpus, config, model, False, log), corpus.source, corpus.target)
+        log(f"trained {model} ({time.perf_counter() - start:.0f} s)")
+        backward = None
+        if config.both_directions:
+            trained = _train(corpus, config, model, True, log)
+            backward = alignment_links(trained, corpus.target, corpus.source)
+        for name, predicted in forward.items():
+            label = "soft" if model == "soft" else name  # a soft model's "prior" is its attention weights
+            rows.append(AlignRow(model, label, "forward", alignment_error_rate(predicted, corpus.gold)))
+            if backward is not None:
+                reverse = backward[name]
+                inverted = [{(s, t) for t, s in links} for links in reverse]
+                rows.append(AlignRow(model, label, "reverse", alignment_error_rate(inverted, corpus.gold)))
+                both = symmetrize(predicted, reverse)
+                rows.append(AlignRow(model, label, "intersection", alignment_error_rate(both, corpus.gold)))
+    return rows
+
+
+def format_rows(rows: list[AlignRow]) -> str:
+    lines = ["| model | alignment source | direction | AER | precision | recall | links |", "|" + "---|" * 7]
+    for r in rows:
+        a = r.result
+        lines.append(
+            f"| {r.model} | {r.source} | {r.direction} | {a.aer:.3f} | {a.precision:.3f} | {a.recall:.3f} "
+            f"| {a.num_predicted} |"
+        )
+    return "\n".join(lines)
