@@ -89,8 +89,21 @@ def log_likelihood(pair: AlignmentPair, batch: Any, num_samples: int = 100) -> L
     """``log p(y | x)`` per token and per example: exact where the alignment can be enumerated.
 
     :param num_samples: importance samples ``K`` for pairs with a continuous alignment.
+
+    A pair that defines its own ``log_likelihood(batch)`` (e.g. a dynamic programme over a structured latent)
+    is asked for it.  Otherwise the model is enumerated; a model with more than one enumerated site (whose
+    dims ``pyro.markov`` may reuse) is refused rather than summed wrongly.
     """
+    own = getattr(pair, "log_likelihood", None)
+    if own is not None:
+        return own(batch)
     trace, enumerated = _enumerated_trace(pair, batch)
+    enumerated_sites = [n for n in _latent_sites(trace) if trace.nodes[n]["infer"].get("_enumerate_dim") is not None]
+    if len(enumerated_sites) > 1:
+        raise ValueError(
+            f"{type(pair).__name__}: {len(enumerated_sites)} enumerated sites ({enumerated_sites[:3]}...); "
+            "log_likelihood sums one enumerated alignment per token -- define pair.log_likelihood(batch)"
+        )
     mask = trace.nodes["y"]["mask"]
     if enumerated:
         joint = _log_joint(trace)
@@ -158,9 +171,13 @@ def predict(pair: AlignmentPair, batch: Any, rule: str = "marginal", num_samples
         categorical pairs; a ``num_samples`` Monte Carlo average over the prior for the Dirichlet pair);
         ``"soft"`` -- :math:`p(y_t \\mid x, \\mathbb{E}_p[z_t])`, the network run once on the expected context;
         ``"kmax"`` -- the marginal over the ``k`` most probable prior alignments, renormalised over them.
+        A pair that defines its own ``predict(batch)`` is asked for it (its rule is part of the model).
     """
     if rule not in RULES:
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
+    own = getattr(pair, "predict", None)
+    if own is not None:  # a pair with its own prediction rule (structured attention)
+        return own(batch)
     net = pair.network
     enc = net.encode(batch)
     if rule == "soft":
