@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pyro
 import pytest
 import torch
+from scripts import load_script
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 TINY = [
@@ -34,14 +33,7 @@ TINY = [
 
 
 def _load(name: str) -> ModuleType:
-    path = BENCHMARKS / f"{name}.py"
-    module_name = f"_pyro_attention_benchmark_{name}"
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    assert spec is not None and spec.loader is not None, path
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks", name)
 
 
 @pytest.fixture(scope="module")

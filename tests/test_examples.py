@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from scripts import load_script
 
 from pyro_attention import cli
 
@@ -16,10 +16,7 @@ TESTED = {"toy_expectation.py", "exact_vs_variational.py", "region_qa.py", "insp
 
 
 def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("examples", name)
 
 
 def test_every_example_is_tested():

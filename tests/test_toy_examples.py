@@ -2,27 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 import torch
+from scripts import load_script
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 def _load(name: str) -> ModuleType:
-    path = EXAMPLES / f"{name}.py"
-    module_name = f"_pyro_attention_example_{name}"
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    assert spec is not None and spec.loader is not None, path
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("examples", name)
 
 
 @pytest.fixture(scope="module")
