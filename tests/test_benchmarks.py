@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from types import ModuleType
 
 import pyro
@@ -11,7 +10,6 @@ import pytest
 import torch
 from scripts import load_script
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 TINY = [
     "--batch-size",
     "4",

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 import torch
 from scripts import load_script
-
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 def _load(name: str) -> ModuleType:
