@@ -11,10 +11,16 @@ pair                        ``"align"``    guide                           ELBO
 ==========================  =============  ==============================  =============================
 """
 
+from pyro_attention.models.bayesian import BayesianAttention
+from pyro_attention.models.gaussian_context import GaussianContextAttention
+from pyro_attention.models.gumbel import GumbelAttention
 from pyro_attention.models.hard import HardAttention
 from pyro_attention.models.marginal import MarginalLikelihood
 from pyro_attention.models.relaxed import RelaxedAttention
+from pyro_attention.models.rws import RWSAttention
 from pyro_attention.models.soft import SoftAttention
+from pyro_attention.models.structured import SegmentationAttention, SegmentationMarginal
+from pyro_attention.models.structured_tree import SyntacticAttention
 from pyro_attention.models.variational import VariationalAttention
 
 PAIRS = {
@@ -25,4 +31,31 @@ PAIRS = {
     "relaxed": RelaxedAttention,
 }
 
-__all__ = ["PAIRS", "HardAttention", "MarginalLikelihood", "RelaxedAttention", "SoftAttention", "VariationalAttention"]
+#: the neighbours of the paper's pairs (importable, trainable with ``fit``; not yet in ``PAIRS``, whose members
+#: the translation CLI checkpoints: these own parameters outside the task network, which checkpoints do not save)
+NEIGHBOURS = {
+    "segmentation": SegmentationAttention,
+    "syntactic": SyntacticAttention,
+    "segmentation-marginal": SegmentationMarginal,
+    "gaussian": GaussianContextAttention,
+    "bayesian": BayesianAttention,
+    "gumbel": GumbelAttention,
+    "rws": RWSAttention,
+}
+
+__all__ = [
+    "NEIGHBOURS",
+    "PAIRS",
+    "BayesianAttention",
+    "GaussianContextAttention",
+    "GumbelAttention",
+    "HardAttention",
+    "MarginalLikelihood",
+    "RWSAttention",
+    "RelaxedAttention",
+    "SegmentationAttention",
+    "SegmentationMarginal",
+    "SoftAttention",
+    "SyntacticAttention",
+    "VariationalAttention",
+]

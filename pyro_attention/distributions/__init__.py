@@ -1,5 +1,6 @@
 """Distributions torch and Pyro lack."""
 
+from pyro_attention.distributions import weibull_gamma  # noqa: F401  (registers KL(Weibull || Gamma), KL(LogNormal || Gamma))
 from pyro_attention.distributions.aligned import AlignedCategorical
 from pyro_attention.distributions.dirichlet import MaskedDirichlet
 from pyro_attention.distributions.kl import kl_categorical_categorical

@@ -1,0 +1,301 @@
+r"""Variational attention for sequence-to-sequence models: the context vector itself is random.
+
+Bahuleyan, Mou, Vechtomova, Poupart (COLING 2018) replace the deterministic context of soft attention by a
+Gaussian latent variable, so that a variational encoder-decoder cannot bypass its sentence-level latent through
+attention.  For every target position :math:`t`,
+
+.. math::
+
+    c_t \sim p(c_t \mid x) = \mathcal{N}(m(x), I), \qquad y_t \sim p(y_t \mid x, y_{<t}, c_t),
+
+with :math:`m(x) = 0` (``prior="standard"``, the paper's choice) or :math:`m(x) = \frac{1}{|S|}\sum_{s} x_s`,
+the mean of the encoder values over the real source positions (``prior="mean"``).  The guide is
+
+.. math::
+
+    q(c_t \mid x, y) = \mathcal{N}\big(\mu_t,\ \mathrm{diag}\,\sigma_t^2\big), \qquad
+    \mu_t = \sum_s a_{t,s}\, x_s, \qquad \sigma_t = \mathrm{softplus}(W_2 \tanh(W_1 \mu_t)) + \sigma_{\min},
+
+where :math:`a_t` are the deterministic soft-attention weights: those of the prior scores, ``softmax(a_t)``
+(``guide_mean="prior"``: the paper's :math:`\mu = a^{\mathrm{det}}`, computed from the source and the decoder
+state, i.e. the target prefix), or those of the inference network, ``softmax(b_t)``, which also sees
+:math:`y_t` (``guide_mean="posterior"``).  The :math:`\sigma` head is a small ``nn.Module`` owned by the pair
+(registered as ``pyro.module("context_scale", ...)``), so task networks stay unaware of it.  The objective is
+
+.. math::
+
+    \mathcal{L} = \sum_t \mathbb{E}_q[\log p(y_t \mid x, y_{<t}, c_t)]
+                  - w(\text{step})\ \mathrm{KL}(q(c_t \mid x, y) \,\|\, p(c_t \mid x)),
+
+with the Gaussian KL analytic (``TraceMeanField_ELBO``) and an optional KL annealing weight :math:`w`.
+
+* **What is random:** the context vector :math:`c_t \in \mathbb{R}^D` (site ``"align"``, event dim 1) -- not
+  an alignment: the attention weights stay deterministic and only parameterise the guide's mean.
+* **What the prior and the posterior see:** the prior sees nothing (``"standard"``) or the source values
+  (``"mean"``); the guide sees the source and the decoder state through the attention weights, and with
+  ``guide_mean="posterior"`` also the observed target.
+* **What is combined at prediction:** representations.  The paper predicts with the mean context,
+  :math:`p(y_t \mid x, c_t = \sum_s a_{t,s} x_s)`; that is ``predict(pair, batch, rule="soft")`` with the
+  prior's attention weights (:meth:`~pyro_attention.pair.AlignmentPair.attention_prior`), which is exactly the
+  guide's mean when ``guide_mean="prior"``.  The generative model's own predictive
+  :math:`\mathbb{E}_{p(c \mid x)}[p(y \mid x, c)]` does not use attention at all under ``prior="standard"``;
+  :func:`pyro_attention.inference.log_likelihood` estimates it by importance sampling with ``q`` as proposal
+  (an estimate, labelled as such; with ``q`` far from the prior it is loose -- prior sampling can be tighter).
+  ``predict(..., rule="marginal")`` and ``alignment_posterior`` do not apply (the latent is not a weight
+  vector).  With ``guide_mean="posterior"`` nothing in the objective uses the prior's attention scores, so the
+  mean-context rule runs on untrained weights: that setting is for studying the model's likelihood, not for
+  prediction.
+* **Training and prediction:** reparameterised Gaussian samples and ``TraceMeanField_ELBO`` (analytic KL).
+  KL annealing (Bowman et al. 2016; used by Bahuleyan et al.) is :class:`KLAnnealing`: ``pyro.poutine.scale``
+  on the latent site, in the model and the guide, with weight :meth:`KLAnnealing.kl_weight` of a step counter
+  that the pair's ELBO advances after each gradient step.  At weight 1 (the default: ``anneal_steps=0``) the
+  objective is the plain ELBO, and every trace taken outside a training step sees the unscaled model.
+  On region QA the full-weight KL (:math:`\tfrac12\|\mu_t - m(x)\|^2` alone is several nats per token, more
+  than the answer's entropy) makes ``q`` collapse onto the prior and the output ignore :math:`c_t`;
+  ``kl_scale=0.01`` (a KL-weighted objective) lets the mean-context rule match soft attention
+  (``docs/neighbours.md``).
+
+Padded targets contribute nothing: ``"y"`` is masked there and the guide equals the prior there.  Padded
+sources get zero attention weight and are left out of the ``"mean"`` prior.
+
+Not a row of Deng et al. (2018); Bahuleyan et al. (2018) report it for question generation and dialogue
+(with a sentence-level latent as well, which this pair leaves to the task network).
+
+References: [1] Bahuleyan, Mou, Vechtomova, Poupart, "Variational Attention for Sequence-to-Sequence Models",
+COLING 2018.  [2] Bowman, Vilnis, Vinyals, Dai, Jozefowicz, Bengio, "Generating Sentences from a Continuous
+Space", CoNLL 2016 (KL annealing).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, ClassVar
+
+import pyro
+import pyro.distributions as dist
+import torch
+from pyro import poutine
+from torch import Tensor, nn
+
+from pyro_attention.networks.base import AttentionNetwork, Encoded, expected_context
+from pyro_attention.pair import MAX_PLATE_NESTING, AlignmentPair
+
+PRIORS = ("standard", "mean")
+GUIDE_MEANS = ("prior", "posterior")
+SCHEDULES = ("linear", "tanh")
+#: steepness of the tanh schedule (its weight goes from exactly 0 to exactly 1 over ``anneal_steps``)
+TANH_STEEPNESS = 3.0
+
+
+class KLAnnealing:
+    r"""KL annealing for pairs trained with the mean-field ELBO: a step counter and a weight schedule.
+
+    With :math:`u = \min(1, \text{step} / \text{anneal\_steps})` the weight is :math:`w = \kappa u`
+    (``"linear"``) or :math:`w = \kappa (\tanh(a(2u - 1)) + \tanh a) / (2 \tanh a)`, :math:`a = 3` (``"tanh"``:
+    slow, fast, slow); both are exactly 0 at step 0 and exactly :math:`\kappa` from step ``anneal_steps`` on;
+    ``anneal_steps=0`` means no annealing.  :math:`\kappa` is ``kl_scale``, 1 by default (the ELBO); another
+    value trains a KL-weighted objective (a beta-VAE-style trade-off, as BAM's code does by averaging its KL over
+    positions) -- an estimator choice that leaves the model, and every evaluation of it, unchanged.
+
+    The pair multiplies the log-densities of its latent site ``"align"`` -- in the model and in the guide, so the
+    KL term (or the sampled ``log p(z) - log q(z)``) -- by :math:`w` with ``pyro.poutine.scale`` (``poutine.mask``
+    at :math:`w = 0`, where Pyro refuses a zero scale), but only while :meth:`annealed` is active.  The ELBO
+    returned by the pair's ``elbo()`` (:class:`AnnealedMeanField_ELBO`) activates it for each
+    ``loss_and_grads`` (one SVI step) and then advances the counter by one; ``loss`` (evaluation),
+    :func:`~pyro_attention.inference.log_likelihood`, ``Predictive`` and every other trace see the model at
+    weight 1, so annealing never changes what the model means.  :meth:`set_step` sets the counter (e.g. when
+    resuming); ``step`` reads it.
+    """
+
+    anneal_steps: int = 0
+    schedule: str = "linear"
+    kl_scale: float = 1.0
+    step: int = 0
+    _annealing: bool = False
+
+    def _init_annealing(self, anneal_steps: int, schedule: str, kl_scale: float = 1.0) -> None:
+        if anneal_steps < 0:
+            raise ValueError(f"{type(self).__name__}: anneal_steps must be >= 0, got {anneal_steps}")
+        if schedule not in SCHEDULES:
+            raise ValueError(f"{type(self).__name__}: schedule must be one of {SCHEDULES}, got {schedule!r}")
+        if not kl_scale > 0:
+            raise ValueError(f"{type(self).__name__}: kl_scale must be > 0, got {kl_scale}")
+        self.anneal_steps = int(anneal_steps)
+        self.schedule = schedule
+        self.kl_scale = float(kl_scale)
+        self.step = 0
+        self._annealing = False
+
+    def kl_weight(self, step: int | None = None) -> float:
+        """The KL weight at ``step`` (default: the current counter)."""
+        step = self.step if step is None else step
+        if self.anneal_steps == 0:
+            return self.kl_scale
+        u = min(1.0, max(0.0, step / self.anneal_steps))
+        if self.schedule == "linear":
+            return self.kl_scale * u
+        a = TANH_STEEPNESS
+        return self.kl_scale * (math.tanh(a * (2.0 * u - 1.0)) + math.tanh(a)) / (2.0 * math.tanh(a))
+
+    def set_step(self, step: int) -> None:
+        """Set the annealing step counter."""
+        if step < 0:
+            raise ValueError(f"step must be >= 0, got {step}")
+        self.step = int(step)
+
+    @contextmanager
+    def annealed(self) -> Iterator[None]:
+        """Apply the current KL weight to the latent site inside this block (the ELBO's training step)."""
+        previous, self._annealing = self._annealing, True
+        try:
+            yield
+        finally:
+            self._annealing = previous
+
+    @contextmanager
+    def latent_scale(self) -> Iterator[None]:
+        """Wrap the latent sample statement: scale it by the KL weight while :meth:`annealed` is active."""
+        weight = self.kl_weight() if self._annealing else 1.0
+        if weight == 1.0:
+            yield
+        elif weight == 0.0:
+            with poutine.mask(mask=False):
+                yield
+        else:
+            with poutine.scale(scale=weight):
+                yield
+
+
+class AnnealedMeanField_ELBO(pyro.infer.TraceMeanField_ELBO):
+    """``TraceMeanField_ELBO`` whose gradient steps run at the pair's KL weight and advance its step counter.
+
+    ``loss`` (no gradient) is the plain ELBO at weight 1; ``loss_and_grads`` returns the annealed loss it
+    differentiated.
+    """
+
+    def __init__(self, pair: KLAnnealing, **kwargs: Any) -> None:
+        kwargs.setdefault("max_plate_nesting", MAX_PLATE_NESTING)
+        super().__init__(**kwargs)
+        self.pair = pair
+
+    def loss_and_grads(self, model, guide, *args, **kwargs):  # noqa: ANN001, ANN201 - Pyro's signature
+        with self.pair.annealed():
+            loss = super().loss_and_grads(model, guide, *args, **kwargs)
+        self.pair.step += 1
+        return loss
+
+
+class ContextScale(nn.Module):
+    """The guide's standard deviation head: ``softplus(W_2 tanh(W_1 mu)) + min_scale``, ``(..., D) -> (..., D)``."""
+
+    def __init__(self, size: int, min_scale: float = 1e-3) -> None:
+        super().__init__()
+        self.hidden = nn.Linear(size, size)
+        self.out = nn.Linear(size, size)
+        self.min_scale = min_scale
+
+    def forward(self, mu: Tensor) -> Tensor:
+        return nn.functional.softplus(self.out(torch.tanh(self.hidden(mu)))) + self.min_scale
+
+
+class GaussianContextAttention(KLAnnealing, AlignmentPair):
+    """Gaussian context vector ``c_t`` with an amortised diagonal-Gaussian guide centred on the soft context.
+
+    :param network: the task network.
+    :param prior: ``"standard"`` -- ``N(0, I)``; ``"mean"`` -- ``N(mean of the real source values, I)``.
+    :param guide_mean: ``"prior"`` -- ``mu_t`` is the soft context of the prior's attention weights (the
+        paper); ``"posterior"`` -- of the inference network's weights (which see ``y_t``).
+    :param context_size: ``D``; ``None`` builds the scale head at the first call from the values' size.
+    :param min_scale: lower bound of the guide's standard deviations.
+    :param anneal_steps: steps of KL annealing (0: none, weight 1 throughout).
+    :param schedule: ``"linear"`` or ``"tanh"``.
+    :param kl_scale: the final KL weight (1: the ELBO; see :class:`KLAnnealing`).
+    """
+
+    latent: ClassVar[str] = "context"
+    label: ClassVar[str] = "gaussian_context"
+    paper_row: ClassVar[str] = "Variational Attention for Seq2Seq (Bahuleyan et al. 2018; not in Deng et al.)"
+
+    def __init__(
+        self,
+        network: AttentionNetwork,
+        prior: str = "standard",
+        guide_mean: str = "prior",
+        context_size: int | None = None,
+        min_scale: float = 1e-3,
+        anneal_steps: int = 0,
+        schedule: str = "linear",
+        kl_scale: float = 1.0,
+    ) -> None:
+        super().__init__(network)
+        if prior not in PRIORS:
+            raise ValueError(f"GaussianContextAttention: prior must be one of {PRIORS}, got {prior!r}")
+        if guide_mean not in GUIDE_MEANS:
+            raise ValueError(f"GaussianContextAttention: guide_mean must be one of {GUIDE_MEANS}, got {guide_mean!r}")
+        if min_scale <= 0:
+            raise ValueError(f"GaussianContextAttention: min_scale must be > 0, got {min_scale}")
+        self.prior_type = prior
+        self.guide_mean = guide_mean
+        self.min_scale = min_scale
+        self.scale_head: ContextScale | None = None
+        if context_size is not None:
+            self.scale_head = ContextScale(context_size, min_scale)
+        self._init_annealing(anneal_steps, schedule, kl_scale)
+
+    def __repr__(self) -> str:
+        return f"GaussianContextAttention(prior={self.prior_type!r}, guide_mean={self.guide_mean!r})"
+
+    # -- distributions ----------------------------------------------------------------------------------------
+    def context_prior(self, enc: Encoded) -> dist.Distribution:
+        """``p(c_t | x)``: a ``(B, T)`` batch of ``D``-dimensional unit-variance Gaussians."""
+        B, T, _ = enc.shape
+        D = enc.values.shape[-1]
+        if self.prior_type == "standard":
+            loc = enc.values.new_zeros(B, T, D)
+        else:
+            real = enc.source_mask.unsqueeze(-1).to(enc.values.dtype)
+            mean = (enc.values * real).sum(1) / real.sum(1).clamp(min=1.0)  # (B, D)
+            loc = mean.unsqueeze(1).expand(B, T, D)
+        return dist.Normal(loc, torch.ones_like(loc)).to_event(1)
+
+    def context_mean(self, enc: Encoded) -> Tensor:
+        """The guide's mean ``mu_t = sum_s a_{t,s} x_s``, ``(B, T, D)``."""
+        if self.guide_mean == "prior":
+            weights = self.attention_prior(enc)
+        else:
+            weights = torch.softmax(self.posterior_logits(enc), dim=-1)
+        return expected_context(weights, enc.values)
+
+    def _scale_head(self, enc: Encoded) -> ContextScale:
+        if self.scale_head is None:
+            self.scale_head = ContextScale(enc.values.shape[-1], self.min_scale).to(enc.values)
+        return pyro.module("context_scale", self.scale_head)
+
+    def context_guide(self, enc: Encoded) -> dist.Distribution:
+        """``q(c_t | x, y)``; equal to the prior at padded targets."""
+        mu = self.context_mean(enc)
+        sigma = self._scale_head(enc)(mu)
+        prior = self.context_prior(enc)
+        real = enc.target_mask.unsqueeze(-1)
+        loc = torch.where(real, mu, prior.base_dist.loc)
+        scale = torch.where(real, sigma, prior.base_dist.scale)
+        return dist.Normal(loc, scale).to_event(1)
+
+    # -- the pair -----------------------------------------------------------------------------------------------
+    def model(self, batch: Any) -> None:
+        enc = self.encode(batch)
+        with self.plates(enc):
+            with self.latent_scale():
+                c = pyro.sample("align", self.context_prior(enc))
+            self.observe(enc, dist.Categorical(logits=self.network.output_logits(enc, c)))
+
+    def guide(self, batch: Any) -> None:
+        enc = self.encode_for_model(batch)
+        with self.plates(enc), self.latent_scale():
+            pyro.sample("align", self.context_guide(enc))
+
+    def elbo(self) -> pyro.infer.ELBO:
+        """``TraceMeanField_ELBO`` (analytic Gaussian KL), annealed by :class:`KLAnnealing`."""
+        return AnnealedMeanField_ELBO(self)
