@@ -82,3 +82,12 @@ def test_fairness_check_catches_a_wrong_loss(step_time: ModuleType, monkeypatch:
     monkeypatch.setitem(step_time.PAIRS, "va-enum", (factory, no_kl, deterministic))
     with pytest.raises(AssertionError, match="fairness check failed"):
         step_time.main(step_time.make_parser().parse_args([*TINY, "--pairs", "va-enum"]))
+
+
+def test_enum_memory_tiny(capsys):
+    module = load_script("benchmarks", "enum_memory")
+    args = ["--batch-size", "2", "--length", "4", "--hidden", "8", "--vocab", "20", "--chunks", "0", "2", "--steps", "1"]
+    rows = module.main(module.make_parser().parse_args(args))
+    assert [r["chunk"] for r in rows] == [0, 2]
+    assert all(r["step_s"] > 0 and r["peak_gib"] > 0 for r in rows)
+    assert "peak RSS [GiB]" in capsys.readouterr().out
