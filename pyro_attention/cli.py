@@ -112,27 +112,39 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="JSON or TOML file of options (keys as the flags, '-' or '_'); flags win")
     g = p.add_argument_group("data")
     g.add_argument("--data", choices=DATA_KINDS, default=S, help="corpus (default synthetic: no files needed)")
-    g.add_argument("--data-dir", default=S, help="folder holding multi30k/ and iwslt14-de-en/ "
-                   "(default: $PYRO_ATTENTION_DATA)")
+    g.add_argument(
+        "--data-dir", default=S, help="folder holding multi30k/ and iwslt14-de-en/ (default: $PYRO_ATTENTION_DATA)"
+    )
     g.add_argument("--src", default=S, help="source language (Multi30k: de en fr cs; IWSLT14: de en; default de)")
     g.add_argument("--tgt", default=S, help="target language (default en)")
-    g.add_argument("--train-split", default=S, help="Multi30k split to train on (default train); IWSLT14 has "
-                   "no train split: training on 'valid' happens only with --train-split valid")
+    g.add_argument(
+        "--train-split",
+        default=S,
+        help="Multi30k split to train on (default train); IWSLT14 has "
+        "no train split: training on 'valid' happens only with --train-split valid",
+    )
     g.add_argument("--val-split", default=S, help="Multi30k validation split (default val)")
     g.add_argument("--test-split", default=S, help="Multi30k test split (default test_2016_flickr)")
     g.add_argument("--bpe", action="store_true", default=S, help="IWSLT14: the 14k joint BPE files")
     for side in ("train", "val", "test"):
         for lang in ("src", "tgt"):
             g.add_argument(f"--{side}-{lang}", default=S, help=f"--data parallel: {side} {lang} file (plain/.gz)")
-    g.add_argument("--train-size", type=pos, default=S, help="first N training pairs (synthetic: generate N; "
-                   "default 2000 / all)")
-    g.add_argument("--val-size", type=pos, default=S, help="first N validation pairs (synthetic default 200; "
-                   "IWSLT14: pairs held out from the end of valid, default 500)")
+    g.add_argument(
+        "--train-size", type=pos, default=S, help="first N training pairs (synthetic: generate N; default 2000 / all)"
+    )
+    g.add_argument(
+        "--val-size",
+        type=pos,
+        default=S,
+        help="first N validation pairs (synthetic default 200; "
+        "IWSLT14: pairs held out from the end of valid, default 500)",
+    )
     g.add_argument("--test-size", type=pos, default=S, help="synthetic test pairs (default 200)")
     g.add_argument("--max-len", type=pos, default=S, help="drop training pairs with a longer side (default 50)")
     g.add_argument("--min-freq", type=pos, default=S, help="vocabulary: minimum count in training (default 1)")
-    g.add_argument("--max-vocab", type=_int_at_least(5), default=S, help="vocabulary: at most N entries incl. "
-                   "4 specials")
+    g.add_argument(
+        "--max-vocab", type=_int_at_least(5), default=S, help="vocabulary: at most N entries incl. 4 specials"
+    )
     g.add_argument("--data-seed", type=nonneg, default=S, help="synthetic data seed (splits: +0/+1/+2)")
     g.add_argument("--synthetic-vocab", type=_int_at_least(4), default=S, help="synthetic source words (24)")
     g.add_argument("--synthetic-min-len", type=pos, default=S, help="synthetic shortest source (3)")
@@ -146,17 +158,24 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--attention", type=pos, default=S, help="MLP attention size (64)")
     g.add_argument("--layers", type=pos, default=S, help="LSTM layers (1)")
     g.add_argument("--dropout", type=_float_in(0, 1, high_open=True), default=S, help="dropout (0)")
-    g.add_argument("--chunk-size", type=nonneg, default=S, help="source positions per chunk of the enumerated "
-                   "output layer (8; 0: all at once)")
+    g.add_argument(
+        "--chunk-size",
+        type=nonneg,
+        default=S,
+        help="source positions per chunk of the enumerated output layer (8; 0: all at once)",
+    )
     g = p.add_argument_group("optimisation")
     g.add_argument("--epochs", type=pos, default=S, help="epochs in all, counting resumed ones (10)")
     g.add_argument("--batch-size", type=pos, default=S, help="sentences per batch (32)")
     g.add_argument("--lr", type=_positive_float, default=S, help="Adam learning rate (3e-3)")
     g.add_argument("--clip-norm", type=_positive_float, default=S, help="per-parameter gradient norm clip (5)")
-    g.add_argument("--lr-decay", type=_float_in(0, 1, low_open=True), default=S,
-                   help="lr factor when validation PPL does not improve (0.5)")
-    g.add_argument("--patience", type=nonneg, default=S, help="stop after N epochs without improvement "
-                   "(3; 0: never)")
+    g.add_argument(
+        "--lr-decay",
+        type=_float_in(0, 1, low_open=True),
+        default=S,
+        help="lr factor when validation PPL does not improve (0.5)",
+    )
+    g.add_argument("--patience", type=nonneg, default=S, help="stop after N epochs without improvement (3; 0: never)")
     g.add_argument("--warmup-steps", type=nonneg, default=S, help="relaxed: steps with the prior as guide (0)")
     g.add_argument("--num-samples", type=pos, default=S, help="importance samples of the relaxed bound (20)")
     g.add_argument("--seed", type=nonneg, default=S, help="seed of weights, sampling and batch order (0)")
@@ -174,7 +193,7 @@ def _config_error(parser: argparse.ArgumentParser, error: Exception) -> None:
     message = str(error)
     for key in sorted(TranslationConfig.keys(), key=len, reverse=True):
         if message.startswith(key + ":"):
-            message = f"argument --{key.replace('_', '-')}: {message[len(key) + 1:].lstrip()}"
+            message = f"argument --{key.replace('_', '-')}: {message[len(key) + 1 :].lstrip()}"
             break
         if message.startswith(key + " "):
             message = f"argument --{key.replace('_', '-')}: {message}"
@@ -323,23 +342,38 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
     from pyro_attention.inference.decode import DECODE_RULES
 
     p.add_argument("--beam", type=_int_at_least(1), default=5, help="beam size (1: greedy; default 5)")
-    p.add_argument("--rule", choices=DECODE_RULES, default=None,
-                   help="prediction rule (default marginal for categorical pairs, soft otherwise)")
-    p.add_argument("--length-penalty", type=_float_in(0, float("inf")), default=0.0,
-                   help="GNMT length penalty alpha (0: none)")
-    p.add_argument("--max-decode-len", type=_int_at_least(1), default=None,
-                   help="longest translation (default 2 x source length + 10)")
+    p.add_argument(
+        "--rule",
+        choices=DECODE_RULES,
+        default=None,
+        help="prediction rule (default marginal for categorical pairs, soft otherwise)",
+    )
+    p.add_argument(
+        "--length-penalty", type=_float_in(0, float("inf")), default=0.0, help="GNMT length penalty alpha (0: none)"
+    )
+    p.add_argument(
+        "--max-decode-len",
+        type=_int_at_least(1),
+        default=None,
+        help="longest translation (default 2 x source length + 10)",
+    )
     p.add_argument("--threads", type=_int_at_least(0), default=1, help="torch threads (1; 0: torch's choice)")
 
 
 def _add_translation_commands(sub) -> None:  # noqa: ANN001
-    tr = sub.add_parser("train", help="train a translation pair (synthetic data by default)",
-                        description="Train a model/guide pair on translation; see docs/translation.md.")
+    tr = sub.add_parser(
+        "train",
+        help="train a translation pair (synthetic data by default)",
+        description="Train a model/guide pair on translation; see docs/translation.md.",
+    )
     _add_train_options(tr)
     tr.set_defaults(func=_train, parser=tr)
 
-    ev = sub.add_parser("evaluate", help="perplexity, K-max perplexity, prior entropy and BLEU of a checkpoint",
-                        description="Score a checkpoint on a split of its corpus or on given files.")
+    ev = sub.add_parser(
+        "evaluate",
+        help="perplexity, K-max perplexity, prior entropy and BLEU of a checkpoint",
+        description="Score a checkpoint on a split of its corpus or on given files.",
+    )
     ev.add_argument("checkpoint", help="a .pt checkpoint or a run folder (its best.pt, else last.pt)")
     ev.add_argument("--split", choices=("train", "val", "test"), default="test", help="split (default test)")
     ev.add_argument("--src-file", help="score these source sentences instead of a split (with --tgt-file)")
@@ -347,29 +381,49 @@ def _add_translation_commands(sub) -> None:  # noqa: ANN001
     ev.add_argument("--ref-file", help="raw references for BLEU, line-aligned (default: detokenised targets)")
     ev.add_argument("--data-dir", help="where the corpus lives now (default: as in training)")
     ev.add_argument("--size", type=_int_at_least(1), help="first N pairs only (synthetic: generate N)")
-    ev.add_argument("--kmax", type=_int_at_least(0), default=5,
-                    help="K of the K-max perplexity and of --rule kmax (default 5; 0: skip K-max)")
+    ev.add_argument(
+        "--kmax",
+        type=_int_at_least(0),
+        default=5,
+        help="K of the K-max perplexity and of --rule kmax (default 5; 0: skip K-max)",
+    )
     ev.add_argument("--batch-size", type=_int_at_least(1), default=64, help="sentences per scoring batch")
-    ev.add_argument("--num-samples", type=_int_at_least(1), help="importance samples (relaxed; default: "
-                    "the training config's)")
+    ev.add_argument(
+        "--num-samples", type=_int_at_least(1), help="importance samples (relaxed; default: the training config's)"
+    )
     ev.add_argument("--no-bleu", action="store_true", help="skip decoding and BLEU")
-    ev.add_argument("--lowercase-bleu", action=argparse.BooleanOptionalAction, default=None,
-                    help="case-insensitive BLEU (default: when the corpus is lower-cased)")
+    ev.add_argument(
+        "--lowercase-bleu",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="case-insensitive BLEU (default: when the corpus is lower-cased)",
+    )
     ev.add_argument("--hypotheses", help="write the detokenised translations to this file")
     ev.add_argument("--json", help="write the scores to this JSON file")
     ev.add_argument("--quiet", action="store_true", help="no progress bars")
     _add_decoding_options(ev)
     ev.set_defaults(func=_evaluate, parser=ev)
 
-    tl = sub.add_parser("translate", help="translate a file or stdin to stdout",
-                        description="Translate one sentence per line; detokenised output on stdout.")
+    tl = sub.add_parser(
+        "translate",
+        help="translate a file or stdin to stdout",
+        description="Translate one sentence per line; detokenised output on stdout.",
+    )
     tl.add_argument("checkpoint", help="a .pt checkpoint or a run folder (its best.pt, else last.pt)")
     tl.add_argument("input", nargs="?", default="-", help="input file (plain or .gz); '-' or none: stdin")
     tl.add_argument("--kmax", type=_int_at_least(1), default=5, help="K of --rule kmax (5)")
-    tl.add_argument("--tokenize", choices=("none", "moses"), default="none",
-                    help="none: input is tokenised like the training data; moses: tokenise raw text (sacremoses)")
-    tl.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=None,
-                    help="lower-case the input (default: when the training corpus is lower-cased)")
+    tl.add_argument(
+        "--tokenize",
+        choices=("none", "moses"),
+        default="none",
+        help="none: input is tokenised like the training data; moses: tokenise raw text (sacremoses)",
+    )
+    tl.add_argument(
+        "--lowercase",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="lower-case the input (default: when the training corpus is lower-cased)",
+    )
     tl.add_argument("--progress", action="store_true", help="a progress bar on stderr")
     _add_decoding_options(tl)
     tl.set_defaults(func=_translate, parser=tl)
@@ -407,7 +461,41 @@ def make_parser() -> argparse.ArgumentParser:
     al.add_argument("--out", default="runs/align")
     al.add_argument("--markdown", default="", help="also write the table to this file")
     al.set_defaults(func=_align, parser=al)
+    ins = sub.add_parser("inspect", help="a checkpoint's alignments: ArviZ NetCDF, heatmaps, diagnostics table")
+    ins.add_argument("checkpoint", help="a checkpoint file or run folder written by `pyro-attention train`")
+    ins.add_argument("--out", default="posterior.nc", help="NetCDF file for the InferenceData")
+    ins.add_argument("--plots", default=None, help="folder for the figures (none if not given)")
+    ins.add_argument("--split", default="val", choices=["train", "val", "test"])
+    ins.add_argument("--size", type=_int_at_least(1), default=20, help="sentence pairs to inspect")
+    ins.add_argument("--num-samples", type=_int_at_least(2), default=100, help="draws per group")
+    ins.add_argument("--num-plots", type=_int_at_least(0), default=4)
+    ins.add_argument("--data-dir", default=None)
+    ins.set_defaults(func=_inspect, parser=ins)
     return parser
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from pyro_attention.inspect import inspect_checkpoint
+
+    try:
+        result = inspect_checkpoint(
+            args.checkpoint,
+            args.out,
+            args.plots,
+            split=args.split,
+            size=args.size,
+            num_samples=args.num_samples,
+            num_plots=args.num_plots,
+            data_dir=args.data_dir,
+        )
+    except (FileNotFoundError, ValueError) as error:
+        _fail(args.parser, error)
+        return 1
+    print(result["table"])
+    print(f"wrote {Path(args.out).resolve()}")
+    for figure in result["figures"]:
+        print(f"wrote {Path(figure).resolve()}")
+    return 0
 
 
 def _align(args: argparse.Namespace) -> int:

@@ -60,3 +60,37 @@ def alignment_heatmaps(
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
+
+
+def translation_heatmaps(
+    distributions: dict[str, Tensor],
+    example: int,
+    source_tokens: Sequence[str],
+    target_tokens: Sequence[str],
+    path: str | Path,
+    title: str = "",
+) -> Path:
+    """Prior / exact posterior / q alignment matrices of one sentence pair, tokens on the axes (Deng et al.
+    2018, Figure 3): one panel per distribution, rows = target tokens, columns = source tokens.
+
+    :param distributions: name -> ``(B, T, S)`` probabilities (``alignment_posterior``).
+    """
+    names = [k for k in ("prior", "posterior", "guide") if k in distributions]
+    if not names:
+        raise ValueError("translation_heatmaps: no 'prior', 'posterior' or 'guide' entry to draw")
+    S, T = len(source_tokens), len(target_tokens)
+    fig, axes = plt.subplots(1, len(names), figsize=(1.0 + 0.45 * S * len(names), 1.5 + 0.35 * T), squeeze=False)
+    for k, (ax, name) in enumerate(zip(axes[0], names, strict=True)):
+        matrix = distributions[name][example, :T, :S].detach().cpu().numpy()
+        im = ax.imshow(matrix, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
+        ax.set_xticks(range(S), list(source_tokens), rotation=60, ha="right", fontsize=8)
+        ax.set_yticks(range(T), list(target_tokens) if k == 0 else [""] * T, fontsize=8)
+        ax.set_title(LABELS[name], fontsize=9)
+    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.7, label="probability")
+    if title:
+        fig.suptitle(title, fontsize=9)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path

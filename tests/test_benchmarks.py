@@ -86,7 +86,21 @@ def test_fairness_check_catches_a_wrong_loss(step_time: ModuleType, monkeypatch:
 
 def test_enum_memory_tiny(capsys):
     module = load_script("benchmarks", "enum_memory")
-    args = ["--batch-size", "2", "--length", "4", "--hidden", "8", "--vocab", "20", "--chunks", "0", "2", "--steps", "1"]
+    args = [
+        "--batch-size",
+        "2",
+        "--length",
+        "4",
+        "--hidden",
+        "8",
+        "--vocab",
+        "20",
+        "--chunks",
+        "0",
+        "2",
+        "--steps",
+        "1",
+    ]
     rows = module.main(module.make_parser().parse_args(args))
     assert [r["chunk"] for r in rows] == [0, 2]
     assert all(r["step_s"] > 0 and r["peak_gib"] > 0 for r in rows)

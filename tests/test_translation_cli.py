@@ -59,8 +59,20 @@ def test_train_two_steps(tmp_path, capsys):
     assert {p.name for p in out.iterdir()} == {"last.pt", "best.pt", "history.csv"}
     state = torch.load(out / "last.pt", weights_only=True)
     assert state["format"] == CHECKPOINT_FORMAT
-    for key in ("config", "package_version", "src_vocab", "tgt_vocab", "network", "optim", "rng", "epoch", "step",
-                "best_metric", "lr", "history"):
+    for key in (
+        "config",
+        "package_version",
+        "src_vocab",
+        "tgt_vocab",
+        "network",
+        "optim",
+        "rng",
+        "epoch",
+        "step",
+        "best_metric",
+        "lr",
+        "history",
+    ):
         assert key in state, key
     assert state["epoch"] == 1 and state["step"] == 2
     assert state["config"]["model"] == "variational" and state["config"]["estimator"] == "sample"
@@ -76,8 +88,23 @@ def test_train_two_steps(tmp_path, capsys):
 def test_evaluate(run, capsys, tmp_path):
     scores = tmp_path / "scores.json"
     hyps = tmp_path / "hyps.txt"
-    code = cli.main(["evaluate", str(run), "--size", "6", "--beam", "2", "--kmax", "2", "--quiet",
-                     "--json", str(scores), "--hypotheses", str(hyps)])
+    code = cli.main(
+        [
+            "evaluate",
+            str(run),
+            "--size",
+            "6",
+            "--beam",
+            "2",
+            "--kmax",
+            "2",
+            "--quiet",
+            "--json",
+            str(scores),
+            "--hypotheses",
+            str(hyps),
+        ]
+    )
     assert code == 0
     printed = capsys.readouterr().out
     assert "perplexity           " in printed and "(exact: enumeration" in printed
@@ -224,8 +251,17 @@ def test_checkpoint_writes_are_atomic(tmp_path, monkeypatch):
 
 
 def test_failed_save_during_training_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
-    config = TranslationConfig(train_size=16, val_size=8, batch_size=8, embedding=8, encoder=8, decoder=16,
-                               attention=8, epochs=1, out=str(tmp_path))
+    config = TranslationConfig(
+        train_size=16,
+        val_size=8,
+        batch_size=8,
+        embedding=8,
+        encoder=8,
+        decoder=16,
+        attention=8,
+        epochs=1,
+        out=str(tmp_path),
+    )
     train(config, progress=False, log=None)
     before = torch.load(tmp_path / "last.pt", weights_only=True)
 
@@ -252,9 +288,34 @@ def _multi30k_root() -> Path | None:
 def test_multi30k_one_epoch_on_64_pairs(tmp_path, capsys):
     root = _multi30k_root()
     out = tmp_path / "m30k"
-    code = cli.main(["train", "--data", "multi30k", "--data-dir", str(root), "--train-size", "64", "--val-size",
-                     "16", "--epochs", "1", "--batch-size", "32", "--embedding", "8", "--encoder", "8", "--decoder",
-                     "16", "--attention", "8", "--out", str(out), "--quiet"])
+    code = cli.main(
+        [
+            "train",
+            "--data",
+            "multi30k",
+            "--data-dir",
+            str(root),
+            "--train-size",
+            "64",
+            "--val-size",
+            "16",
+            "--epochs",
+            "1",
+            "--batch-size",
+            "32",
+            "--embedding",
+            "8",
+            "--encoder",
+            "8",
+            "--decoder",
+            "16",
+            "--attention",
+            "8",
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
     assert code == 0
     printed = capsys.readouterr().out
     assert "Multi30k train de-en" in printed and "64 pairs; dropped" in printed
@@ -263,3 +324,67 @@ def test_multi30k_one_epoch_on_64_pairs(tmp_path, capsys):
     res = evaluate(out, "test", size=4, beam=1, kmax=0)
     assert res["sentences"] == 4 and "case:lc" in res["bleu_signature"]
     assert res["ppl_exact"] and res["ppl"] > 1
+
+
+def test_inspect_end_to_end_on_synthetic(tmp_path, capsys):
+    """train -> inspect: NetCDF with the tokens as coordinates, heatmaps, the diagnostics table."""
+    import arviz as az
+
+    from pyro_attention import cli
+
+    run = tmp_path / "run"
+    assert (
+        cli.main(
+            [
+                "train",
+                "--model",
+                "variational",
+                "--epochs",
+                "1",
+                "--train-size",
+                "32",
+                "--val-size",
+                "8",
+                "--batch-size",
+                "8",
+                "--embedding",
+                "8",
+                "--encoder",
+                "8",
+                "--decoder",
+                "8",
+                "--attention",
+                "8",
+                "--out",
+                str(run),
+            ]
+        )
+        == 0
+    )
+    out = tmp_path / "post.nc"
+    assert (
+        cli.main(
+            [
+                "inspect",
+                str(run),
+                "--out",
+                str(out),
+                "--plots",
+                str(tmp_path / "plots"),
+                "--size",
+                "4",
+                "--num-samples",
+                "10",
+                "--num-plots",
+                "2",
+            ]
+        )
+        == 0
+    )
+    printed = capsys.readouterr().out
+    assert "| VariationalAttention (enum) |" in printed
+    idata = az.from_netcdf(str(out))
+    assert idata.constant_data["target_label"].shape[0] == 4
+    assert (tmp_path / "plots" / "alignment_1.png").exists()
+    with pytest.raises(SystemExit):
+        cli.main(["inspect", str(tmp_path / "missing"), "--out", str(out)])
