@@ -330,8 +330,6 @@ def test_inspect_end_to_end_on_synthetic(tmp_path, capsys):
     """train -> inspect: NetCDF with the tokens as coordinates, heatmaps, the diagnostics table."""
     import arviz as az
 
-    from pyro_attention import cli
-
     run = tmp_path / "run"
     assert (
         cli.main(
