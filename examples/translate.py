@@ -22,17 +22,9 @@ from pathlib import Path
 
 import torch
 
+from pyro_attention.experiment import ROWS, row_label
 from pyro_attention.translation import TranslationConfig, evaluate, train
 
-ROWS = [
-    ("soft", None),
-    ("marginal", None),
-    ("hard", "enum"),
-    ("hard", "sample"),
-    ("variational", "enum"),
-    ("variational", "sample"),
-    ("relaxed", None),
-]
 #: Deng et al. (2018), Table 1, IWSLT14 De-En: (PPL, BLEU); prior entropy where Table 2 reports it
 PAPER = {
     "soft": (7.17, 32.77),
@@ -45,13 +37,9 @@ PAPER = {
 }
 
 
-def _label(name: str, estimator: str | None) -> str:
-    return f"{name} ({estimator})" if estimator else name
-
-
 def main(args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
-    names = {_label(n, e): (n, e) for n, e in ROWS}
+    names = {row_label(n, e): (n, e) for n, e in ROWS}
     unknown = [p for p in args.pairs if p not in names]
     if unknown:
         raise SystemExit(f"--pairs: unknown {unknown}; choose from {list(names)}")
@@ -59,7 +47,7 @@ def main(args: argparse.Namespace) -> dict:
     results = {}
     signature = ""
     for name, estimator in rows:
-        label = _label(name, estimator)
+        label = row_label(name, estimator)
         config = TranslationConfig(
             data=args.data,
             data_dir=args.data_dir,

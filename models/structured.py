@@ -158,7 +158,34 @@ class _SegmentationChain(AlignmentPair):
         raise NotImplementedError
 
 
-class SegmentationAttention(_SegmentationChain):
+class ExpectedRepresentation:
+    """Shared by the deterministic structured pairs: ``Trace_ELBO`` (= exact NLL), and their own likelihood and
+    prediction from ``self.output_logits(enc)`` (the network run once on the structured context)."""
+
+    network: AttentionNetwork
+
+    def output_logits(self, enc: Encoded) -> Tensor:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def elbo(self) -> pyro.infer.ELBO:
+        return pyro.infer.Trace_ELBO(max_plate_nesting=MAX_PLATE_NESTING)
+
+    @torch.no_grad()
+    def log_likelihood(self, batch: Any) -> LogLikelihood:
+        """``log p(y_t | x, c_t)`` per token (exact: the model is deterministic)."""
+        enc = self.network.encode(batch)
+        logits = self.output_logits(enc)
+        picked = logits.gather(-1, enc.target.unsqueeze(-1)).squeeze(-1)
+        per_token = (picked - logits.logsumexp(-1)) * enc.target_mask
+        return LogLikelihood(per_token, per_token.sum(-1), enc.target_mask.sum(-1), True, "deterministic")
+
+    @torch.no_grad()
+    def predict(self, batch: Any) -> Tensor:
+        """``p(y_t | x)`` ``(B, T, V)``: the network run once on the structured context."""
+        return self.output_logits(self.network.encode(batch)).softmax(-1)
+
+
+class SegmentationAttention(ExpectedRepresentation, _SegmentationChain):
     """SAN segmentation attention: the output sees the chain-marginal-weighted source values; empty guide.
 
     :param normalize: divide the marginals by their sum (default) or use SAN's unnormalised sum.
@@ -196,23 +223,6 @@ class SegmentationAttention(_SegmentationChain):
         logits = self.output_logits(enc)
         with self.plates(enc):
             self.observe(enc, dist.Categorical(logits=logits))
-
-    def elbo(self) -> pyro.infer.ELBO:
-        return pyro.infer.Trace_ELBO(max_plate_nesting=MAX_PLATE_NESTING)
-
-    @torch.no_grad()
-    def log_likelihood(self, batch: Any) -> LogLikelihood:
-        """``log p(y_t | x, c_t)`` per token (exact: the model is deterministic)."""
-        enc = self.network.encode(batch)
-        logits = self.output_logits(enc)
-        picked = logits.gather(-1, enc.target.unsqueeze(-1)).squeeze(-1)
-        per_token = (picked - logits.logsumexp(-1)) * enc.target_mask
-        return LogLikelihood(per_token, per_token.sum(-1), enc.target_mask.sum(-1), True, "deterministic")
-
-    @torch.no_grad()
-    def predict(self, batch: Any) -> Tensor:
-        """``p(y_t | x)`` ``(B, T, V)``: the network run once on the structured context."""
-        return self.output_logits(self.network.encode(batch)).softmax(-1)
 
 
 _OFF = (0.0, float("-inf"))  # log-probabilities of a forced z = 0

@@ -50,9 +50,9 @@ import torch
 from torch import Tensor, nn
 
 from pyro_attention.distributions.structures import tree_marginals
-from pyro_attention.inference.evaluate import LogLikelihood
+from pyro_attention.models.structured import ExpectedRepresentation
 from pyro_attention.networks.base import AttentionNetwork, Encoded, expected_context
-from pyro_attention.pair import MAX_PLATE_NESTING, AlignmentPair
+from pyro_attention.pair import AlignmentPair
 
 __all__ = ["ArcScorer", "SyntacticAttention"]
 
@@ -73,7 +73,7 @@ class ArcScorer(nn.Module):
         return arc, self.root(values).squeeze(-1)
 
 
-class SyntacticAttention(AlignmentPair):
+class SyntacticAttention(ExpectedRepresentation, AlignmentPair):
     """SAN syntactic attention: soft attention over source values enriched with their expected parents.
 
     :param value_size: ``D`` of the network's values; ``None`` creates the arc scorer at the first batch.
@@ -115,20 +115,3 @@ class SyntacticAttention(AlignmentPair):
         logits = self.output_logits(enc)
         with self.plates(enc):
             self.observe(enc, dist.Categorical(logits=logits))
-
-    def elbo(self) -> pyro.infer.ELBO:
-        return pyro.infer.Trace_ELBO(max_plate_nesting=MAX_PLATE_NESTING)
-
-    @torch.no_grad()
-    def log_likelihood(self, batch: Any) -> LogLikelihood:
-        """``log p(y_t | x, c_t)`` per token (exact: the model is deterministic)."""
-        enc = self.network.encode(batch)
-        logits = self.output_logits(enc)
-        picked = logits.gather(-1, enc.target.unsqueeze(-1)).squeeze(-1)
-        per_token = (picked - logits.logsumexp(-1)) * enc.target_mask
-        return LogLikelihood(per_token, per_token.sum(-1), enc.target_mask.sum(-1), True, "deterministic")
-
-    @torch.no_grad()
-    def predict(self, batch: Any) -> Tensor:
-        """``p(y_t | x)`` ``(B, T, V)``."""
-        return self.output_logits(self.network.encode(batch)).softmax(-1)
