@@ -73,7 +73,7 @@ Reparameterization with Gumbel-Softmax", ICLR 2017.
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import pyro
 import pyro.distributions as dist
@@ -84,9 +84,10 @@ from torch import Tensor
 from torch.distributions import constraints, kl_divergence
 
 from pyro_attention.inference.elbo import ReinforceKL_ELBO
+from pyro_attention.models.relaxed import SimplexAlignmentModel
 from pyro_attention.models.variational import VariationalAttention
-from pyro_attention.networks.base import AttentionNetwork, Encoded, expected_context
-from pyro_attention.pair import MAX_PLATE_NESTING, AlignmentPair
+from pyro_attention.networks.base import AttentionNetwork, Encoded
+from pyro_attention.pair import MAX_PLATE_NESTING
 
 KL_ESTIMATORS = ("sampled", "categorical")
 
@@ -184,9 +185,7 @@ class MaskedConcrete(TorchDistribution):
         inner = torch.where(m, self.logits - tau * log_z, torch.full_like(log_z, float("-inf")))
         log_norm = torch.lgamma(n) + (n - 1.0) * math.log(tau)
         return (
-            log_norm
-            + torch.where(m, self.logits - (tau + 1.0) * log_z, zero).sum(-1)
-            - n * torch.logsumexp(inner, -1)
+            log_norm + torch.where(m, self.logits - (tau + 1.0) * log_z, zero).sum(-1) - n * torch.logsumexp(inner, -1)
         )
 
 
@@ -210,7 +209,7 @@ class CategoricalKL_ELBO(ReinforceKL_ELBO):
         return -elbo.detach(), -elbo
 
 
-class GumbelAttention(AlignmentPair):
+class GumbelAttention(SimplexAlignmentModel):
     """Concrete-relaxed categorical attention with an amortised Concrete guide.
 
     :param network: the task network.
@@ -242,8 +241,7 @@ class GumbelAttention(AlignmentPair):
 
     def __repr__(self) -> str:
         return (
-            f"GumbelAttention(temperature={self.temperature}, straight_through={self.straight_through}, "
-            f"kl={self.kl!r})"
+            f"GumbelAttention(temperature={self.temperature}, straight_through={self.straight_through}, kl={self.kl!r})"
         )
 
     def _concrete(self, enc: Encoded, scores: Tensor) -> MaskedConcrete:
@@ -262,18 +260,6 @@ class GumbelAttention(AlignmentPair):
     def categorical(self) -> VariationalAttention:
         """The underlying categorical model and guide, sharing this pair's network (for exact evaluation)."""
         return VariationalAttention(self.network, estimator="enum")
-
-    def model(self, batch: Any) -> None:
-        enc = self.encode(batch)
-        with self.plates(enc):
-            z = pyro.sample("align", self.prior(enc))
-            logits = self.network.output_logits(enc, expected_context(z, enc.values))
-            self.observe(enc, dist.Categorical(logits=logits))
-
-    def guide(self, batch: Any) -> None:
-        enc = self.encode_for_model(batch)
-        with self.plates(enc):
-            pyro.sample("align", self.posterior(enc))
 
     def elbo(self) -> pyro.infer.ELBO:
         """``Trace_ELBO`` (one reparameterised draw, the relaxed KL sampled) or :class:`CategoricalKL_ELBO`."""

@@ -55,7 +55,35 @@ def concentration(scores: Tensor) -> Tensor:
     return scores.clamp(-SCORE_CLAMP, SCORE_CLAMP).exp()
 
 
-class RelaxedAttention(AlignmentPair):
+class SimplexAlignmentModel(AlignmentPair):
+    """``z_t ~ prior(enc)`` on the simplex, ``y_t ~ p(y_t | x, sum_s z_{t,s} x_s)``; guide ``z_t ~ posterior(enc)``.
+
+    Shared by the pairs whose alignment is a random weight vector (Dirichlet here, Concrete in
+    :mod:`pyro_attention.models.gumbel`); subclasses supply ``prior(enc)`` and ``posterior(enc)``.
+    """
+
+    latent: ClassVar[str] = "simplex"
+
+    def prior(self, enc: Encoded) -> Any:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def posterior(self, enc: Encoded) -> Any:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def model(self, batch: Any) -> None:
+        enc = self.encode(batch)
+        with self.plates(enc):
+            z = pyro.sample("align", self.prior(enc))
+            logits = self.network.output_logits(enc, expected_context(z, enc.values))
+            self.observe(enc, dist.Categorical(logits=logits))
+
+    def guide(self, batch: Any) -> None:
+        enc = self.encode_for_model(batch)
+        with self.plates(enc):
+            pyro.sample("align", self.posterior(enc))
+
+
+class RelaxedAttention(SimplexAlignmentModel):
     """Dirichlet relaxed attention with an amortised Dirichlet guide."""
 
     latent: ClassVar[str] = "simplex"
@@ -77,18 +105,6 @@ class RelaxedAttention(AlignmentPair):
     def attention_prior(self, enc: Encoded) -> Tensor:
         """The prior's mean weights ``E_p[z_t]``, ``(B, T, S)``."""
         return self.prior(enc).mean
-
-    def model(self, batch: Any) -> None:
-        enc = self.encode(batch)
-        with self.plates(enc):
-            z = pyro.sample("align", self.prior(enc))
-            logits = self.network.output_logits(enc, expected_context(z, enc.values))
-            self.observe(enc, dist.Categorical(logits=logits))
-
-    def guide(self, batch: Any) -> None:
-        enc = self.encode_for_model(batch)
-        with self.plates(enc):
-            pyro.sample("align", self.posterior(enc))
 
     def warmup_guide(self, batch: Any) -> None:
         """The prior as the guide: the ELBO becomes ``E_p[log p(y | x, z)]`` (the paper's warm start)."""
