@@ -110,7 +110,7 @@ from pyro_attention.distributions.structures import (
 )
 from pyro_attention.inference.evaluate import LogLikelihood
 from pyro_attention.networks.base import AttentionNetwork, Encoded, expected_context, gather_context
-from pyro_attention.pair import MAX_PLATE_NESTING, AlignmentPair
+from pyro_attention.pair import MAX_PLATE_NESTING, AlignmentPair, observed_log_likelihood
 
 __all__ = ["ChainTransition", "SegmentationAttention", "SegmentationMarginal"]
 
@@ -174,9 +174,7 @@ class ExpectedRepresentation:
     def log_likelihood(self, batch: Any) -> LogLikelihood:
         """``log p(y_t | x, c_t)`` per token (exact: the model is deterministic)."""
         enc = self.network.encode(batch)
-        logits = self.output_logits(enc)
-        picked = logits.gather(-1, enc.target.unsqueeze(-1)).squeeze(-1)
-        per_token = (picked - logits.logsumexp(-1)) * enc.target_mask
+        per_token = observed_log_likelihood(self.output_logits(enc), enc)
         return LogLikelihood(per_token, per_token.sum(-1), enc.target_mask.sum(-1), True, "deterministic")
 
     @torch.no_grad()

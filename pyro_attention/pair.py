@@ -103,8 +103,7 @@ class AlignmentPair:
     def soft_log_likelihood(self, enc: Encoded) -> Tensor:
         """``log p(y_t | x, c_t = E_p[x_z])`` per token ``(B, T)``: soft attention with the prior's weights."""
         logits = self.network.output_logits(enc, expected_context(self.attention_prior(enc), enc.values))
-        picked = logits.gather(-1, enc.target.unsqueeze(-1)).squeeze(-1)
-        return (picked - torch.logsumexp(logits, -1)) * enc.target_mask
+        return observed_log_likelihood(logits, enc)
 
     # -- the pair -------------------------------------------------------------------------------------------
     def model(self, batch: Any) -> None:  # pragma: no cover - interface
@@ -119,6 +118,12 @@ class AlignmentPair:
     def __repr__(self) -> str:
         est = getattr(self, "estimator", None)
         return f"{type(self).__name__}({'estimator=' + repr(est) if est else ''})"
+
+
+def observed_log_likelihood(logits: Tensor, enc: Encoded) -> Tensor:
+    """``log softmax(logits)`` at the observed targets, ``(B, T)``, zero at padded targets."""
+    picked = logits.gather(-1, enc.target.unsqueeze(-1)).squeeze(-1)
+    return (picked - torch.logsumexp(logits, -1)) * enc.target_mask
 
 
 def check_estimator(pair: str, estimator: str) -> str:
