@@ -31,7 +31,7 @@ class RegionBatch:
     :param region_mask: ``(B, S)`` bool, ``True`` at real regions.
     :param question: ``(B, L)`` long token ids (``0`` = padding) or ``(B, Q)`` float question vectors.
     :param answer: ``(B,)`` long answer ids.
-    :param gold: optional ``(B,)`` long index of the region the answer refers to.
+    :param gold: optional ``(B,)`` long index of the region the answer refers to (``-1``: none).
     """
 
     regions: Tensor
@@ -104,8 +104,14 @@ class RegionBatch:
             g = self.gold
             if tuple(g.shape) != (B,):
                 raise ValueError(f"gold must be (B,) = ({B},), got shape {tuple(g.shape)}")
-            if ((g < 0) | (g >= S)).any() or not m.gather(1, g.clamp(0, S - 1).unsqueeze(1)).all():
-                raise ValueError("gold: some gold region index points outside the real regions")
+            known = g >= 0  # -1: this example has no single gold region
+            bad = (g < -1) | known & ((g >= S) | ~m.gather(1, g.clamp(0, S - 1).unsqueeze(1)).squeeze(1))
+            if bad.any():
+                i = int(bad.nonzero()[0])
+                raise ValueError(
+                    f"gold[{i}] = {int(g[i])} points outside the {int(m[i].sum())} real regions of example {i} "
+                    "(use -1 for 'no gold region')"
+                )
 
 
 @dataclass
