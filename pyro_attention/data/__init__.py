@@ -9,6 +9,19 @@ from pyro_attention.data.alignments import (
     read_naacl,
     read_pharaoh,
 )
+from pyro_attention.data.clevr import (
+    ClevrDataset,
+    ClevrFormatError,
+    ClevrQuestion,
+    ClevrSplits,
+    Scene,
+    clevr_splits,
+    generate_questions,
+    load_clevr,
+    read_questions,
+    read_scenes,
+    region_features,
+)
 from pyro_attention.data.region_qa import RegionBatch, RegionQADataset, make_region_qa
 from pyro_attention.data.synthetic_translation import (
     SyntheticTranslation,
@@ -37,5 +50,7 @@ __all__ = [
     "SyntheticTranslation", "encode_synthetic", "make_synthetic_translation", "translate_synthetic",
     "ParallelCorpus", "Vocab", "apply_subword", "bucket_batches", "bucket_indices", "data_dir", "iwslt14_paths",
     "multi30k_paths", "read_lines", "read_parallel", "train_subword", "undo_bpe", "unescape_moses",
+    "ClevrDataset", "ClevrFormatError", "ClevrQuestion", "ClevrSplits", "Scene", "clevr_splits", "generate_questions",
+    "load_clevr", "read_questions", "read_scenes", "region_features",
     "DroppedLink", "GoldAlignment", "GoldAlignments", "invert", "read_bitext", "read_naacl", "read_pharaoh",
 ]
