@@ -24,9 +24,10 @@ from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
 from pyro_attention.networks.base import expected_context, gather_context
-from pyro_attention.pair import MAX_PLATE_NESTING, AlignmentPair
+from pyro_attention.pair import MAX_PLATE_NESTING, AlignmentPair, observed_log_likelihood
 
 RULES = ("marginal", "soft", "kmax")
+PROPOSALS = ("guide", "prior")
 
 
 @dataclass
@@ -85,10 +86,16 @@ def enumerated_log_joint(pair: AlignmentPair, batch: Any) -> tuple[Tensor, pouti
 
 
 @torch.no_grad()
-def log_likelihood(pair: AlignmentPair, batch: Any, num_samples: int = 100) -> LogLikelihood:
+def log_likelihood(
+    pair: AlignmentPair, batch: Any, num_samples: int = 100, proposal: str | None = None
+) -> LogLikelihood:
     """``log p(y | x)`` per token and per example: exact where the alignment can be enumerated.
 
     :param num_samples: importance samples ``K`` for pairs with a continuous alignment.
+    :param proposal: for those pairs, ``"guide"`` (``q``) or ``"prior"`` (``z ~ pair.prior(enc)``, the average of
+        ``p(y | x, z)``); ``None``: the pair's :attr:`~pyro_attention.pair.AlignmentPair.likelihood_proposal`,
+        fixed per pair in advance (the prior for BAM and the Gaussian context, whose ``q`` sits far from the prior
+        when the KL is down-weighted -- docs/neighbours.md).
 
     A pair that defines its own ``log_likelihood(batch)`` (e.g. a dynamic programme over a structured latent)
     is asked for it.  Otherwise the model is enumerated; a model with more than one enumerated site (whose
@@ -112,11 +119,23 @@ def log_likelihood(pair: AlignmentPair, batch: Any, num_samples: int = 100) -> L
     else:
         if num_samples < 1:
             raise ValueError(f"num_samples must be >= 1, got {num_samples}")
-        log_w = torch.stack([_log_weight(pair, batch) for _ in range(num_samples)])
+        proposal = proposal or pair.likelihood_proposal
+        if proposal not in PROPOSALS:
+            raise ValueError(f"proposal must be one of {PROPOSALS}, got {proposal!r}")
+        draw = _log_weight if proposal == "guide" else _prior_log_likelihood
+        log_w = torch.stack([draw(pair, batch) for _ in range(num_samples)])
         per_token = log_w.logsumexp(0) - math.log(num_samples)
-        method = f"importance sampling, K={num_samples}, proposal q (an estimate; a lower bound in expectation)"
+        what = "q" if proposal == "guide" else "the prior (plain Monte Carlo over p(z | x))"
+        method = f"importance sampling, K={num_samples}, proposal {what} (an estimate; a lower bound in expectation)"
     per_token = per_token * mask
     return LogLikelihood(per_token, per_token.sum(-1), mask.sum(-1), enumerated, method)
+
+
+def _prior_log_likelihood(pair: AlignmentPair, batch: Any) -> Tensor:
+    """``log p(y_t | x, z)`` per token for one draw ``z ~ pair.prior(enc)``, ``(B, T)`` (padded targets: 0)."""
+    enc = pair.network.encode(batch)
+    z = pair.prior(enc).sample()
+    return observed_log_likelihood(pair.network.output_logits(enc, pair.context(enc, z)), enc)
 
 
 def _log_weight(pair: AlignmentPair, batch: Any) -> Tensor:
@@ -164,15 +183,20 @@ def _top_k(pair: AlignmentPair, enc: Any, k: int) -> tuple[Tensor, Tensor]:
 
 
 @torch.no_grad()
-def predict(pair: AlignmentPair, batch: Any, rule: str = "marginal", num_samples: int = 100, k: int = 5) -> Tensor:
+def predict(
+    pair: AlignmentPair, batch: Any, rule: str | None = "marginal", num_samples: int = 100, k: int = 5
+) -> Tensor:
     """Predictive probabilities ``(B, T, V)`` of the next output under a combination rule.
 
     :param rule: ``"marginal"`` -- :math:`\\sum_s p(z_t = s \\mid x) p(y_t \\mid x, z_t = s)` (exact for
         categorical pairs; a ``num_samples`` Monte Carlo average over the prior for the Dirichlet pair);
         ``"soft"`` -- :math:`p(y_t \\mid x, \\mathbb{E}_p[z_t])`, the network run once on the expected context;
         ``"kmax"`` -- the marginal over the ``k`` most probable prior alignments, renormalised over them.
+        ``None`` -- the pair's own rule, :meth:`~pyro_attention.pair.AlignmentPair.default_rule`.
         A pair that defines its own ``predict(batch)`` is asked for it (its rule is part of the model).
     """
+    if rule is None:
+        rule = pair.default_rule()
     if rule not in RULES:
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
     own = getattr(pair, "predict", None)
@@ -196,5 +220,5 @@ def predict(pair: AlignmentPair, batch: Any, rule: str = "marginal", num_samples
     prior = pair.prior(enc)
     total = 0.0
     for _ in range(num_samples):
-        total = total + net.output_logits(enc, expected_context(prior.rsample(), enc.values)).softmax(-1)
+        total = total + net.output_logits(enc, pair.context(enc, prior.sample())).softmax(-1)
     return total / num_samples

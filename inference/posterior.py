@@ -1,10 +1,15 @@
 """Alignment distributions of a trained pair: prior, exact posterior and guide, as ``(B, T, S)`` probabilities.
 
-* ``"prior"`` -- :math:`p(z_t \\mid x)` (the attention weights of a deterministic pair; the mean weights of a
-  Dirichlet prior);
+* ``"prior"`` -- :math:`p(z_t \\mid x)`: ``pair.attention_prior`` (the attention weights of a deterministic
+  pair, the normalised marginals of structured attention, the mean weights of a Dirichlet prior, BAM's test-time
+  mean weights);
 * ``"posterior"`` -- the exact :math:`p(z_t \\mid x, y) \\propto p(z_t \\mid x)\\, p(y_t \\mid x, z_t)` by
-  enumeration (categorical pairs only; Bayes' rule on the enumerated joint);
-* ``"guide"`` -- :math:`q(z_t \\mid x, y)` (the mean weights for a Dirichlet guide) where the pair has one.
+  enumeration (categorical pairs; for the Gumbel pair, of its underlying categorical model ``pair.categorical()``),
+  or from a pair's own ``posterior_probs(batch)`` (the segmentation chain's read position, by its dynamic
+  programme);
+* ``"guide"`` -- ``pair.guide_probs``: :math:`q(z_t \\mid x, y)`, or the normalised mean weights of a continuous
+  guide (Dirichlet, Concrete, BAM's Weibull / lognormal), where the guide has weights over source positions (the
+  Gaussian-context pair's guide draws a context vector, so it has none).
 
 Padded source positions hold exactly zero in every array.  :func:`map_alignment` gives the exact MAP alignment
 with Pyro's :func:`~pyro.infer.infer_discrete`.
@@ -24,26 +29,39 @@ from pyro_attention.inference.evaluate import enumerated_log_joint
 from pyro_attention.pair import MAX_PLATE_NESTING, AlignmentPair
 
 
-def _probs(fn: Any) -> Tensor:
+def _probs(fn: Any) -> Tensor | None:
     if isinstance(fn, dist.Categorical):
         return fn.probs
-    return fn.mean
+    if isinstance(fn, dist.Dirichlet):
+        return fn.mean
+    return None
+
+
+def _exact_posterior(pair: AlignmentPair, batch: Any) -> Tensor:
+    joint, trace = enumerated_log_joint(pair, batch)  # (S, B, T)
+    support = trace.nodes["align"]["value"].reshape(-1)
+    if not torch.equal(support, torch.arange(len(support), device=support.device)):
+        raise RuntimeError("unexpected enumeration support for site 'align'")
+    return joint.softmax(0).permute(1, 2, 0)
 
 
 @torch.no_grad()
 def alignment_posterior(pair: AlignmentPair, batch: Any) -> dict[str, Tensor]:
-    """Prior, exact posterior (categorical pairs) and guide alignment probabilities, each ``(B, T, S)``."""
+    """Prior, exact posterior and guide alignment probabilities (those the pair has), each ``(B, T, S)``."""
     enc = pair.network.encode(batch)
     out = {"prior": pair.attention_prior(enc)}
     if pair.latent == "categorical":
-        joint, trace = enumerated_log_joint(pair, batch)  # (S, B, T)
-        support = trace.nodes["align"]["value"].reshape(-1)
-        if not torch.equal(support, torch.arange(len(support), device=support.device)):
-            raise RuntimeError("unexpected enumeration support for site 'align'")
-        out["posterior"] = joint.softmax(0).permute(1, 2, 0)
-    guide_trace = poutine.trace(pair.guide).get_trace(batch)
-    if "align" in guide_trace.nodes:
-        out["guide"] = _probs(guide_trace.nodes["align"]["fn"])
+        out["posterior"] = _exact_posterior(pair, batch)
+    elif hasattr(pair, "categorical"):
+        out["posterior"] = _exact_posterior(pair.categorical(), batch)
+    elif hasattr(pair, "posterior_probs"):
+        out["posterior"] = pair.posterior_probs(batch)
+    guide = pair.guide_probs(enc)
+    if guide is None:  # a user's pair without guide_probs: read the guide's distribution if it has weights
+        site = poutine.trace(pair.guide).get_trace(batch).nodes.get("align")
+        guide = None if site is None else _probs(site["fn"])
+    if guide is not None:
+        out["guide"] = guide
     mask = enc.source_mask.unsqueeze(-2)
     return {k: v * mask for k, v in out.items()}
 

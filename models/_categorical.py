@@ -66,6 +66,9 @@ class GuidedCategoricalAlignment(CategoricalAlignmentModel):
     def guide_logits(self, enc: Encoded) -> Tensor:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def guide_probs(self, enc: Encoded) -> Tensor:
+        return torch.softmax(self.guide_logits(enc), -1)
+
     def guide(self, batch: Any) -> None:
         enc = self.encode_for_model(batch)
         with self.plates(enc):

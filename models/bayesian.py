@@ -9,7 +9,8 @@ Fan, Zhang, Chen, Zhou (NeurIPS 2020).  For every target position :math:`t` and 
     y_t \sim p(y_t \mid x, y_{<t}, c_t),
 
 with the prior's shape :math:`\alpha` a constant (``prior="constant"``, ``alpha``), one learned positive scalar
-(``prior="learned"``, ``pyro.param("bam_prior_alpha")``) or contextual (``prior="contextual"``:
+(``prior="learned"``, a :class:`PositiveScalar` registered as ``pyro.module("bam_prior", ...)``) or contextual
+(``prior="contextual"``:
 :math:`\alpha_{t,s} = \beta\,\mathrm{softmax}_s(a_{t,s})`, so that :math:`\mathbb{E}_p[w_t]` follows an attention
 distribution).  BAM's contextual prior uses a key-only score; our task networks expose one prior score
 :math:`a_{t,s}` (``Encoded.prior_scores``), which may also see the query / target prefix -- it serves as the
@@ -82,8 +83,7 @@ from typing import Any, ClassVar
 import pyro
 import pyro.distributions as dist
 import torch
-from torch import Tensor
-from torch.distributions import constraints
+from torch import Tensor, nn
 
 from pyro_attention.distributions import MaskedDirichlet
 from pyro_attention.distributions.weibull_gamma import MaskedVector
@@ -98,6 +98,17 @@ GUIDE_SCORES = ("posterior", "prior")
 MIN_ALPHA = 1e-8
 #: lower bound of the guide's log-means (``exp(-50) = 2e-22``: a weight that small is never drawn as exactly 0)
 MIN_LOG_MEAN = -50.0
+
+
+class PositiveScalar(nn.Module):
+    """One learned positive number, ``exp`` of an unconstrained parameter (the learned prior's Gamma shape)."""
+
+    def __init__(self, initial: float) -> None:
+        super().__init__()
+        self.log_value = nn.Parameter(torch.tensor(math.log(initial)))
+
+    def forward(self) -> Tensor:
+        return self.log_value.exp()
 
 
 def normalise(w: Tensor, mask: Tensor) -> Tensor:
@@ -127,6 +138,8 @@ class BayesianAttention(KLAnnealing, AlignmentPair):
     """
 
     latent: ClassVar[str] = "simplex"
+    prediction_rule: ClassVar[str] = "soft"
+    likelihood_proposal: ClassVar[str] = "prior"
     label: ClassVar[str] = "bayesian"
     paper_row: ClassVar[str] = "Bayesian Attention Modules (Fan et al. 2020; not in Deng et al.)"
 
@@ -156,6 +169,7 @@ class BayesianAttention(KLAnnealing, AlignmentPair):
             raise ValueError(f"{name}: k, sigma, alpha and beta must be > 0, got {k}, {sigma}, {alpha}, {beta}")
         self.family, self.prior_type, self.guide_scores = family, prior, guide_scores
         self.k, self.sigma, self.alpha, self.beta = float(k), float(sigma), float(alpha), float(beta)
+        self.learned_alpha = PositiveScalar(self.alpha) if prior == "learned" else None
         self._init_annealing(anneal_steps, schedule, kl_scale)
 
     def __repr__(self) -> str:
@@ -163,6 +177,9 @@ class BayesianAttention(KLAnnealing, AlignmentPair):
             f"BayesianAttention(family={self.family!r}, prior={self.prior_type!r}, "
             f"guide_scores={self.guide_scores!r})"
         )
+
+    def owned_modules(self) -> dict[str, nn.Module]:
+        return {} if self.learned_alpha is None else {"bam_prior": self.learned_alpha}
 
     # -- distributions ----------------------------------------------------------------------------------------
     @staticmethod
@@ -176,7 +193,7 @@ class BayesianAttention(KLAnnealing, AlignmentPair):
         if self.prior_type == "constant":
             alpha = torch.full_like(scores, self.alpha)
         elif self.prior_type == "learned":
-            a = pyro.param("bam_prior_alpha", lambda: torch.tensor(self.alpha), constraint=constraints.positive)
+            a = pyro.module("bam_prior", self.learned_alpha)()
             alpha = a.to(scores).expand(scores.shape)
         else:
             alpha = self.beta * torch.softmax(mask_scores(scores, enc.source_mask), -1).clamp(min=MIN_ALPHA)
@@ -209,6 +226,10 @@ class BayesianAttention(KLAnnealing, AlignmentPair):
     def prior(self, enc: Encoded) -> MaskedDirichlet:
         """The law of the normalised prior weights ``z_t``: ``Dirichlet(alpha_t)`` over real sources."""
         return MaskedDirichlet(self.prior_alpha(enc), enc.source_mask.unsqueeze(-2).expand(enc.shape))
+
+    def guide_probs(self, enc: Encoded) -> Tensor:
+        """The guide's normalised mean weights ``E_q[w_t] / sum_s E_q[w_{t,s}] = softmax(b_t)``."""
+        return normalise(self.guide_log_mean(enc).exp(), enc.source_mask.unsqueeze(-2).expand(enc.shape))
 
     def attention_prior(self, enc: Encoded) -> Tensor:
         """The mean weights used at test time, ``(B, T, S)`` (see the module docstring)."""

@@ -215,6 +215,8 @@ class GaussianContextAttention(KLAnnealing, AlignmentPair):
     """
 
     latent: ClassVar[str] = "context"
+    prediction_rule: ClassVar[str] = "soft"
+    likelihood_proposal: ClassVar[str] = "prior"
     label: ClassVar[str] = "gaussian_context"
     paper_row: ClassVar[str] = "Variational Attention for Seq2Seq (Bahuleyan et al. 2018; not in Deng et al.)"
 
@@ -247,6 +249,9 @@ class GaussianContextAttention(KLAnnealing, AlignmentPair):
     def __repr__(self) -> str:
         return f"GaussianContextAttention(prior={self.prior_type!r}, guide_mean={self.guide_mean!r})"
 
+    def owned_modules(self) -> dict[str, nn.Module]:
+        return {} if self.scale_head is None else {"context_scale": self.scale_head}
+
     # -- distributions ----------------------------------------------------------------------------------------
     def context_prior(self, enc: Encoded) -> dist.Distribution:
         """``p(c_t | x)``: a ``(B, T)`` batch of ``D``-dimensional unit-variance Gaussians."""
@@ -259,6 +264,14 @@ class GaussianContextAttention(KLAnnealing, AlignmentPair):
             mean = (enc.values * real).sum(1) / real.sum(1).clamp(min=1.0)  # (B, D)
             loc = mean.unsqueeze(1).expand(B, T, D)
         return dist.Normal(loc, torch.ones_like(loc)).to_event(1)
+
+    def prior(self, enc: Encoded) -> dist.Distribution:
+        """:meth:`context_prior`: the law of the value the output network sees."""
+        return self.context_prior(enc)
+
+    def context(self, enc: Encoded, z: Tensor) -> Tensor:
+        """The alignment *is* the context."""
+        return z
 
     def context_mean(self, enc: Encoded) -> Tensor:
         """The guide's mean ``mu_t = sum_s a_{t,s} x_s``, ``(B, T, D)``."""

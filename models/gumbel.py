@@ -257,6 +257,10 @@ class GumbelAttention(SimplexAlignmentModel):
         scores = torch.where(enc.target_mask.unsqueeze(-1), self.network.posterior_scores(enc), enc.prior_scores)
         return self._concrete(enc, scores)
 
+    def guide_probs(self, enc: Encoded) -> Tensor:
+        """The guide's class probabilities ``softmax(b_t)`` (the location of the Concrete; its mean as tau -> 0)."""
+        return self.posterior(enc).probs
+
     def categorical(self) -> VariationalAttention:
         """The underlying categorical model and guide, sharing this pair's network (for exact evaluation)."""
         return VariationalAttention(self.network, estimator="enum")

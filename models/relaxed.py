@@ -70,6 +70,10 @@ class SimplexAlignmentModel(AlignmentPair):
     def posterior(self, enc: Encoded) -> Any:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def guide_probs(self, enc: Encoded) -> Tensor:
+        """The guide's mean weights ``E_q[z_t]``."""
+        return self.posterior(enc).mean
+
     def model(self, batch: Any) -> None:
         enc = self.encode(batch)
         with self.plates(enc):

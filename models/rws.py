@@ -65,7 +65,7 @@ from pyro.util import warn_if_nan
 from torch import Tensor
 
 from pyro_attention.models._categorical import CategoricalAlignmentModel
-from pyro_attention.networks.base import AttentionNetwork
+from pyro_attention.networks.base import AttentionNetwork, Encoded
 from pyro_attention.pair import MAX_PLATE_NESTING
 
 
@@ -158,6 +158,9 @@ class RWSAttention(CategoricalAlignmentModel):
 
     def __repr__(self) -> str:
         return f"RWSAttention(num_particles={self.num_particles}, per_token={self.per_token})"
+
+    def guide_probs(self, enc: Encoded) -> Tensor:
+        return torch.softmax(self.posterior_logits(enc), -1)
 
     def guide(self, batch: Any) -> None:
         enc = self.encode_for_model(batch)

@@ -130,6 +130,9 @@ class _SegmentationChain(AlignmentPair):
         super().__init__(network)
         self.transition = ChainTransition()
 
+    def owned_modules(self) -> dict[str, nn.Module]:
+        return {"structure": self.transition}
+
     def potentials(self, enc: Encoded) -> tuple[Tensor, Tensor, Tensor]:
         """The chain's potentials: ``unary (B, T, S, 2)`` (``[..., 1]`` = prior scores, ``[..., 0]`` = 0),
         ``pairwise (2, 2)`` (the learned transitions) and the source mask ``(B, T, S)``."""
@@ -315,6 +318,14 @@ class SegmentationMarginal(_SegmentationChain):
         probs = self.network.output_logits(enc, gather_context(self._read_values(enc), index)).softmax(-1)
         weights = self.read_distribution(enc).exp().permute(2, 0, 1).unsqueeze(-1)  # (S + 1, B, T, 1)
         return (weights * probs).sum(0)
+
+    @torch.no_grad()
+    def posterior_probs(self, batch: Any) -> Tensor:
+        """The exact ``P(r_t = i | x, y, r_t != nothing)`` ``(B, T, S)``, the posterior counterpart of
+        :meth:`attention_prior` (Bayes' rule over the ``S + 1`` read positions; padded targets: the prior)."""
+        enc = self.network.encode(batch)
+        table = self.read_log_likelihood(enc) * enc.target_mask.unsqueeze(-1)
+        return torch.softmax((self.read_distribution(enc) + table)[..., :-1], dim=-1)
 
     def selection_marginals(self, batch: Any) -> dict[str, Tensor]:
         """Prior ``p(z_{t,i} = 1 | x)`` and exact posterior ``p(z_{t,i} = 1 | x, y)`` marginals, ``(B, T, S)``.

@@ -87,6 +87,9 @@ class SyntacticAttention(ExpectedRepresentation, AlignmentPair):
         super().__init__(network)
         self.scorer: ArcScorer | None = None if value_size is None else ArcScorer(value_size)
 
+    def owned_modules(self) -> dict[str, nn.Module]:
+        return {} if self.scorer is None else {"structure": self.scorer}
+
     def arc_scorer(self, enc: Encoded) -> ArcScorer:
         """The arc scorer, created on first use with the values' size, dtype and device."""
         values = enc.values

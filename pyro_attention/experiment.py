@@ -13,25 +13,21 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
+from pyro_attention import registry
 from pyro_attention.data import RegionQADataset, make_region_qa
 from pyro_attention.inference import alignment_posterior, entropy, fit, log_likelihood, predict
-from pyro_attention.models import PAIRS
 from pyro_attention.networks import RegionQA
 from pyro_attention.pair import AlignmentPair
+from pyro_attention.registry import NEIGHBOUR_ROWS, PAPER_ROWS, PairSpec
 
-#: (pair name, estimator) rows of the paper's tables, in order
-ROWS: list[tuple[str, str | None]] = [
-    ("soft", None),
-    ("marginal", None),
-    ("hard", "enum"),
-    ("hard", "sample"),
-    ("variational", "enum"),
-    ("variational", "sample"),
-    ("relaxed", None),
-]
+#: (pair name, estimator) rows of the paper's tables, in order (:data:`pyro_attention.registry.PAPER_ROWS`)
+ROWS: list[tuple[str, str | None]] = [(spec.name, spec.estimator) for spec in PAPER_ROWS]
+#: the paper's rows, then the neighbours' (structured attention, Gaussian context, BAM, Gumbel, RWS)
+ALL_ROWS: list[PairSpec] = PAPER_ROWS + NEIGHBOUR_ROWS
 
 
 @dataclass
@@ -49,7 +45,8 @@ class RegionQAConfig:
     warmup_steps: int = 0
     num_samples: int = 50
     seed: int = 0
-    rows: list[tuple[str, str | None]] = field(default_factory=lambda: list(ROWS))
+    #: rows: :class:`~pyro_attention.registry.PairSpec` or ``(name, estimator[, options])`` tuples
+    rows: list[Any] = field(default_factory=lambda: list(PAPER_ROWS))
 
 
 @dataclass
@@ -66,15 +63,13 @@ class Row:
     pair: AlignmentPair | None = None
 
 
-def make_pair(name: str, estimator: str | None, network: RegionQA) -> AlignmentPair:
-    """Build the pair ``name`` (a key of :data:`~pyro_attention.models.PAIRS`)."""
-    if name not in PAIRS:
-        raise ValueError(f"unknown pair {name!r}; choose from {sorted(PAIRS)}")
-    return PAIRS[name](network, estimator=estimator) if estimator else PAIRS[name](network)
+def make_pair(name: str, estimator: str | None, network: RegionQA, **options: Any) -> AlignmentPair:
+    """Build the pair ``name`` (a key of :data:`~pyro_attention.registry.ALL_PAIRS`)."""
+    return registry.make_pair(name, network, estimator, **options)
 
 
 def row_label(name: str, estimator: str | None) -> str:
-    return f"{name} ({estimator})" if estimator else name
+    return PairSpec(name, estimator).label
 
 
 def evaluate_pair(
@@ -83,10 +78,8 @@ def evaluate_pair(
     batch = data.data
     ll = log_likelihood(pair, batch, num_samples=num_samples)
     nll = -float(ll.per_example.sum()) / float(ll.num_tokens.sum())
-    rule = "soft" if pair.latent == "none" else "marginal"
-    accuracy = float(
-        (predict(pair, batch, rule, num_samples=num_samples)[:, 0].argmax(-1) == batch.answer).float().mean()
-    )
+    predicted = predict(pair, batch, None, num_samples=num_samples)[:, 0].argmax(-1)  # the pair's own rule
+    accuracy = float((predicted == batch.answer).float().mean())
     post = alignment_posterior(pair, batch)
     ent = {k: float(entropy(v).mean()) for k, v in post.items()}
     gold = {}
@@ -119,12 +112,12 @@ def run_region_qa(
             config.val_size, num_regions=config.num_regions, ambiguity=config.ambiguity, seed=config.seed + 1
         )
     rows = []
-    for name, estimator in config.rows:
+    for spec in map(PairSpec.of, config.rows):
         torch.manual_seed(config.seed)
         net = RegionQA(
             train.feature_size, len(train.answers), vocab_size=len(train.vocab), hidden_size=config.hidden_size
         )
-        pair = make_pair(name, estimator, net)
+        pair = spec.build(net)
         start = time.perf_counter()
         fit(
             pair,
@@ -138,7 +131,7 @@ def run_region_qa(
         )
         seconds = time.perf_counter() - start
         nll, exact, acc, ent, gold = evaluate_pair(pair, val, config.num_samples)
-        rows.append(Row(row_label(name, estimator), nll, exact, acc, ent, gold, seconds, pair))
+        rows.append(Row(spec.label, nll, exact, acc, ent, gold, seconds, pair))
         log(
             f"  trained {rows[-1].name:<22} in {seconds:5.1f} s: NLL {'' if exact else '~'}{nll:.3f}, "
             f"accuracy {acc:.3f}"

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import pyro
 import torch
 from pyro import poutine
-from torch import Tensor
+from torch import Tensor, nn
 
 from pyro_attention.networks.base import AttentionNetwork, Encoded, expected_context, mask_scores
 
@@ -39,6 +39,12 @@ class AlignmentPair:
     paper_row: ClassVar[str] = ""
     #: a short label for tables.
     label: ClassVar[str] = ""
+    #: the combination rule the pair predicts with (:func:`~pyro_attention.inference.predict`); ``None``:
+    #: ``"soft"`` for deterministic pairs, ``"marginal"`` otherwise.
+    prediction_rule: ClassVar[str | None] = None
+    #: proposal of the importance-weighted ``log p(y | x)`` when the alignment cannot be enumerated:
+    #: ``"guide"`` (``q``) or ``"prior"`` (plain Monte Carlo over draws of :meth:`prior`).
+    likelihood_proposal: ClassVar[str] = "guide"
 
     def __init__(self, network: AttentionNetwork) -> None:
         if not isinstance(network, AttentionNetwork):
@@ -100,10 +106,67 @@ class AlignmentPair:
         """Expected prior attention weights ``E_p[z_t]`` as ``(B, T, S)`` probabilities (0 at padding)."""
         return torch.softmax(self.prior_logits(enc), dim=-1)
 
+    def default_rule(self) -> str:
+        """:attr:`prediction_rule`, or ``"soft"`` for deterministic pairs and ``"marginal"`` otherwise."""
+        return self.prediction_rule or ("soft" if self.latent == "none" else "marginal")
+
+    def guide_probs(self, enc: Encoded) -> Tensor | None:
+        """The guide's alignment probabilities (or normalised mean weights) ``(B, T, S)``; ``None`` when the guide
+        holds no distribution over source positions."""
+        return None
+
+    def context(self, enc: Encoded, z: Tensor) -> Tensor:
+        """The context the output network sees for a value ``z`` of :meth:`prior` (weights ``(..., B, T, S)``)."""
+        return expected_context(z, enc.values)
+
     def soft_log_likelihood(self, enc: Encoded) -> Tensor:
         """``log p(y_t | x, c_t = E_p[x_z])`` per token ``(B, T)``: soft attention with the prior's weights."""
         logits = self.network.output_logits(enc, expected_context(self.attention_prior(enc), enc.values))
         return observed_log_likelihood(logits, enc)
+
+    # -- parameters -----------------------------------------------------------------------------------------
+    def owned_modules(self) -> dict[str, nn.Module]:
+        """The modules the pair owns besides the network, by the name it registers them under with
+        ``pyro.module`` (structure potentials, a context-scale head, a learned prior shape, ...)."""
+        return {}
+
+    def modules(self) -> dict[str, nn.Module]:
+        """``{"network": network, **owned_modules()}``: every module whose weights the pair trains."""
+        return {"network": self.network, **self.owned_modules()}
+
+    def state_dict(self) -> dict[str, dict[str, Tensor]]:
+        """The weights of :meth:`modules`, one ``state_dict`` per name (what a checkpoint saves)."""
+        return {name: module.state_dict() for name, module in self.modules().items()}
+
+    def load_state_dict(self, state: dict[str, dict[str, Tensor]]) -> None:
+        """Load :meth:`state_dict` output; refuses (``ValueError``) a state with other modules than this pair's."""
+        have, got = set(self.modules()), set(state)
+        if have != got:
+            raise ValueError(
+                f"{type(self).__name__}: the saved weights hold modules {sorted(got)}, this pair has {sorted(have)}"
+                + (f" (missing: {sorted(have - got)})" if have - got else "")
+                + (f" (unexpected: {sorted(got - have)})" if got - have else "")
+            )
+        for name, module in self.modules().items():
+            module.load_state_dict(state[name])
+
+    def train(self, mode: bool = True) -> AlignmentPair:
+        """Set train / eval mode (dropout) of every module."""
+        for module in self.modules().values():
+            module.train(mode)
+        return self
+
+    def eval(self) -> AlignmentPair:
+        return self.train(False)
+
+    def to(self, *args: Any, **kwargs: Any) -> AlignmentPair:
+        """Move every module (``torch.nn.Module.to`` arguments: a device and/or dtype)."""
+        for module in self.modules().values():
+            module.to(*args, **kwargs)
+        return self
+
+    def parameters(self) -> list[nn.Parameter]:
+        return [p for module in self.modules().values() for p in module.parameters()]
 
     # -- the pair -------------------------------------------------------------------------------------------
     def model(self, batch: Any) -> None:  # pragma: no cover - interface

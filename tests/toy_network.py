@@ -26,6 +26,7 @@ class ToyNetwork(AttentionNetwork):
     def __init__(self, feature_size: int = 3, num_classes: int = 4, hidden: int = 5, max_target: int = 6) -> None:
         super().__init__()
         self.num_classes = num_classes
+        self.value_size = hidden
         self.value = nn.Linear(feature_size, hidden)
         self.position = nn.Embedding(max_target, hidden)
         self.key = nn.Linear(hidden, hidden)

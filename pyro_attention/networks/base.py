@@ -78,6 +78,8 @@ class AttentionNetwork(nn.Module):
     """
 
     num_classes: int
+    #: ``D``, the size of the source values (and so of every context vector).
+    value_size: int
     #: Source positions processed at once by :meth:`aligned_log_likelihood` (``None``: all).
     chunk_size: int | None = None
 

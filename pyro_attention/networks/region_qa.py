@@ -44,6 +44,7 @@ class RegionQA(AttentionNetwork):
         self.feature_size = feature_size
         self.num_classes = num_answers
         self.vocab_size = vocab_size
+        self.value_size = hidden_size
         H = hidden_size
         if vocab_size is not None:
             self.embed = nn.Embedding(vocab_size, H, padding_idx=PAD)
