@@ -1,13 +1,16 @@
-"""Every pair of Deng et al. (2018) on synthetic region question answering: the paper's comparison, small.
+"""Every pair on synthetic region question answering: the paper's comparison, small, and its neighbours.
 
 Trains soft attention, exact marginal likelihood, hard attention (enumerated and sampled), categorical
-variational attention (enumerated and sampled) and relaxed Dirichlet attention on the same synthetic scenes
-(:func:`pyro_attention.data.make_region_qa`), then prints for held-out scenes: the NLL per answer (exact by
-enumeration; ``~`` marks the Dirichlet pair's importance-weighted estimate), answer accuracy under each pair's
-own prediction rule, the entropies of prior, exact posterior and ``q``, and how often the argmax of each hits
-the gold region.  ``--markdown FILE`` also writes the table.
+variational attention (enumerated and sampled) and relaxed Dirichlet attention -- and, unless ``--paper-only``,
+the neighbours: structured attention (segmentation and syntactic, expected representations; the segmentation
+chain marginalised), Gaussian context, Bayesian attention modules, Gumbel-softmax and reweighted wake-sleep --
+on the same synthetic scenes (:func:`pyro_attention.data.make_region_qa`), then prints for held-out scenes: the
+NLL per answer (exact by enumeration or dynamic programme; ``~`` marks an importance-weighted estimate), answer
+accuracy under each pair's own prediction rule, the entropies of prior, exact posterior and ``q``, and how often
+the argmax of each hits the gold region.  ``--markdown FILE`` also writes the table.
 
     python examples/region_qa.py --epochs 12
+    python examples/region_qa.py --pairs soft "gumbel (categorical)" rws
 
 References:
 [1] Deng, Kim, Chiu, Guo, Rush, "Latent Alignment and Variational Attention", NeurIPS 2018.
@@ -20,15 +23,17 @@ from pathlib import Path
 
 import torch
 
-from pyro_attention.experiment import ROWS, RegionQAConfig, format_table, row_label, run_region_qa
+from pyro_attention.experiment import ALL_ROWS, RegionQAConfig, format_table, run_region_qa
+from pyro_attention.registry import PAPER_ROWS
 
 
 def main(args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
-    names = {row_label(n, e): (n, e) for n, e in ROWS}
+    names = {spec.label: spec for spec in ALL_ROWS}
     unknown = [p for p in args.pairs if p not in names]
     if unknown:
         raise SystemExit(f"--pairs: unknown {unknown}; choose from {list(names)}")
+    default = PAPER_ROWS if args.paper_only else ALL_ROWS
     config = RegionQAConfig(
         train_size=args.train_size,
         val_size=args.val_size,
@@ -39,7 +44,7 @@ def main(args: argparse.Namespace) -> dict:
         warmup_steps=args.warmup_steps,
         ambiguity=args.ambiguity,
         seed=args.seed,
-        rows=[names[p] for p in args.pairs] if args.pairs else list(ROWS),
+        rows=[names[p] for p in args.pairs] if args.pairs else list(default),
     )
     rows, _ = run_region_qa(config, progress=not args.quiet)
     table = format_table(rows)
@@ -61,6 +66,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--warmup-steps", type=int, default=0, help="relaxed pair: steps on E_p[log p] first")
     parser.add_argument("--ambiguity", type=float, default=0.3, help="share of scenes with two regions of a kind")
     parser.add_argument("--pairs", nargs="*", default=[], help="subset of rows, e.g. 'soft' 'hard (enum)'")
+    parser.add_argument("--paper-only", action="store_true", help="only the rows of Deng et al. (2018)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--markdown", default="", help="also write the table to this file")

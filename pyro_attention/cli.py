@@ -32,6 +32,10 @@ def _demo(args: argparse.Namespace) -> int:
         hidden_size=args.hidden,
         seed=args.seed,
     )
+    if getattr(args, "neighbours", False):
+        from pyro_attention.experiment import ALL_ROWS
+
+        config.rows = list(ALL_ROWS)
     print(
         f"pyro-attention demo: {config.train_size} training / {config.val_size} held-out synthetic scenes, "
         f"{config.num_epochs} epochs, hidden {config.hidden_size}, seed {config.seed}, "
@@ -442,6 +446,9 @@ def make_parser() -> argparse.ArgumentParser:
     demo.add_argument("--num-plots", type=int, default=4, help="held-out examples in the heatmap")
     demo.add_argument("--out", default="pyro-attention-demo", help="folder for the figure")
     demo.add_argument("--quiet", action="store_true", help="no progress bars")
+    demo.add_argument(
+        "--neighbours", action="store_true", help="also the neighbours (structured, Gaussian, BAM, Gumbel, RWS)"
+    )
     demo.set_defaults(func=_demo)
     _add_translation_commands(sub)
     al = sub.add_parser("align", help="AER of prior / exact posterior / q / soft attention against gold alignments")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -55,7 +56,21 @@ def test_region_qa_tiny(capsys, tmp_path):
         "variational (enum)",
         "variational (sample)",
         "relaxed",
+        "segmentation",
+        "syntactic",
+        "segmentation-marginal",
+        "gaussian (kl_scale=0.01)",
+        "bayesian (guide_scores=prior, kl_scale=0.01)",
+        "gumbel (categorical)",
+        "rws",
     ]
+    assert all(math.isfinite(r.nll) and 0 <= r.accuracy <= 1 for r in rows.values())
+    # every pair reports its prior; the exact posterior where the maths allows, q where the guide has weights
+    assert {k for k, r in rows.items() if "posterior" in r.entropy} == {
+        "marginal", "hard (enum)", "hard (sample)", "variational (enum)", "variational (sample)",
+        "segmentation-marginal", "gumbel (categorical)", "rws",
+    }
+    assert "guide" not in rows["gaussian (kl_scale=0.01)"].entropy and "guide" in rows["rws"].entropy
     printed = capsys.readouterr().out
     assert "| pair | NLL | accuracy | H(prior) | H(posterior) | H(q) | gold@prior" in printed
     assert "| relaxed | ~" in printed  # the Dirichlet NLL is marked as an estimate
