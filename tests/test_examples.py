@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,15 @@ from scripts import load_script
 from pyro_attention import cli
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-TESTED = {"toy_expectation.py", "exact_vs_variational.py", "region_qa.py", "inspect_posteriors.py", "translate.py"}
+TESTED = {
+    "toy_expectation.py",
+    "exact_vs_variational.py",
+    "region_qa.py",
+    "inspect_posteriors.py",
+    "translate.py",
+    "clevr_qa.py",
+}
+CLEVR = Path(os.environ.get("PYRO_ATTENTION_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 
 
 def _load(name: str):
@@ -76,6 +85,26 @@ def test_region_qa_tiny(capsys, tmp_path):
     assert "| relaxed | ~" in printed  # the Dirichlet NLL is marked as an estimate
     assert out.read_text().startswith("| pair |")
     assert all(r.nll > 0 for r in rows.values())
+
+
+@pytest.mark.skipif(not (CLEVR / "clevr-scenes").is_dir(), reason=f"CLEVR scenes not found under {CLEVR}")
+def test_clevr_qa_tiny(capsys, tmp_path):
+    module = _load("clevr_qa")
+    out = tmp_path / "clevr.md"
+    args = ["--data-dir", str(CLEVR), "--generated-train", "16", "--generated-val", "16", "--hidden", "8"]
+    args += ["--epochs", "1", "--batch-size", "64", "--quiet", "--markdown", str(out)]
+    result = module.main(module.make_parser().parse_args([*args, "--pairs", "soft", "variational (sample)", "relaxed"]))
+    assert [r.name for r in result.generated] == ["soft", "variational (sample)", "relaxed"]
+    printed = capsys.readouterr().out
+    assert "Original CLEVR validation questions (275" in printed and "Generated validation questions (16" in printed
+    assert "| relaxed | ~" in printed and "| marginal | 1.69 | 60.33 |" in printed
+    assert out.read_text().startswith("Original CLEVR")
+
+
+def test_clevr_qa_missing_data(tmp_path):
+    module = _load("clevr_qa")
+    with pytest.raises(SystemExit, match="no CLEVR scenes under"):
+        module.main(module.make_parser().parse_args(["--data-dir", str(tmp_path), "--quiet"]))
 
 
 def test_inspect_posteriors_tiny(capsys, tmp_path):

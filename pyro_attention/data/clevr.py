@@ -361,7 +361,7 @@ def check_question(q: ClevrQuestion, scenes: dict[int, Scene], where: str = "que
             raise ClevrFormatError(
                 f"{where}: {q.text!r} (scene {q.image_index}) queries object {q.gold} of a scene with {len(scene)}"
             )
-        attr = q.program[-1]["type"].removeprefix("query_")
+        attr = q.program[-1]["type"].removeprefix("query_") if q.program else ""
         if attr in ATTRIBUTES and scene.objects[q.gold][attr] != q.answer:
             raise ClevrFormatError(
                 f"{where}: {q.text!r} (scene {q.image_index}) answer {q.answer!r} differs from the {attr} "
