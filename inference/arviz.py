@@ -48,15 +48,21 @@ def _has_guide(pair: AlignmentPair, batch: Any) -> bool:
         return "align" in poutine.trace(pair.guide).get_trace(batch).nodes
 
 
-def _draws(pair: AlignmentPair, batch: Any, num_samples: int) -> dict[str, torch.Tensor]:
-    """Prior draws of the alignment and, for pairs with a guide, draws from q with their log importance
-    weights ``(N, B)``."""
+def _draws(pair: AlignmentPair, batch: Any, probs: dict, num_samples: int) -> dict[str, torch.Tensor]:
+    """Prior draws of the alignment (``pair.prior`` for continuous alignments, the prior probabilities for
+    discrete ones) and, for pairs with a guide, draws from q with their log importance weights ``(N, B)``;
+    nothing for deterministic pairs."""
+    out = {}
     with torch.no_grad():
-        prior_fn = poutine.trace(pair.model).get_trace(batch).nodes["align"]["fn"]
-        out = {"prior": prior_fn.sample((num_samples,))}
+        if pair.latent in ("simplex", "context"):
+            enc = pair.network.encode(batch)
+            out["prior"] = pair.prior(enc).sample((num_samples,))
+        elif pair.latent != "none":
+            out["prior"] = dist.Categorical(probs=probs["prior"]).sample((num_samples,))
         if _has_guide(pair, batch):
+            enc = pair.network.encode(batch)
             guided = [guide_draw(pair, batch) for _ in range(num_samples)]
-            out["q"] = torch.stack([z for z, _ in guided])
+            out["q"] = torch.stack([pair.alignment_weights(enc, z) for z, _ in guided])
             out["log_weight"] = torch.stack([w.sum(-1) for _, w in guided])
     return out
 
@@ -98,29 +104,33 @@ def to_inference_data(
     """
     import arviz as az
 
-    if pair.latent == "none":
-        raise ValueError(f"{type(pair).__name__} has no latent alignment to put in an InferenceData")
     if num_samples < 2:
         raise ValueError(f"num_samples must be >= 2, got {num_samples}")
     enc = pair.network.encode(batch)
     B, T, S = enc.shape
     probs = alignment_posterior(pair, batch)
-    draws = _draws(pair, batch, num_samples)
-    if pair.latent == "categorical":
+    draws = _draws(pair, batch, probs, num_samples)
+    if "posterior" in probs:
         post = dist.Categorical(probs=probs["posterior"]).sample((num_samples,))
+        posterior_source = "exact" if pair.latent != "simplex" else "exact-categorical"
+    elif "q" in draws:
+        post, posterior_source = draws["q"], "guide"
     else:
-        post = draws["q"]
+        post, posterior_source = None, "none"
     ll = log_likelihood(pair, batch, num_samples=num_importance_samples)
     mask = _np(enc.target_mask)
     ex_idx, pos_idx = np.nonzero(mask)
-    q_probs = probs.get("guide", probs["prior"])
     elbo, kl = _elbo_and_kl(pair, batch, probs, ll, draws)
     khat = _khat(draws)
     per_example = {"elbo": _np(elbo), "kl": _np(kl)}
     if khat is not None:
         per_example["khat"] = khat
 
-    def group(z: torch.Tensor) -> dict:
+    def group(z: torch.Tensor | None) -> dict | None:
+        if z is None:
+            return None
+        if pair.latent == "context":  # the alignment is a context vector
+            return {"context": _np(z)[None]}
         out = {"weights": _np(_one_hot(z, S))[None]}
         if z.dtype == torch.long:
             out["align"] = _np(z)[None]
@@ -130,6 +140,7 @@ def to_inference_data(
     dims = {
         "align": ["example", "target"],
         "weights": ["example", "target", "source"],
+        "context": ["example", "target", "feature"],
         "y": ["example", "target"],
         "target_mask": ["example", "target"],
         "prior_probs": ["example", "target", "source"],
@@ -141,12 +152,14 @@ def to_inference_data(
         "khat": ["example"],
         "log_weight": ["example"],
     }
-    constant = {"prior_probs": _np(probs["prior"]), "q_probs": _np(q_probs), "source_mask": _np(enc.source_mask)}
+    constant = {"prior_probs": _np(probs["prior"]), "source_mask": _np(enc.source_mask)}
+    if "guide" in probs:
+        constant["q_probs"] = _np(probs["guide"])
     if "posterior" in probs:
         constant["posterior_probs"] = _np(probs["posterior"])
     idata = az.from_dict(
         posterior=group(post),
-        prior=group(draws["prior"]),
+        prior=group(draws.get("prior")),
         observed_data={"y": _np(enc.target), "target_mask": mask},
         constant_data=constant,
         sample_stats={"log_weight": _np(draws["log_weight"])[None]} if "log_weight" in draws else None,
@@ -158,7 +171,13 @@ def to_inference_data(
         "estimator": str(getattr(pair, "estimator", "")),
         "log_likelihood_method": ll.method,
         "log_likelihood_exact": int(ll.exact),
-        "posterior_source": "exact posterior p(z|x,y)" if pair.latent == "categorical" else "guide q(z|x,y)",
+        "latent": pair.latent,
+        "posterior_source": {
+            "exact": "exact posterior p(z|x,y)",
+            "exact-categorical": "exact posterior p(z|x,y) of the underlying categorical model (pair.categorical())",
+            "guide": "guide q(z|x,y)",
+            "none": "none (deterministic attention: prior_probs holds its weights)",
+        }[posterior_source],
     }
     # one entry per *real* target token (padding dropped), with where it comes from as coordinates
     tokens = {"token": np.arange(len(ex_idx)), "token_example": ("token", ex_idx), "token_position": ("token", pos_idx)}
@@ -191,7 +210,7 @@ def _elbo_and_kl(pair: AlignmentPair, batch: Any, probs: dict, ll: Any, draws: d
         kl_tok = (q * (q.clamp(min=tiny).log() - post.clamp(min=tiny).log())).sum(-1)
         kl = (kl_tok * pair.network.encode(batch).target_mask).sum(-1)
         return log_p - kl, kl
-    if pair.latent == "categorical":  # no guide: the ELBO is the exact log-likelihood
+    if "log_weight" not in draws:  # no guide (exact or deterministic pairs): the ELBO is the exact log-likelihood
         return log_p, torch.zeros_like(log_p)
     elbo = draws["log_weight"].mean(0)
     return elbo, log_p - elbo
@@ -202,7 +221,7 @@ def diagnostics(pair: AlignmentPair, batch: Any, num_samples: int = 100) -> dict
     enc = pair.network.encode(batch)
     mask = enc.target_mask
     probs = alignment_posterior(pair, batch)
-    draws = _draws(pair, batch, num_samples)
+    draws = _draws(pair, batch, probs, num_samples)
     khat = _khat(draws)
     ll = log_likelihood(pair, batch, num_samples=num_samples)
     elbo, kl = _elbo_and_kl(pair, batch, probs, ll, draws)

@@ -227,6 +227,10 @@ class BayesianAttention(KLAnnealing, AlignmentPair):
         """The law of the normalised prior weights ``z_t``: ``Dirichlet(alpha_t)`` over real sources."""
         return MaskedDirichlet(self.prior_alpha(enc), enc.source_mask.unsqueeze(-2).expand(enc.shape))
 
+    def alignment_weights(self, enc: Encoded, value: Tensor) -> Tensor:
+        """The normalised weights ``z_t = w_t / sum_s w_{t,s}`` of unnormalised weights ``w``."""
+        return normalise(value, self.site_mask(enc))
+
     def guide_probs(self, enc: Encoded) -> Tensor:
         """The guide's normalised mean weights ``E_q[w_t] / sum_s E_q[w_{t,s}] = softmax(b_t)``."""
         return normalise(self.guide_log_mean(enc).exp(), enc.source_mask.unsqueeze(-2).expand(enc.shape))

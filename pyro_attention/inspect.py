@@ -37,8 +37,6 @@ def inspect_checkpoint(
     warnings.filterwarnings("ignore", category=FutureWarning, module="arviz")
     ckpt = load_checkpoint(checkpoint)
     pair = ckpt.pair
-    if pair.latent == "none":
-        raise ValueError(f"{type(pair).__name__} has no latent alignment to inspect (train a latent pair)")
     config = ckpt.config if data_dir is None else ckpt.config.replace(data_dir=data_dir)
     data = load_split(config, split, size=size, references=False)
     if len(data) == 0:

@@ -115,6 +115,10 @@ class AlignmentPair:
         holds no distribution over source positions."""
         return None
 
+    def alignment_weights(self, enc: Encoded, value: Tensor) -> Tensor:
+        """The attention weights a value of site ``"align"`` stands for (the value itself, or a position)."""
+        return value
+
     def context(self, enc: Encoded, z: Tensor) -> Tensor:
         """The context the output network sees for a value ``z`` of :meth:`prior` (weights ``(..., B, T, S)``)."""
         return expected_context(z, enc.values)

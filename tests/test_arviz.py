@@ -12,6 +12,7 @@ from toy_network import ToyNetwork, make_toy_batch
 from pyro_attention.inference import alignment_posterior, log_likelihood
 from pyro_attention.inference.arviz import diagnostics, format_diagnostics, to_inference_data
 from pyro_attention.models import MarginalLikelihood, RelaxedAttention, SoftAttention, VariationalAttention
+from pyro_attention.registry import ALL_PAIRS, make_pair
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 az = pytest.importorskip("arviz")
@@ -68,8 +69,31 @@ def test_dirichlet_pair_and_pairs_without_guide(setup):
     assert "khat" in idata.sample_stats
     marginal = to_inference_data(MarginalLikelihood(net), batch, num_samples=10)
     assert "khat" not in marginal.sample_stats and np.allclose(marginal.sample_stats["kl"].values, 0)
-    with pytest.raises(ValueError, match="no latent alignment"):
-        to_inference_data(SoftAttention(net), batch)
+    soft = to_inference_data(SoftAttention(net), batch, num_samples=10)
+    assert "posterior" not in soft.groups() and "prior_probs" in soft.constant_data
+    assert soft.observed_data.attrs["posterior_source"].startswith("none")
+    assert np.allclose(soft.sample_stats["kl"].values, 0)
+
+
+@pytest.mark.parametrize("name", list(ALL_PAIRS))
+def test_every_pair_converts(setup, name):
+    net, batch = setup
+    pair = make_pair(name, net)
+    idata = to_inference_data(pair, batch, num_samples=8, num_importance_samples=8)
+    mask = net.encode(batch).target_mask
+    assert idata.log_likelihood["y"].shape == (1, 1, int(mask.sum()))
+    assert np.isfinite(idata.log_likelihood["y"].values).all()
+    assert np.isfinite(idata.sample_stats["elbo"].values).all()
+    assert np.allclose(idata.constant_data["prior_probs"].values[1:, :, 3], 0)  # padded source: no weight
+    if pair.latent == "none":
+        assert "posterior" not in idata.groups()
+    elif pair.latent == "context":
+        assert idata.posterior["context"].dims == ("chain", "draw", "example", "target", "feature")
+    else:
+        weights = idata.posterior["weights"].values
+        real = mask.numpy()
+        assert (weights[..., 1:, :, 3] == 0).all() and np.allclose(weights.sum(-1)[..., real], 1, atol=1e-5)
+        assert np.allclose(idata.prior["weights"].values.sum(-1), 1, atol=1e-5)
 
 
 def test_diagnostics_table(setup):
