@@ -302,3 +302,30 @@ def test_real_clevr_tiny_training_run():
     assert set(result.original[1].gold) == {"prior", "posterior", "guide"}  # alignment accuracy is scored
     text = format_clevr(result)
     assert "Original CLEVR validation questions (275" in text and "| variational (sample) | 1.75 | 57.52 |" in text
+
+
+@pytest.mark.slow  # ~18 s: all seven rows; examples/clevr_qa.py's tiny run covers the same code by default
+def test_demo_task_clevr(capsys, tmp_path):
+    from pyro_attention import cli
+
+    args = ["demo", "--task", "clevr", "--data-dir", str(_real_data()), "--train-size", "16", "--val-size", "16"]
+    args += ["--hidden", "8", "--epochs", "1", "--num-plots", "1", "--out", str(tmp_path), "--quiet"]
+    assert cli.main(args) == 0
+    printed = capsys.readouterr().out
+    assert "| hard (sample) |" in printed and "| relaxed | ~" in printed
+    assert (tmp_path / "clevr_alignments.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_demo_rejects_unknown_task(capsys):
+    from pyro_attention import cli
+
+    with pytest.raises(SystemExit):
+        cli.main(["demo", "--task", "vqa"])
+    assert "invalid choice: 'vqa' (choose from 'synthetic', 'clevr')" in capsys.readouterr().err
+
+
+def test_demo_clevr_missing_data(capsys, tmp_path):
+    from pyro_attention import cli
+
+    assert cli.main(["demo", "--task", "clevr", "--data-dir", str(tmp_path / "nowhere"), "--quiet"]) == 2
+    assert "does not exist" in capsys.readouterr().err
