@@ -66,11 +66,11 @@ def main(args: argparse.Namespace) -> ClevrResult:
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", default=None, help="folder holding clevr-scenes/ (default: see above)")
-    parser.add_argument("--generated-train", type=int, default=6000, help="questions generated on training scenes")
+    parser.add_argument("--generated-train", type=int, default=8000, help="questions generated on training scenes")
     parser.add_argument("--generated-val", type=int, default=1000, help="questions generated on validation scenes")
     parser.add_argument("--question-seed", type=int, default=0, help="seed of the generator (val: seed + 1)")
     parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--epochs", type=int, default=15)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--warmup-steps", type=int, default=0, help="relaxed pair: steps on E_p[log p] first")

@@ -43,11 +43,11 @@ class ClevrConfig:
     """Data and training settings of the CLEVR comparison (defaults: the documented run)."""
 
     data_dir: str | None = None
-    generated_train: int = 6000
+    generated_train: int = 8000
     generated_val: int = 1000
     question_seed: int = 0
     hidden_size: int = 64
-    num_epochs: int = 10
+    num_epochs: int = 15
     batch_size: int = 32
     lr: float = 3e-3
     warmup_steps: int = 0

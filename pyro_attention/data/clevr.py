@@ -803,7 +803,7 @@ class ClevrSplits:
 
 def clevr_splits(
     root: str | os.PathLike,
-    generated_train: int = 6000,
+    generated_train: int = 8000,
     generated_val: int = 1000,
     seed: int = 0,
     original_train: bool = True,
