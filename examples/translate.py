@@ -1,12 +1,15 @@
 """The paper's translation table (Deng et al. 2018, Table 1), CPU-sized: every pair trained and evaluated.
 
 For each row -- soft attention, exact marginal likelihood, hard attention (enum / sample), categorical
-variational attention (enum / sample), relaxed Dirichlet attention -- :func:`pyro_attention.translation.train`
+variational attention (enum / sample), relaxed Dirichlet attention, and (unless ``--paper-only``) the
+neighbours: structured attention (segmentation, syntactic, the segmentation chain marginalised), Gaussian
+context, Bayesian attention modules, Gumbel-softmax, reweighted wake-sleep -- :func:`pyro_attention.translation.train`
 trains a :class:`~pyro_attention.networks.Seq2Seq` on the chosen corpus and
 :func:`pyro_attention.translation.evaluate` reports on the test split: perplexity (exact for the categorical
 pairs and soft attention; an importance-weighted bound, marked ``~``, for relaxed), BLEU of beam search under
 the pair's prediction rule (sacreBLEU, detokenised, signature printed), the prior's entropy per target token,
-and the training time.  The paper's numbers (IWSLT14 De-En, full size) are printed beside for reference.
+and the training time.  The neighbours run with the settings of :data:`pyro_attention.registry.NEIGHBOUR_ROWS`.
+The paper's numbers (IWSLT14 De-En, full size) are printed beside for reference.
 
     python examples/translate.py --data multi30k --train-size 5000 --epochs 3 --markdown table.md
 
@@ -22,7 +25,8 @@ from pathlib import Path
 
 import torch
 
-from pyro_attention.experiment import ROWS, row_label
+from pyro_attention.experiment import ALL_ROWS
+from pyro_attention.registry import PAPER_ROWS
 from pyro_attention.translation import TranslationConfig, evaluate, train
 
 #: Deng et al. (2018), Table 1, IWSLT14 De-En: (PPL, BLEU); prior entropy where Table 2 reports it
@@ -39,15 +43,15 @@ PAPER = {
 
 def main(args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
-    names = {row_label(n, e): (n, e) for n, e in ROWS}
+    names = {spec.label: spec for spec in ALL_ROWS}
     unknown = [p for p in args.pairs if p not in names]
     if unknown:
         raise SystemExit(f"--pairs: unknown {unknown}; choose from {list(names)}")
-    rows = [names[p] for p in args.pairs] if args.pairs else ROWS
+    rows = [names[p] for p in args.pairs] if args.pairs else (PAPER_ROWS if args.paper_only else ALL_ROWS)
     results = {}
     signature = ""
-    for name, estimator in rows:
-        label = row_label(name, estimator)
+    for spec in rows:
+        label = spec.label
         config = TranslationConfig(
             data=args.data,
             data_dir=args.data_dir,
@@ -58,8 +62,9 @@ def main(args: argparse.Namespace) -> dict:
             test_size=args.test_size,
             max_len=args.max_len,
             min_freq=args.min_freq,
-            model=name,
-            estimator=estimator,
+            model=spec.name,
+            estimator=spec.estimator,
+            options=dict(spec.options) or None,
             embedding=args.embedding,
             encoder=args.encoder,
             decoder=args.decoder,
@@ -70,7 +75,7 @@ def main(args: argparse.Namespace) -> dict:
             lr=args.lr,
             seed=args.seed,
             threads=args.threads,
-            out=str(Path(args.out) / label.replace(" ", "")),
+            out=str(Path(args.out) / "".join(c for c in label if c.isalnum() or c in "-_.=,")),
         )
         start = time.perf_counter()
         trained = train(config, progress=not args.quiet, overwrite=True, log=None if args.quiet else print)
@@ -79,7 +84,7 @@ def main(args: argparse.Namespace) -> dict:
         signature = report.get("bleu_signature", signature)
         results[label] = {**report, "seconds": seconds, "epochs": trained.epoch, "best_epoch": trained.best_epoch}
         print(
-            f"{label:<22} PPL {'' if report['ppl_exact'] else '~'}{report['ppl']:.2f}  BLEU {report['bleu']:.2f}  "
+            f"{label:<44} PPL {'' if report['ppl_exact'] else '~'}{report['ppl']:.2f}  BLEU {report['bleu']:.2f}  "
             f"H(prior) {report['prior_entropy']:.2f}  {seconds:.0f} s"
         )
     table = format_table(results)
@@ -124,6 +129,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--pairs", nargs="*", default=[], help="subset of rows, e.g. 'soft' 'variational (enum)'")
+    parser.add_argument("--paper-only", action="store_true", help="only the rows of Deng et al. (2018)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default="runs/table1")

@@ -7,7 +7,9 @@ distribution is then
 * ``"marginal"`` -- ``sum_s p(z_t = s) p(y_t | x, z_t = s)``: the exact marginal over alignments;
 * ``"kmax"`` -- the same sum over the ``k`` most probable alignments, renormalised (Deng et al. 2018).
 
-Whatever the rule, the decoder is fed the prior's soft context, as in training.  Beam search keeps ``beam_size``
+For ``"soft"`` the context is the pair's own (:meth:`~pyro_attention.pair.AlignmentPair.soft_context`, so the
+structured pairs decode with their chain / tree contexts, BAM with its mean weights).  Whatever the rule, the
+decoder is fed the prior's soft context, as in training.  Beam search keeps ``beam_size``
 hypotheses per sentence and ranks finished ones by ``log p / lp(length)`` with the GNMT length penalty
 ``lp(n) = ((5 + n) / 6) ** length_penalty`` (``0`` disables it).  ``beam_size=1`` is greedy decoding.
 
@@ -23,18 +25,21 @@ import torch
 from torch import Tensor
 
 from pyro_attention.data.translation import BOS, EOS
-from pyro_attention.networks.base import mask_scores
+from pyro_attention.networks.base import Encoded, mask_scores
 from pyro_attention.pair import AlignmentPair
 
 DECODE_RULES = ("soft", "marginal", "kmax")
 
 
-def _next_log_probs(net: Any, src: Any, h: Tensor, scores: Tensor, rule: str, k: int) -> Tensor:
+def _next_log_probs(pair: AlignmentPair, src: Any, h: Tensor, scores: Tensor, rule: str, k: int) -> Tensor:
     """``log p(y_t | x, y_<t)`` over the vocabulary, ``(N, V)``."""
+    net = pair.network
+    if rule == "soft":  # the pair's soft context (structured pairs: their own) for this one step
+        N = scores.shape[0]
+        target = torch.zeros(N, 1, dtype=torch.long, device=scores.device)
+        step = Encoded(src.values, src.source_mask, target, torch.ones_like(target, dtype=torch.bool), scores[:, None])
+        return net.step_logits(h, pair.soft_context(step).squeeze(1)).log_softmax(-1)
     log_prior = mask_scores(scores.unsqueeze(1), src.source_mask).squeeze(1).log_softmax(-1)  # (N, S)
-    if rule == "soft":
-        context = torch.einsum("ns,nsd->nd", log_prior.exp(), src.values)
-        return net.step_logits(h, context).log_softmax(-1)
     if rule == "kmax":
         log_prior, index = log_prior.topk(min(k, log_prior.shape[-1]), dim=-1)  # (N, K)
         log_prior = log_prior.log_softmax(-1)
@@ -76,7 +81,7 @@ def translate(
     net.eval()
     try:
         return [
-            _beam(net, source[i : i + 1], source_mask[i : i + 1], beam_size, rule, k, max_len, length_penalty)
+            _beam(pair, source[i : i + 1], source_mask[i : i + 1], beam_size, rule, k, max_len, length_penalty)
             for i in range(source.shape[0])
         ]
     finally:
@@ -88,8 +93,9 @@ def _penalty(length: int, alpha: float) -> float:
 
 
 def _beam(
-    net: Any, source: Tensor, mask: Tensor, beam: int, rule: str, k: int, max_len: int, alpha: float
+    pair: AlignmentPair, source: Tensor, mask: Tensor, beam: int, rule: str, k: int, max_len: int, alpha: float
 ) -> list[int]:
+    net = pair.network
     real = int(mask.sum())
     src = net.encode_source(source[:, :real], mask[:, :real])
     state, fed = net.initial_state(src)
@@ -99,7 +105,7 @@ def _beam(
     for step in range(max_len):
         n = tokens.shape[0]
         h, a, state, fed = net.decoder_step(_expand(src, n), tokens[:, -1], state, fed)
-        log_probs = _next_log_probs(net, _expand(src, n), h, a, rule, k)  # (n, V)
+        log_probs = _next_log_probs(pair, _expand(src, n), h, a, rule, k)  # (n, V)
         V = log_probs.shape[-1]
         total = (scores.unsqueeze(-1) + log_probs).flatten()
         top, flat = total.topk(min(beam, total.numel()))
@@ -131,6 +137,8 @@ def greedy(
     """Greedy decoding, batched: the argmax token at every step until ``</s>`` (reference for beam 1)."""
     if rule not in DECODE_RULES:
         raise ValueError(f"rule must be one of {DECODE_RULES}, got {rule!r}")
+    if rule != "soft" and pair.latent != "categorical":
+        raise ValueError(f"rule={rule!r} needs a categorical alignment; {type(pair).__name__} has {pair.latent!r}")
     net = pair.network
     was_training = net.training
     net.eval()
@@ -142,7 +150,7 @@ def greedy(
         done = torch.zeros(source.shape[0], dtype=torch.bool)
         for _ in range(max_len):
             h, a, state, fed = net.decoder_step(src, y, state, fed)
-            y = _next_log_probs(net, src, h, a, rule, k).argmax(-1)
+            y = _next_log_probs(pair, src, h, a, rule, k).argmax(-1)
             for i in (~done).nonzero().flatten().tolist():
                 if int(y[i]) == EOS:
                     done[i] = True

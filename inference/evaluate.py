@@ -23,7 +23,7 @@ from pyro import poutine
 from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
-from pyro_attention.networks.base import expected_context, gather_context
+from pyro_attention.networks.base import gather_context
 from pyro_attention.pair import MAX_PLATE_NESTING, AlignmentPair, observed_log_likelihood
 
 RULES = ("marginal", "soft", "kmax")
@@ -135,7 +135,7 @@ def _prior_log_likelihood(pair: AlignmentPair, batch: Any) -> Tensor:
     """``log p(y_t | x, z)`` per token for one draw ``z ~ pair.prior(enc)``, ``(B, T)`` (padded targets: 0)."""
     enc = pair.network.encode(batch)
     z = pair.prior(enc).sample()
-    return observed_log_likelihood(pair.network.output_logits(enc, pair.context(enc, z)), enc)
+    return observed_log_likelihood(pair.network.output_logits(enc, pair.sample_context(enc, z)), enc)
 
 
 def _log_weight(pair: AlignmentPair, batch: Any) -> Tensor:
@@ -205,7 +205,7 @@ def predict(
     net = pair.network
     enc = net.encode(batch)
     if rule == "soft":
-        return net.output_logits(enc, expected_context(pair.attention_prior(enc), enc.values)).softmax(-1)
+        return net.output_logits(enc, pair.soft_context(enc)).softmax(-1)
     if pair.latent == "none":
         raise ValueError(f"{type(pair).__name__} has no latent alignment to marginalise; use rule='soft'")
     if rule == "kmax":
@@ -220,5 +220,5 @@ def predict(
     prior = pair.prior(enc)
     total = 0.0
     for _ in range(num_samples):
-        total = total + net.output_logits(enc, pair.context(enc, prior.sample())).softmax(-1)
+        total = total + net.output_logits(enc, pair.sample_context(enc, prior.sample())).softmax(-1)
     return total / num_samples

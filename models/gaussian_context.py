@@ -269,7 +269,7 @@ class GaussianContextAttention(KLAnnealing, AlignmentPair):
         """:meth:`context_prior`: the law of the value the output network sees."""
         return self.context_prior(enc)
 
-    def context(self, enc: Encoded, z: Tensor) -> Tensor:
+    def sample_context(self, enc: Encoded, z: Tensor) -> Tensor:
         """The alignment *is* the context."""
         return z
 

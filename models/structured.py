@@ -216,6 +216,9 @@ class SegmentationAttention(ExpectedRepresentation, _SegmentationChain):
             weights = self.selection_prior(enc)
         return expected_context(weights, enc.values)
 
+    def soft_context(self, enc: Encoded) -> Tensor:
+        return self.context(enc)
+
     def output_logits(self, enc: Encoded) -> Tensor:
         return self.network.output_logits(enc, self.context(enc))
 

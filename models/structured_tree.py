@@ -109,8 +109,11 @@ class SyntacticAttention(ExpectedRepresentation, AlignmentPair):
         arcs, _ = self.tree_marginals(enc)
         return enc.values + torch.einsum("bhm,bhd->bmd", arcs, enc.values)
 
+    def soft_context(self, enc: Encoded) -> Tensor:
+        return expected_context(self.attention_prior(enc), self.structured_values(enc))
+
     def output_logits(self, enc: Encoded) -> Tensor:
-        return self.network.output_logits(enc, expected_context(self.attention_prior(enc), self.structured_values(enc)))
+        return self.network.output_logits(enc, self.soft_context(enc))
 
     def model(self, batch: Any) -> None:
         enc = self.encode(batch)

@@ -153,8 +153,7 @@ def _positive_float(text: str) -> float:
 
 
 def _add_train_options(p: argparse.ArgumentParser) -> None:
-    from pyro_attention.models import PAIRS
-    from pyro_attention.pair import ESTIMATORS
+    from pyro_attention.registry import ALL_PAIRS, PAIR_ESTIMATORS
     from pyro_attention.translation import DATA_KINDS
 
     S = argparse.SUPPRESS  # only flags given on the command line override the config file (or a resumed run)
@@ -200,8 +199,22 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--synthetic-min-len", type=pos, default=S, help="synthetic shortest source (3)")
     g.add_argument("--synthetic-max-len", type=pos, default=S, help="synthetic longest source (8)")
     g = p.add_argument_group("model")
-    g.add_argument("--model", choices=tuple(PAIRS), default=S, help="the pair (default soft)")
-    g.add_argument("--estimator", choices=ESTIMATORS, default=S, help="hard / variational only (default enum)")
+    g.add_argument("--model", choices=tuple(ALL_PAIRS), default=S, help="the pair (default soft)")
+    estimators = tuple(dict.fromkeys(e for v in PAIR_ESTIMATORS.values() for e in v))
+    g.add_argument(
+        "--estimator",
+        choices=estimators,
+        default=S,
+        help="; ".join(f"{k}: {'/'.join(v)}" for k, v in PAIR_ESTIMATORS.items()) + " (the first is the default)",
+    )
+    g.add_argument(
+        "--option",
+        dest="options",
+        action="append",
+        metavar="KEY=VALUE",
+        default=S,
+        help="an option of the pair's constructor, e.g. --option kl_scale=0.01 (repeatable)",
+    )
     g.add_argument("--embedding", type=pos, default=S, help="embedding size (64)")
     g.add_argument("--encoder", type=pos, default=S, help="BiLSTM size per direction (64)")
     g.add_argument("--decoder", type=pos, default=S, help="decoder LSTM size (128)")
@@ -263,12 +276,18 @@ def _fail(parser: argparse.ArgumentParser, error: Exception) -> None:
 
 
 def _translation_config(args: argparse.Namespace, parser: argparse.ArgumentParser):  # noqa: ANN202
+    from pyro_attention.registry import parse_options
     from pyro_attention.translation import TranslationConfig, _read_checkpoint, read_config_file
 
     keys = set(TranslationConfig.keys())
     try:
         given = {**(read_config_file(args.config) if args.config else {})}
         given.update({k: v for k, v in vars(args).items() if k in keys})
+        if isinstance(given.get("options"), list):  # --option KEY=VALUE flags
+            try:
+                given["options"] = parse_options(given["options"])
+            except ValueError as e:
+                raise ValueError(f"options: {e}") from None
         config = TranslationConfig.from_dict(given)
         last = config.out_dir / "last.pt"
         if args.resume and last.is_file():  # the resumed run's options, with what was given on top

@@ -119,9 +119,14 @@ class AlignmentPair:
         """The attention weights a value of site ``"align"`` stands for (the value itself, or a position)."""
         return value
 
-    def context(self, enc: Encoded, z: Tensor) -> Tensor:
+    def sample_context(self, enc: Encoded, z: Tensor) -> Tensor:
         """The context the output network sees for a value ``z`` of :meth:`prior` (weights ``(..., B, T, S)``)."""
         return expected_context(z, enc.values)
+
+    def soft_context(self, enc: Encoded) -> Tensor:
+        """The context of the soft prediction rule, ``(B, T, D)``: by default ``sum_s E_p[z_{t,s}] x_s``
+        (structured pairs: their structured context)."""
+        return expected_context(self.attention_prior(enc), enc.values)
 
     def soft_log_likelihood(self, enc: Encoded) -> Tensor:
         """``log p(y_t | x, c_t = E_p[x_z])`` per token ``(B, T)``: soft attention with the prior's weights."""

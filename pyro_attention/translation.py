@@ -67,9 +67,9 @@ from pyro_attention.data.text import (
     read_parallel,
 )
 from pyro_attention.data.translation import TranslationBatch
-from pyro_attention.models import PAIRS
 from pyro_attention.networks import Seq2Seq
-from pyro_attention.pair import ESTIMATORS, AlignmentPair
+from pyro_attention.pair import AlignmentPair
+from pyro_attention.registry import ALL_PAIRS, PAIR_ESTIMATORS, check_options, make_pair
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -93,10 +93,10 @@ __all__ = [
 ]
 
 DATA_KINDS = ("synthetic", "multi30k", "iwslt14", "parallel")
-#: pairs whose constructor takes an estimator
-ESTIMATOR_PAIRS = ("hard", "variational")
+#: pairs with a choice of estimator
+ESTIMATOR_PAIRS = tuple(PAIR_ESTIMATORS)
 #: config keys that must agree between a checkpoint and the run that resumes it (with the vocabularies)
-STRUCTURAL_KEYS = ("model", "estimator", "embedding", "encoder", "decoder", "attention", "layers")
+STRUCTURAL_KEYS = ("model", "estimator", "options", "embedding", "encoder", "decoder", "attention", "layers")
 CHECKPOINT_FORMAT = "pyro_attention.translation.checkpoint"
 SPLITS = ("train", "val", "test")
 #: synthetic corpus sizes used when ``train_size`` / ``val_size`` / ``test_size`` are not given
@@ -128,8 +128,11 @@ class TranslationConfig:
     ``train_size`` keeps the first pairs after that.  ``min_freq`` / ``max_vocab`` shape the vocabularies, built
     from the training side.
 
-    Model: ``model`` is a key of :data:`pyro_attention.models.PAIRS`; ``estimator`` (``"enum"`` or ``"sample"``,
-    default ``"enum"``) only for ``hard`` and ``variational``.  Sizes as :class:`~pyro_attention.networks.Seq2Seq`
+    Model: ``model`` is a key of :data:`pyro_attention.registry.ALL_PAIRS` (the paper's pairs and the neighbours);
+    ``estimator`` only for the pairs of :data:`~pyro_attention.registry.PAIR_ESTIMATORS` (``hard`` /
+    ``variational``: ``"enum"`` or ``"sample"``, default ``"enum"``; ``gumbel``: ``"sampled"`` or
+    ``"categorical"``); ``options``: keyword options of the pair's constructor (e.g. ``{"kl_scale": 0.01}``;
+    ``--option kl_scale=0.01`` on the command line).  Sizes as :class:`~pyro_attention.networks.Seq2Seq`
     (``chunk_size=0``: no chunking of the enumerated output layer).
 
     Optimisation: ``epochs``, ``batch_size`` (sentences), ``lr``, ``clip_norm`` (per parameter, ClippedAdam),
@@ -167,6 +170,7 @@ class TranslationConfig:
     # model
     model: str = "soft"
     estimator: str | None = None
+    options: dict[str, Any] | None = None
     embedding: int = 64
     encoder: int = 64
     decoder: int = 128
@@ -192,16 +196,22 @@ class TranslationConfig:
         for f in dataclasses.fields(self):
             setattr(self, f.name, _check_type(f.name, getattr(self, f.name), hints[f.name]))
         _choice("data", self.data, DATA_KINDS)
-        _choice("model", self.model, tuple(PAIRS))
+        _choice("model", self.model, tuple(ALL_PAIRS))
         if self.model in ESTIMATOR_PAIRS:
             if self.estimator is None:
-                self.estimator = "enum"
-            _choice("estimator", self.estimator, ESTIMATORS)
+                self.estimator = PAIR_ESTIMATORS[self.model][0]
+            _choice("estimator", self.estimator, PAIR_ESTIMATORS[self.model])
         elif self.estimator is not None:
+            with_choice = "; ".join(f"{k}: {', '.join(v)}" for k, v in PAIR_ESTIMATORS.items())
             raise ValueError(
                 f"estimator: model {self.model!r} has no estimator, got {self.estimator!r}; allowed: none "
-                f"(estimators {', '.join(ESTIMATORS)} exist only for {', '.join(ESTIMATOR_PAIRS)})"
+                f"(estimators exist only for {with_choice})"
             )
+        if self.options is not None:
+            try:
+                check_options(self.model, self.options)
+            except ValueError as e:
+                raise ValueError(f"options: {e}") from None
         for name in ("embedding", "encoder", "decoder", "attention", "layers", "epochs", "batch_size", "max_len",
                      "min_freq", "num_samples", "synthetic_min_len", "synthetic_max_len"):
             _at_least(name, getattr(self, name), 1)
@@ -225,8 +235,8 @@ class TranslationConfig:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if not 0.0 < self.lr_decay <= 1.0:
             raise ValueError(f"lr_decay must be in (0, 1], got {self.lr_decay}")
-        if self.warmup_steps and not hasattr(PAIRS[self.model], "warmup_guide"):
-            with_warmup = [k for k, v in PAIRS.items() if hasattr(v, "warmup_guide")]
+        if self.warmup_steps and not hasattr(ALL_PAIRS[self.model], "warmup_guide"):
+            with_warmup = [k for k, v in ALL_PAIRS.items() if hasattr(v, "warmup_guide")]
             raise ValueError(
                 f"warmup_steps: model {self.model!r} has no warm-up guide; only {', '.join(with_warmup)} has one"
             )
@@ -273,13 +283,14 @@ class TranslationConfig:
     def from_dict(cls, values: dict[str, Any], base: TranslationConfig | None = None) -> TranslationConfig:
         """A config from ``values`` (keys with ``-`` or ``_``), on top of ``base`` (default: the defaults).
 
-        Changing ``model`` without naming ``estimator`` resets the estimator to that model's default.
+        Changing ``model`` without naming ``estimator`` / ``options`` resets them to that model's defaults.
 
         :raises ValueError: for an unknown key (listing the allowed ones) or a bad value (naming the key).
         """
         values = _normalise_keys(values)
-        if "model" in values and "estimator" not in values and (base is None or base.model != values["model"]):
-            values["estimator"] = None
+        if "model" in values and (base is None or base.model != values["model"]):
+            values.setdefault("estimator", None)
+            values.setdefault("options", None)
         start = dataclasses.asdict(base) if base is not None else {}
         return cls(**{**start, **values})
 
@@ -379,7 +390,9 @@ def _check_type(name: str, value: Any, hint: Any) -> Any:
             return float(value)
         if kind is str and isinstance(value, (str, os.PathLike)):
             return str(value)
-    names = " or ".join("null" if k is type(None) else k.__name__ for k in options)
+        if typing.get_origin(kind) is dict and isinstance(value, dict) and all(isinstance(k, str) for k in value):
+            return dict(value)
+    names = " or ".join("null" if k is type(None) else getattr(k, "__name__", str(k)) for k in options)
     raise ValueError(f"config key {name!r} must be {names}, got {value!r}")
 
 
@@ -595,8 +608,7 @@ def build_pair(config: TranslationConfig, src_vocab: Vocab, tgt_vocab: Vocab) ->
         dropout=config.dropout,
         chunk_size=config.chunk_size or None,
     )
-    cls = PAIRS[config.model]
-    pair = cls(network, estimator=config.estimator) if config.model in ESTIMATOR_PAIRS else cls(network)
+    pair = make_pair(config.model, network, config.estimator, **(config.options or {}))
     return network, pair
 
 
@@ -703,9 +715,17 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
     config = TranslationConfig.from_dict(state["config"])
     src_vocab, tgt_vocab = Vocab.from_json(state["src_vocab"]), Vocab.from_json(state["tgt_vocab"])
     network, pair = build_pair(config, src_vocab, tgt_vocab)
-    network.load_state_dict(state["network"])
+    _load_weights(pair, state)
     network.eval()
     return Checkpoint(Path(state["_path"]), config, src_vocab, tgt_vocab, network, pair, state)
+
+
+def _load_weights(pair: AlignmentPair, state: dict[str, Any]) -> None:
+    """The network's weights and those of the modules the pair owns (structure potentials, scale heads)."""
+    try:
+        pair.load_state_dict({"network": state["network"], **state.get("pair_modules", {})})
+    except (RuntimeError, ValueError) as e:
+        raise ValueError(f"{state.get('_path', 'checkpoint')}: weights do not fit {pair!r}: {e}") from None
 
 
 def _vocab_difference(what: str, old: Vocab, new: Vocab) -> str | None:
@@ -903,9 +923,11 @@ def train(
     history = _empty_history()
     optim_state: dict[str, Any] | None = None
     if saved is not None:
-        network.load_state_dict(saved["network"])
+        _load_weights(pair, saved)
         epoch, step, best, best_epoch = saved["epoch"], saved["step"], saved["best_metric"], saved["best_epoch"]
         bad, lr, history, optim_state = saved["bad_epochs"], saved["lr"], saved["history"], saved["optim"]
+        if hasattr(pair, "set_step"):  # KL annealing continues where it stopped
+            pair.set_step(step)
     optim = ClippedAdam({"lr": lr, "clip_norm": config.clip_norm})
     if optim_state is not None:
         optim.set_state(optim_state)
@@ -930,6 +952,7 @@ def train(
             "src_vocab": src_vocab.to_json(),
             "tgt_vocab": tgt_vocab.to_json(),
             "network": network.state_dict(),
+            "pair_modules": {name: m.state_dict() for name, m in pair.owned_modules().items()},
             "optim": optim.get_state(),
             "rng": _rng_state(),
             "epoch": epoch,
@@ -1129,6 +1152,7 @@ def evaluate(
         "checkpoint": str(ckpt.path),
         "model": config.model,
         "estimator": config.estimator,
+        "options": config.options,
         "split": split if src_file is None else str(src_file),
         "data": data.description,
         "sentences": len(data),

@@ -168,7 +168,8 @@ def test_translate_tiny(capsys, tmp_path):
         str(md),
     ]
     results = module.main(module.make_parser().parse_args(args))
-    assert len(results) == 7 and results["relaxed"]["ppl_exact"] is False
+    assert len(results) == 14 and results["relaxed"]["ppl_exact"] is False
+    assert results["segmentation-marginal"]["ppl_exact"] is True and results["gaussian (kl_scale=0.01)"]["bleu"] >= 0
     printed = capsys.readouterr().out
     assert "| relaxed | ~" in printed and "BLEU signature: nrefs:1" in printed
     assert md.read_text().startswith("| pair | PPL | BLEU | prior entropy |")
