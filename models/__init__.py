@@ -31,8 +31,7 @@ PAIRS = {
     "relaxed": RelaxedAttention,
 }
 
-#: the neighbours of the paper's pairs (importable, trainable with ``fit``; not yet in ``PAIRS``, whose members
-#: the translation CLI checkpoints: these own parameters outside the task network, which checkpoints do not save)
+#: the neighbours of the paper's pairs; :mod:`pyro_attention.registry` builds any pair of either dict by name
 NEIGHBOURS = {
     "segmentation": SegmentationAttention,
     "syntactic": SyntacticAttention,
