@@ -48,7 +48,6 @@ from typing import Any
 import numpy as np
 import pyro
 import torch
-from pyro.infer import SVI
 from pyro.optim import ClippedAdam
 from tqdm.auto import tqdm
 
@@ -67,6 +66,14 @@ from pyro_attention.data.text import (
     read_parallel,
 )
 from pyro_attention.data.translation import TranslationBatch
+from pyro_attention.inference.distributed import (
+    DataParallelSVI,
+    broadcast_object,
+    broadcast_parameters,
+    gather_objects,
+    init_from_env,
+    shard,
+)
 from pyro_attention.networks import Seq2Seq
 from pyro_attention.pair import AlignmentPair
 from pyro_attention.registry import ALL_PAIRS, PAIR_ESTIMATORS, check_options, make_pair
@@ -190,6 +197,8 @@ class TranslationConfig:
     seed: int = 0
     threads: int = 1
     out: str | None = None
+    checkpoint_every: int = 0
+    tensorboard: bool | None = None
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
@@ -215,7 +224,7 @@ class TranslationConfig:
         for name in ("embedding", "encoder", "decoder", "attention", "layers", "epochs", "batch_size", "max_len",
                      "min_freq", "num_samples", "synthetic_min_len", "synthetic_max_len"):
             _at_least(name, getattr(self, name), 1)
-        for name in ("chunk_size", "patience", "warmup_steps", "seed", "threads", "data_seed"):
+        for name in ("chunk_size", "patience", "warmup_steps", "seed", "threads", "data_seed", "checkpoint_every"):
             _at_least(name, getattr(self, name), 0)
         for name in ("train_size", "val_size", "test_size"):
             if getattr(self, name) is not None:
@@ -345,13 +354,13 @@ def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such config file")
     suffix = path.suffix.lower()
+    if suffix not in (".json", ".toml"):
+        raise ValueError(f"{path}: a config file must end in .json or .toml, got {suffix or 'no suffix'!r}")
     try:
         if suffix == ".json":
             values = json.loads(path.read_text(encoding="utf-8"))
-        elif suffix == ".toml":
-            values = _toml().loads(path.read_text(encoding="utf-8"))
         else:
-            raise ValueError(f"{path}: a config file must end in .json or .toml")
+            values = _toml().loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not valid JSON ({e})") from None
     except ValueError as e:  # tomllib.TOMLDecodeError is a ValueError
@@ -550,7 +559,8 @@ def _finish(which, source, target, refs, desc, max_len, size) -> Split:  # noqa:
     if size is not None:
         source, target, refs = source[:size], target[:size], None if refs is None else refs[:size]
     if not source:
-        raise ValueError(f"{which} split ({desc}) holds no sentence pairs")
+        why = f": all {dropped} pairs have a side longer than max_len {max_len}" if dropped == total > 0 else ""
+        raise ValueError(f"{which} split ({desc}) holds no sentence pairs{why}")
     return Split(which, source, target, refs, desc, dropped, total, max_len)
 
 
@@ -728,6 +738,32 @@ def _load_weights(pair: AlignmentPair, state: dict[str, Any]) -> None:
         raise ValueError(f"{state.get('_path', 'checkpoint')}: weights do not fit {pair!r}: {e}") from None
 
 
+def _check_param_store(state: dict[str, Any]) -> None:
+    """Every parameter the checkpoint's param store held is back (restored through the pair's modules)."""
+    live = dict(pyro.get_param_store().named_parameters())
+    for name, value in state.get("param_store", {}).items():
+        if name not in live or not torch.equal(live[name].detach(), value):
+            raise ValueError(
+                f"{state.get('_path', 'checkpoint')}: Pyro parameter {name!r} of the checkpoint is not restored by "
+                "the pair's modules (a pyro.param outside pair.modules()?)"
+            )
+
+
+def _tensorboard(config: TranslationConfig, out: Path) -> Any:
+    """A ``SummaryWriter`` on ``out/tensorboard`` when ``config.tensorboard`` asks for one (``None``: when the
+    ``tensorboard`` package is installed)."""
+    if config.tensorboard is False:
+        return None
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:  # tensorboard not installed
+        if config.tensorboard:
+            raise ValueError("tensorboard: the 'tensorboard' package is not installed (pip install tensorboard)") \
+                from None
+        return None
+    return SummaryWriter(str(out / "tensorboard"))
+
+
 def _vocab_difference(what: str, old: Vocab, new: Vocab) -> str | None:
     if old == new:
         return None
@@ -887,7 +923,8 @@ def train(
     :raises FileExistsError: a fresh run into a folder that holds ``last.pt`` without ``overwrite``.
     :raises ValueError: a checkpoint that does not fit this run (naming every difference).
     """
-    log = log or (lambda _: None)
+    rank, world_size = init_from_env()
+    log = (log or (lambda _: None)) if rank == 0 else (lambda _: None)  # only process 0 logs and writes
     if config.threads:
         torch.set_num_threads(config.threads)
     out = config.out_dir
@@ -919,28 +956,48 @@ def train(
     pyro.clear_param_store()
     pyro.set_rng_seed(config.seed)
     network, pair = build_pair(config, src_vocab, tgt_vocab)
+    for name, module in pair.modules().items():  # every parameter in the store before the first step
+        pyro.module(name, module)
     epoch, step, best, best_epoch, bad, lr = 0, 0, math.inf, -1, 0, config.lr
+    position, epoch_loss, epoch_tokens = 0, 0.0, 0  # batches done in the current epoch (mid-epoch checkpoints)
     history = _empty_history()
     optim_state: dict[str, Any] | None = None
     if saved is not None:
         _load_weights(pair, saved)
+        _check_param_store(saved)
         epoch, step, best, best_epoch = saved["epoch"], saved["step"], saved["best_metric"], saved["best_epoch"]
         bad, lr, history, optim_state = saved["bad_epochs"], saved["lr"], saved["history"], saved["optim"]
+        position = saved.get("position", 0)
+        epoch_loss, epoch_tokens = saved.get("epoch_loss", 0.0), saved.get("epoch_tokens", 0)
         if hasattr(pair, "set_step"):  # KL annealing continues where it stopped
             pair.set_step(step)
+    broadcast_parameters()
     optim = ClippedAdam({"lr": lr, "clip_norm": config.clip_norm})
     if optim_state is not None:
         optim.set_state(optim_state)
     elbo = pair.elbo()
-    svi = SVI(pair.model, pair.guide, optim, elbo)
-    warm = SVI(pair.model, pair.warmup_guide, optim, elbo) if config.warmup_steps else None
+    svi = DataParallelSVI(pair.model, pair.guide, optim, elbo)
+    warm = DataParallelSVI(pair.model, pair.warmup_guide, optim, elbo) if config.warmup_steps else None
     if saved is not None:
-        _set_rng_state(saved["rng"])
-        log(f"resumed from {last_path}: epoch {epoch}, step {step}, best validation {best:.4g}, lr {lr:.3g}")
-    out.mkdir(parents=True, exist_ok=True)
-    _write_csv(csv_path, history)
+        ranks = saved.get("rng_ranks")
+        if world_size > 1 and (ranks is None or len(ranks) != world_size):
+            raise ValueError(
+                f"{last_path}: written by {len(ranks) if ranks else 1} process(es), resumed by {world_size}: the "
+                "sampling streams cannot continue exactly; resume with the same number of processes"
+            )
+        _set_rng_state(ranks[rank] if world_size > 1 else saved["rng"])
+        log(
+            f"resumed from {last_path}: epoch {epoch}, step {step}"
+            + (f" ({position} batches into the epoch)" if position else "")
+            + f", best validation {best:.4g}, lr {lr:.3g}"
+        )
+    if rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
+        _write_csv(csv_path, history)
+    board = _tensorboard(config, out) if rank == 0 else None
 
-    def checkpoint(val: Validation) -> dict[str, Any]:
+    def checkpoint(val: Validation | None) -> dict[str, Any]:
+        rng_ranks = gather_objects(_rng_state())  # a collective: every process takes part
         return {
             "format": CHECKPOINT_FORMAT,
             "format_version": 1,
@@ -953,42 +1010,51 @@ def train(
             "tgt_vocab": tgt_vocab.to_json(),
             "network": network.state_dict(),
             "pair_modules": {name: m.state_dict() for name, m in pair.owned_modules().items()},
+            "param_store": {name: p.detach().clone() for name, p in pyro.get_param_store().named_parameters()},
             "optim": optim.get_state(),
-            "rng": _rng_state(),
+            "rng": rng_ranks[0],
+            "rng_ranks": rng_ranks if world_size > 1 else None,
+            "world_size": world_size,
             "epoch": epoch,
             "step": step,
+            "position": position,
+            "epoch_loss": epoch_loss,
+            "epoch_tokens": epoch_tokens,
             "metric": "val_ppl",
             "best_metric": best,
             "best_epoch": best_epoch,
             "bad_epochs": bad,
             "lr": lr,
-            "val": dataclasses.asdict(val),
+            "val": dataclasses.asdict(val) if val is not None else None,
             "history": history,
         }
 
     stopped = bool(config.patience) and bad >= config.patience
     if stopped:
         log(f"early stopping already reached ({bad} epochs without improvement, patience {config.patience})")
-    remaining = 0 if stopped else max(config.epochs - epoch, 0) * len(train_batches)
+    remaining = 0 if stopped else max(max(config.epochs - epoch, 0) * len(train_batches) - position, 0)
     if remaining == 0 and not stopped:
         log(f"nothing to do: {epoch} of {config.epochs} epochs done (raise --epochs to train further)")
-    bar = tqdm(total=remaining, disable=not progress, unit="step", desc=f"{type(pair).__name__}", dynamic_ncols=True)
-    csv_file = open(csv_path, "a", newline="", encoding="utf-8")  # closed in the finally below
-    rows = csv.DictWriter(csv_file, CSV_FIELDS)
+    bar = tqdm(
+        total=remaining, disable=not progress or rank != 0, unit="step", desc=f"{type(pair).__name__}",
+        dynamic_ncols=True,
+    )
+    csv_file = open(csv_path, "a", newline="", encoding="utf-8") if rank == 0 else None  # closed in the finally
+    rows = csv.DictWriter(csv_file, CSV_FIELDS) if csv_file is not None else None
     start, seen = time.perf_counter(), 0
     try:
         while not stopped and epoch < config.epochs:
             network.train()
             order = torch.randperm(len(train_batches), generator=_epoch_generator(config.seed, epoch)).tolist()
-            epoch_loss, epoch_tokens = 0.0, 0
-            for index in order:
+            for index in order[position:]:
                 batch = train_batches[index]
-                tokens = int(batch.target_mask.sum())
+                tokens = int(batch.target_mask.sum())  # of the global batch: every process shards the same one
                 runner = warm if warm is not None and step < config.warmup_steps else svi
-                loss = runner.step(batch) / tokens
+                loss = runner.step(shard(batch, rank, world_size)) / tokens
                 if not math.isfinite(loss):
                     raise FloatingPointError(f"non-finite loss {loss} at step {step} (epoch {epoch})")
                 step += 1
+                position += 1
                 seen += tokens
                 epoch_loss += loss * tokens
                 epoch_tokens += tokens
@@ -996,12 +1062,21 @@ def train(
                 values = dict(zip(history["steps"], (epoch, step, loss, tokens, lr, elapsed), strict=True))
                 for key, value in values.items():
                     history["steps"][key].append(value)
-                rows.writerow(_csv_row("step", **values))
-                csv_file.flush()
+                if rows is not None:
+                    rows.writerow(_csv_row("step", **values))
+                    csv_file.flush()
+                if board is not None:
+                    board.add_scalar("train/loss_per_token", loss, step)
+                    board.add_scalar("train/lr", lr, step)
+                    board.add_scalar("train/tokens_per_s", seen / max(elapsed, 1e-9), step)
                 bar.update(1)
                 bar.set_postfix(epoch=epoch, loss=f"{loss:.3f}", tok_s=f"{seen / max(elapsed, 1e-9):.0f}",
                                 refresh=False)
-            val = validate(pair, val_batches, config.num_samples)
+                if config.checkpoint_every and step % config.checkpoint_every == 0 and position < len(order):
+                    state = checkpoint(None)
+                    if rank == 0:
+                        save_checkpoint(state, last_path)
+            val = broadcast_object(validate(pair, val_batches, config.num_samples) if rank == 0 else None)
             improved = val.ppl < best
             if improved:
                 best, best_epoch, bad = val.ppl, epoch, 0
@@ -1010,27 +1085,37 @@ def train(
                 lr *= config.lr_decay
                 _set_lr(optim, lr)
             epoch += 1
+            train_loss = epoch_loss / max(epoch_tokens, 1)
+            position, epoch_loss, epoch_tokens = 0, 0.0, 0
             elapsed = time.perf_counter() - start
             values = (epoch - 1, step, val.nll, val.ppl, val.exact, lr, elapsed)
             values = dict(zip(history["epochs"], values, strict=True))
             for key, value in values.items():
                 history["epochs"][key].append(value)
             state = checkpoint(val)
-            save_checkpoint(state, last_path)
-            if improved:
-                save_checkpoint(state, best_path)
-            rows.writerow(_csv_row("epoch", **values))
-            csv_file.flush()
+            if rank == 0:
+                save_checkpoint(state, last_path)
+                if improved:
+                    save_checkpoint(state, best_path)
+                rows.writerow(_csv_row("epoch", **values))
+                csv_file.flush()
+            if board is not None:
+                board.add_scalar("val/nll_per_token", val.nll, step)
+                board.add_scalar("val/ppl", val.ppl, step)
+                board.flush()
             log(
                 f"epoch {epoch}/{config.epochs} step {step}: train loss/token "
-                f"{epoch_loss / max(epoch_tokens, 1):.4f}, validation NLL/token {val.nll:.4f}, {val.label()} "
+                f"{train_loss:.4f}, validation NLL/token {val.nll:.4f}, {val.label()} "
                 f"{val.ppl:.4f}" + (" (best)" if improved else f", no improvement ({bad}); lr -> {lr:.3g}")
             )
             if config.patience and bad >= config.patience:
                 stopped = True
                 log(f"early stopping: {bad} epochs without improvement (patience {config.patience})")
     finally:
-        csv_file.close()
+        if csv_file is not None:
+            csv_file.close()
+        if board is not None:
+            board.close()
         bar.close()
     log(f"best validation PPL {best:.4f} at epoch {best_epoch + 1}; checkpoints in {out}")
     return TrainResult(pair, network, src_vocab, tgt_vocab, out, epoch, step, best, best_epoch, lr, history, stopped)
@@ -1122,7 +1207,7 @@ def evaluate(
         pyro.set_rng_seed(seed)
     config = ckpt.config if data_dir is None else ckpt.config.replace(data_dir=data_dir)
     pair = ckpt.pair
-    rule = _default_rule(pair, rule) if bleu else rule
+    rule = _default_rule(pair, rule)  # checked even without BLEU: a rule the pair does not allow is a mistake
     if kmax < 0 or beam < 1 or batch_size < 1:
         raise ValueError(f"need kmax >= 0, beam >= 1, batch_size >= 1; got {kmax}, {beam}, {batch_size}")
     if size is None and src_file is None and split in SPLITS:
