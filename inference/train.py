@@ -108,6 +108,9 @@ def fit(
             seen += tokens
             bar.update(1)
             bar.set_postfix(epoch=epoch, loss=f"{loss:.3f}", tok_s=f"{seen / (time.perf_counter() - start):.0f}")
+        if result.steps == 0:
+            bar.close()
+            raise ValueError(f"fit: the training data ({type(train).__name__}) holds no batches; nothing to train on")
         if val is not None:
             result.val_nll.append(evaluate_nll(pair, val, num_samples=num_samples))
             if progress:

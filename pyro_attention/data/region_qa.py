@@ -66,12 +66,19 @@ class RegionBatch:
         if r.dim() != 3:
             raise ValueError(f"regions must be (B, S, F), got shape {tuple(r.shape)}")
         B, S, _ = r.shape
+        if not r.is_floating_point():
+            raise ValueError(f"regions must be a floating-point tensor of features, got dtype {r.dtype}")
         if tuple(m.shape) != (B, S):
             raise ValueError(f"region_mask must be (B, S) = {(B, S)} like regions, got shape {tuple(m.shape)}")
         if m.dtype != torch.bool:
             raise ValueError(f"region_mask must be a bool tensor, got dtype {m.dtype}")
         if q.dim() != 2 or q.shape[0] != B:
             raise ValueError(f"question must be (B, L) ids or (B, Q) vectors with B = {B}, got {tuple(q.shape)}")
+        if vocab_size is not None and q.dtype != torch.long:
+            raise ValueError(
+                f"question must be (B, L) long token ids for a network with a vocabulary (vocab_size={vocab_size}), "
+                f"got dtype {q.dtype}"
+            )
         if tuple(a.shape) != (B,):
             raise ValueError(f"answer must be (B,) = ({B},), got shape {tuple(a.shape)}")
         if a.dtype != torch.long:
@@ -162,6 +169,8 @@ def make_region_qa(
     :param noise: standard deviation of Gaussian noise added to the one-hot region features.
     :param code_seed: seed of the (colour, material) -> code table; keep it fixed across splits.
     """
+    if num_examples < 1:
+        raise ValueError(f"num_examples must be >= 1, got {num_examples}")
     lo, hi = num_regions
     if not 1 <= lo <= hi:
         raise ValueError(f"num_regions must be (fewest, most) with 1 <= fewest <= most, got {num_regions}")

@@ -64,6 +64,22 @@ class TranslationBatch:
         empty = (~tm.any(-1)).nonzero().flatten()
         if len(empty):
             raise ValueError(f"target_mask: example(s) {empty.tolist()} have an empty target (all padding)")
+        for name, m in (("source_mask", sm), ("target_mask", tm)):
+            hole = (~m[:, :-1] & m[:, 1:]).nonzero()
+            if len(hole):
+                i, j = hole[0].tolist()
+                raise ValueError(
+                    f"{name}[{i}]: padding at position {j} before a real position {j + 1} (real tokens must come "
+                    "first, padding last)"
+                )
+        for name, x, mask in (("source", s, sm), ("target", t, tm), ("target_in", ti, tm)):
+            bad = ((x == PAD) & mask).nonzero()
+            if len(bad):
+                i, j = bad[0].tolist()
+                raise ValueError(
+                    f"{name}[{i}, {j}] = {PAD} ({SPECIALS[PAD]}) at a real position (its mask is True there); "
+                    "the padding id belongs only where the mask is False"
+                )
         for name, x, vocab, mask in (
             ("source", s, source_vocab, sm),
             ("target", t, target_vocab, tm),
@@ -75,6 +91,19 @@ class TranslationBatch:
             if len(bad):
                 i, j = bad[0].tolist()
                 raise ValueError(f"{name}[{i}, {j}] = {x[i, j].item()} is out of range for vocabulary size {vocab}")
+        if self.gold is not None:
+            g = self.gold
+            if tuple(g.shape) != (B, T) or g.dtype != torch.long:
+                raise ValueError(f"gold must be a (B, T) = {(B, T)} long tensor, got {tuple(g.shape)} {g.dtype}")
+            real = g >= 0  # -1: this target token is unaligned
+            inside = sm.gather(1, g.clamp(0, S - 1)) & (g < S)
+            bad = ((g < -1) | real & ~inside) & tm
+            if bad.any():
+                i, j = bad.nonzero()[0].tolist()
+                raise ValueError(
+                    f"gold[{i}, {j}] = {int(g[i, j])} points outside the {int(sm[i].sum())} real source tokens of "
+                    f"example {i} (use -1 for 'unaligned')"
+                )
 
 
 def collate(
@@ -87,9 +116,11 @@ def collate(
     """
     if not pairs:
         raise ValueError("collate: no sentence pairs")
-    for i, (src, _) in enumerate(pairs):
+    for i, (src, tgt) in enumerate(pairs):
         if len(src) == 0:
             raise ValueError(f"collate: pair {i} has an empty source sentence")
+        if len(tgt) == 0:
+            raise ValueError(f"collate: pair {i} has an empty target sentence")
     B = len(pairs)
     S = max(len(src) for src, _ in pairs)
     T = max(len(tgt) for _, tgt in pairs) + 1
@@ -104,5 +135,12 @@ def collate(
         if gold_t is not None:
             if len(gold[i]) != len(tgt):
                 raise ValueError(f"collate: gold alignment {i} has {len(gold[i])} links for {len(tgt)} target tokens")
+            outside = [(j, p) for j, p in enumerate(gold[i]) if not -1 <= p < len(src)]
+            if outside:
+                j, p = outside[0]
+                raise ValueError(
+                    f"collate: gold alignment {i} links target token {j} to source position {p}, outside the "
+                    f"{len(src)} source tokens (use -1 for 'unaligned')"
+                )
             gold_t[i, : len(tgt)] = torch.as_tensor(list(gold[i]), dtype=torch.long)
     return TranslationBatch(source, source != PAD, target_in, target, target_in != PAD, gold_t)
