@@ -233,7 +233,8 @@ class BayesianAttention(KLAnnealing, AlignmentPair):
 
     def guide_probs(self, enc: Encoded) -> Tensor:
         """The guide's normalised mean weights ``E_q[w_t] / sum_s E_q[w_{t,s}] = softmax(b_t)``."""
-        return normalise(self.guide_log_mean(enc).exp(), enc.source_mask.unsqueeze(-2).expand(enc.shape))
+        mask = enc.source_mask.unsqueeze(-2).expand(enc.shape)
+        return normalise(self.guide_log_mean(enc).exp() * mask, mask)  # phi = 0 at padded sources: exp(0) = 1
 
     def attention_prior(self, enc: Encoded) -> Tensor:
         """The mean weights used at test time, ``(B, T, S)`` (see the module docstring)."""
