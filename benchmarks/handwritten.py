@@ -50,6 +50,9 @@ __all__ = [
     "hard_sample_loss",
     "marginal_loss",
     "soft_loss",
+    "straightforward_marginal_loss",
+    "straightforward_table",
+    "straightforward_va_enum_loss",
     "va_enum_loss",
     "va_sample_loss",
 ]
@@ -84,6 +87,16 @@ def aligned_table(net: AttentionNetwork, enc: Encoded) -> Tensor:
     return net.aligned_log_likelihood(enc) * enc.target_mask.unsqueeze(-1)
 
 
+def straightforward_table(net: AttentionNetwork, enc: Encoded) -> Tensor:
+    """The same table as :func:`aligned_table`, computed the straightforward way: all ``(S, B, T, V)`` logits
+    at once (``net.aligned_logits``), ``log_softmax`` and ``gather``; autograd keeps the logits and their
+    softmax for the backward pass.  The reference the memory-bounded kernel is measured against."""
+    logits = net.aligned_logits(enc)  # (S, B, T, V)
+    index = enc.target.unsqueeze(-1).expand(logits.shape[:-1] + (1,))
+    table = torch.log_softmax(logits, dim=-1).gather(-1, index).squeeze(-1).permute(1, 2, 0)
+    return table * enc.target_mask.unsqueeze(-1)
+
+
 def _expected(weights_log: Tensor, cost: Tensor, source_mask: Tensor) -> Tensor:
     """``sum exp(weights_log) * cost`` over real sources (padded terms are exactly 0, as in Pyro's Dice)."""
     return (weights_log.exp() * torch.where(source_mask.unsqueeze(-2), cost, 0.0)).sum()
@@ -108,11 +121,11 @@ def soft_loss(net: AttentionNetwork, batch: Any) -> Tensor:
     return -soft_log_likelihood(net, enc).sum()
 
 
-def marginal_loss(net: AttentionNetwork, batch: Any) -> Tensor:
+def marginal_loss(net: AttentionNetwork, batch: Any, table: Any = aligned_table) -> Tensor:
     """:class:`MarginalLikelihood` (``TraceEnum_ELBO``, empty guide): ``-sum_t log sum_s p(s) p(y_t | s)``."""
     enc = net.encode(batch)
     log_prior = torch.log_softmax(prior_logits(enc), dim=-1)
-    return -(torch.logsumexp(log_prior + aligned_table(net, enc), dim=-1) * enc.target_mask).sum()
+    return -(torch.logsumexp(log_prior + table(net, enc), dim=-1) * enc.target_mask).sum()
 
 
 def hard_enum_loss(net: AttentionNetwork, batch: Any) -> Tensor:
@@ -122,12 +135,22 @@ def hard_enum_loss(net: AttentionNetwork, batch: Any) -> Tensor:
     return -_expected(log_prior, aligned_table(net, enc), enc.source_mask)
 
 
-def va_enum_loss(net: AttentionNetwork, batch: Any) -> Tensor:
+def va_enum_loss(net: AttentionNetwork, batch: Any, table: Any = aligned_table) -> Tensor:
     """``VariationalAttention("enum")``: ``-sum_t sum_s q(s) [l_s + log p(s) - log q(s)]``."""
     enc = net.encode(batch)
     log_prior = torch.log_softmax(prior_logits(enc), dim=-1)
     log_q = torch.log_softmax(posterior_logits(net, enc), dim=-1)
-    return -_expected(log_q, aligned_table(net, enc) + log_prior - log_q, enc.source_mask)
+    return -_expected(log_q, table(net, enc) + log_prior - log_q, enc.source_mask)
+
+
+def straightforward_marginal_loss(net: AttentionNetwork, batch: Any) -> Tensor:
+    """:func:`marginal_loss` with the :func:`straightforward_table` (all ``S * B * T * V`` logits alive)."""
+    return marginal_loss(net, batch, straightforward_table)
+
+
+def straightforward_va_enum_loss(net: AttentionNetwork, batch: Any) -> Tensor:
+    """:func:`va_enum_loss` with the :func:`straightforward_table`."""
+    return va_enum_loss(net, batch, straightforward_table)
 
 
 def hard_sample_loss(net: AttentionNetwork, batch: Any) -> Tensor:

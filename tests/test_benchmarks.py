@@ -1,7 +1,9 @@
-"""Smoke test of benchmarks/step_time.py at tiny sizes: every pair times, every fairness check passes."""
+"""Smoke tests of the benchmarks at tiny sizes: every pair times, every fairness check passes, run.py writes its
+JSON, markdown block and plots."""
 
 from __future__ import annotations
 
+import json
 import math
 from types import ModuleType
 
@@ -105,3 +107,47 @@ def test_enum_memory_tiny(capsys):
     assert [r["chunk"] for r in rows] == [0, 2]
     assert all(r["step_s"] > 0 and r["peak_gib"] > 0 for r in rows)
     assert "peak RSS [GiB]" in capsys.readouterr().out
+
+
+def test_run_tiny(tmp_path, capsys):
+    """``benchmarks/run.py --tiny``: every section measured, JSON + markdown block + plots written, prose kept."""
+    run = load_script("benchmarks", "run")
+    md = tmp_path / "performance.md"
+    md.write_text("# Performance\n\nprose that must survive\n")
+    argv = ["--tiny", "--out", str(tmp_path), "--sizes", "qa", "small", "--curve-lengths", "3", "--repeats", "1"]
+    argv += ["--straightforward"]
+    threads = torch.get_num_threads()
+    result = run.main(run.make_parser().parse_args(argv))
+    assert torch.get_num_threads() == threads
+    assert set(result["steps"]) == {"qa", "small"} and result["matmul_limit"] > 0
+    for r in result["steps"].values():
+        assert all(c["passed"] for c in r["checks"].values()) and set(r["checks"]) == set(run.PAIRS)
+        for name in run.PAIRS:
+            for side in ("pyro", "torch"):
+                assert r["times"][f"{side}/{name}"] > 0 and r["memory"][f"{side}/{name}"] > 0
+        assert r["times"]["torch-straightforward/marginal"] > 0
+    assert set(result["throughput"]) == {"small"}
+    assert [row["S"] for row in result["curves"]["rows"]] == [3]
+    saved = json.loads((tmp_path / "performance-quick.json").read_text())
+    assert saved["steps"]["qa"]["times"] == result["steps"]["qa"]["times"]
+    text = md.read_text()
+    assert "prose that must survive" in text and "<!-- benchmark:quick:begin -->" in text and "pyro/torch" in text
+    for plot in result["plots"]:
+        assert (tmp_path / plot).stat().st_size > 0
+    # a second run replaces the block rather than appending another
+    run.main(run.make_parser().parse_args([*argv, "--sizes", "qa", "--curve-lengths", "--no-plots"]))
+    assert md.read_text().count("<!-- benchmark:quick:begin -->") == 1
+
+
+def test_tensor_memory_tracker():
+    """The CPU memory measure counts new storages, not views of existing ones, and subtracts freed ones."""
+    run = load_script("benchmarks", "run")
+    x = torch.randn(256, 256)  # exists before: not counted
+    with run.TensorMemory() as tracker:
+        y = x.t().contiguous()  # 256 KiB
+        z = y * 2  # 256 KiB
+        del y, z
+        v = x.view(-1)  # a view: nothing new
+        del v
+    assert tracker.peak == 2 * 256 * 256 * 4
+    assert tracker.current == 0

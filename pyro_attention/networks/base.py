@@ -18,6 +18,8 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from pyro_attention.networks.kernels import observed_log_softmax
+
 
 @dataclass
 class Encoded:
@@ -100,14 +102,41 @@ class AttentionNetwork(nn.Module):
         index = torch.arange(S, device=enc.values.device).view(S, 1, 1)
         return self.output_logits(enc, gather_context(enc.values, index))
 
+    def output_hidden(self, enc: Encoded, context: Tensor) -> Tensor | None:
+        """The input ``(..., B, T, H)`` of the final linear layer :attr:`output_layer`, or ``None`` when the
+        network does not expose it (then :meth:`aligned_log_likelihood` differentiates :meth:`output_logits`)."""
+        return None
+
+    #: The final ``nn.Linear`` of :meth:`output_logits`, ``output_logits = output_layer(output_hidden)``.
+    output_layer: nn.Linear | None = None
+
+    def aligned_hidden(self, enc: Encoded) -> Tensor | None:
+        """:meth:`output_hidden` for every hard alignment, ``(S, B, T, H)`` (subclasses may compute it faster)."""
+        S = enc.values.shape[1]
+        index = torch.arange(S, device=enc.values.device).view(S, 1, 1)
+        return self.output_hidden(enc, gather_context(enc.values, index))
+
     def aligned_log_likelihood(self, enc: Encoded) -> Tensor:
         """``log p(y_t | x, z_t = s)`` at the observed tokens, ``(B, T, S)``.
 
-        With ``chunk_size`` set, the ``S`` source positions are processed ``chunk_size`` at a time and, when
+        Networks that expose :meth:`output_hidden` and :attr:`output_layer` use the fused kernel
+        :func:`~pyro_attention.networks.kernels.observed_log_softmax`: the hidden layer is computed for all ``S``
+        alignments, the ``V``-sized logits ``chunk_size * B * T`` rows at a time (all at once without
+        ``chunk_size``) and never stored; the backward pass recomputes them chunk by chunk.  Otherwise, with
+        ``chunk_size`` set, the ``S`` source positions are processed ``chunk_size`` at a time and, when
         gradients are needed, each chunk is recomputed in the backward pass (activation checkpointing), so at
         most ``chunk_size * B * T * V`` logits are alive at once instead of ``S * B * T * V``.
         """
         B, T, S = enc.shape
+        if self.output_layer is not None:
+            hidden = self.aligned_hidden(enc)
+            if hidden is not None:  # (S, B, T, H)
+                N = S * B * T
+                rows = N if self.chunk_size is None else max(1, self.chunk_size) * B * T
+                target = enc.target.expand(S, B, T).reshape(N)
+                layer = self.output_layer
+                ll = observed_log_softmax(hidden.reshape(N, -1), layer.weight, layer.bias, target, rows)
+                return ll.view(S, B, T).permute(1, 2, 0)
         if self.chunk_size is None or self.chunk_size >= S:
             return self._observed_log_likelihood(enc, 0, S)
         chunk = max(1, self.chunk_size)

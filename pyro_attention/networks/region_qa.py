@@ -97,10 +97,17 @@ class RegionQA(AttentionNetwork):
         )
 
     def output_logits(self, enc: Encoded, context: Tensor) -> Tensor:
+        return self.out(self.output_hidden(enc, context))
+
+    def output_hidden(self, enc: Encoded, context: Tensor) -> Tensor:
+        """``tanh(W_o [q; c] + b_o)``, the input of the final layer :attr:`output_layer` (``self.out``)."""
         H = context.shape[-1]
         wq = enc.state["wq"].squeeze(-1).unsqueeze(1)  # W_o[:, :H] q, (B, 1, H), broadcast over T
-        hidden = torch.tanh(wq + context @ self.out_hidden.weight[:, H:].T + self.out_hidden.bias)
-        return self.out(hidden)
+        return torch.tanh(wq + context @ self.out_hidden.weight[:, H:].T + self.out_hidden.bias)
+
+    @property
+    def output_layer(self) -> nn.Linear:
+        return self.out
 
     def posterior_scores(self, enc: Encoded) -> Tensor:
         batch: RegionBatch = enc.batch

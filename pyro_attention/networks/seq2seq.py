@@ -158,7 +158,24 @@ class Seq2Seq(AttentionNetwork):
         )
 
     def output_logits(self, enc: Encoded, context: Tensor) -> Tensor:
-        return self.out(torch.tanh(enc.state["wh"] + self.out_c(self.dropout(context))))
+        return self.out(self.output_hidden(enc, context))
+
+    def output_hidden(self, enc: Encoded, context: Tensor) -> Tensor:
+        """``tanh(W_o [h_t; c] + b)``, the input of the final layer :attr:`output_layer` (``self.out``)."""
+        return torch.tanh(enc.state["wh"] + self.out_c(self.dropout(context)))
+
+    @property
+    def output_layer(self) -> nn.Linear:
+        return self.out
+
+    def aligned_hidden(self, enc: Encoded) -> Tensor:
+        """``tanh(W_o h_t + W_c x_s + b)`` for every ``(s, b, t)``, ``(S, B, T, H)``: ``W_c x_s`` is computed once
+        per source position rather than once per target position (same values; with active dropout, which
+        draws a mask per copy of the context, the generic path runs)."""
+        if self.training and self.dropout.p > 0:
+            return super().aligned_hidden(enc)
+        projected = self.out_c(enc.values).transpose(0, 1).unsqueeze(2)  # (S, B, 1, H)
+        return torch.tanh(enc.state["wh"] + projected)
 
     def step_logits(self, h: Tensor, context: Tensor) -> Tensor:
         """Output logits for decoder states ``h`` ``(N, H)`` and contexts ``(..., N, D)`` (decoding)."""
