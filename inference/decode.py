@@ -24,11 +24,19 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pyro_attention.data.translation import BOS, EOS
+from pyro_attention.data.translation import BOS, EOS, TranslationBatch
 from pyro_attention.networks.base import Encoded, mask_scores
 from pyro_attention.pair import AlignmentPair
 
 DECODE_RULES = ("soft", "marginal", "kmax")
+
+
+def _check_source(net: Any, source: Tensor, source_mask: Tensor) -> None:
+    """The checks of :meth:`TranslationBatch.validate` on the source side (shapes, dtypes, ids, padding)."""
+    B = source.shape[0] if source.dim() > 0 else 1
+    one = torch.ones(B, 1, dtype=torch.bool, device=source.device)
+    bos, eos = torch.full((B, 1), BOS, device=source.device), torch.full((B, 1), EOS, device=source.device)
+    TranslationBatch(source, source_mask, bos, eos, one).validate(getattr(net, "source_vocab", None))
 
 
 def _next_log_probs(pair: AlignmentPair, src: Any, h: Tensor, scores: Tensor, rule: str, k: int) -> Tensor:
@@ -77,6 +85,7 @@ def translate(
     if beam_size < 1 or max_len < 1 or k < 1:
         raise ValueError(f"need beam_size >= 1, max_len >= 1, k >= 1; got {beam_size}, {max_len}, {k}")
     net = pair.network
+    _check_source(net, source, source_mask)
     was_training = net.training
     net.eval()
     try:
@@ -139,7 +148,10 @@ def greedy(
         raise ValueError(f"rule must be one of {DECODE_RULES}, got {rule!r}")
     if rule != "soft" and pair.latent != "categorical":
         raise ValueError(f"rule={rule!r} needs a categorical alignment; {type(pair).__name__} has {pair.latent!r}")
+    if max_len < 1 or k < 1:
+        raise ValueError(f"need max_len >= 1, k >= 1; got {max_len}, {k}")
     net = pair.network
+    _check_source(net, source, source_mask)
     was_training = net.training
     net.eval()
     try:

@@ -199,6 +199,8 @@ def predict(
         rule = pair.default_rule()
     if rule not in RULES:
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
+    if rule == "kmax" and k < 1:
+        raise ValueError(f"rule='kmax' needs k >= 1, got k={k}")
     own = getattr(pair, "predict", None)
     if own is not None:  # a pair with its own prediction rule (structured attention)
         return own(batch)
