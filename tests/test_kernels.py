@@ -14,9 +14,11 @@ def _reference(h, w, b, y):
     return torch.log_softmax(logits, -1).gather(-1, y.unsqueeze(-1)).squeeze(-1)
 
 
+@pytest.mark.parametrize("keep", [0, 8 * 11 * 3, 10**6])
 @pytest.mark.parametrize("rows", [1, 3, 7, 100])
 @pytest.mark.parametrize("bias", [True, False])
-def test_values_and_gradients_match_autograd(float64, rows, bias):
+def test_values_and_gradients_match_autograd(float64, rows, bias, keep):
+    """``keep``: nothing kept (all recomputed), some chunks kept (3 rows of float64), everything kept."""
     g = torch.Generator().manual_seed(0)
     N, H, V = 7, 5, 11
     h = torch.randn(N, H, generator=g, requires_grad=True)
@@ -25,7 +27,7 @@ def test_values_and_gradients_match_autograd(float64, rows, bias):
     y = torch.randint(V, (N,), generator=g)
     upstream = torch.randn(N, generator=g)
     inputs = [h, w] + ([b] if bias else [])
-    mine = observed_log_softmax(h, w, b, y, rows)
+    mine = observed_log_softmax(h, w, b, y, rows, keep)
     ref = _reference(h, w, b, y)
     assert torch.allclose(mine, ref, atol=1e-12)
     g_mine = torch.autograd.grad((mine * upstream).sum(), inputs)
@@ -34,7 +36,7 @@ def test_values_and_gradients_match_autograd(float64, rows, bias):
         assert torch.allclose(a, r, atol=1e-12)
 
     def fn(*x: torch.Tensor) -> torch.Tensor:
-        return observed_log_softmax(x[0], x[1], x[2] if bias else None, y, rows)
+        return observed_log_softmax(x[0], x[1], x[2] if bias else None, y, rows, keep)
 
     assert torch.autograd.gradcheck(fn, inputs)
 
@@ -47,14 +49,16 @@ def test_needs_no_grad_and_rejects_bad_rows():
         observed_log_softmax(h, w, None, y, 0)
 
 
+@pytest.mark.parametrize("keep", [0, 2**30])
 @pytest.mark.parametrize("chunk_size", [None, 1, 2, 5])
-def test_seq2seq_table_uses_the_kernel_and_equals_the_generic_path(float64, chunk_size):
+def test_seq2seq_table_uses_the_kernel_and_equals_the_generic_path(float64, chunk_size, keep):
     """``aligned_log_likelihood`` through the kernel (and Seq2Seq's ``aligned_hidden``) equals the generic
     (gathered, checkpointed) path, in values and gradients."""
     from test_seq2seq import _tiny
 
     net, batch = _tiny(chunk_size=chunk_size)
     net = net.double()
+    net.keep_logits_bytes = keep
     enc = net.encode(batch)
     fused = net.aligned_log_likelihood(enc)
     with pytest.MonkeyPatch.context() as mp:

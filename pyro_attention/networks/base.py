@@ -84,6 +84,9 @@ class AttentionNetwork(nn.Module):
     value_size: int
     #: Source positions processed at once by :meth:`aligned_log_likelihood` (``None``: all).
     chunk_size: int | None = None
+    #: Bytes of output log-probabilities :meth:`aligned_log_likelihood` may keep for the backward pass (fused
+    #: kernel only); chunks beyond it are recomputed there.
+    keep_logits_bytes: int = 2**30
 
     def encode(self, batch: Any) -> Encoded:  # pragma: no cover - interface
         raise NotImplementedError
@@ -122,7 +125,8 @@ class AttentionNetwork(nn.Module):
         Networks that expose :meth:`output_hidden` and :attr:`output_layer` use the fused kernel
         :func:`~pyro_attention.networks.kernels.observed_log_softmax`: the hidden layer is computed for all ``S``
         alignments, the ``V``-sized logits ``chunk_size * B * T`` rows at a time (all at once without
-        ``chunk_size``) and never stored; the backward pass recomputes them chunk by chunk.  Otherwise, with
+        ``chunk_size``); up to :attr:`keep_logits_bytes` of log-probabilities are kept for the backward pass,
+        which recomputes the other chunks.  Otherwise, with
         ``chunk_size`` set, the ``S`` source positions are processed ``chunk_size`` at a time and, when
         gradients are needed, each chunk is recomputed in the backward pass (activation checkpointing), so at
         most ``chunk_size * B * T * V`` logits are alive at once instead of ``S * B * T * V``.
@@ -135,7 +139,8 @@ class AttentionNetwork(nn.Module):
                 rows = N if self.chunk_size is None else max(1, self.chunk_size) * B * T
                 target = enc.target.expand(S, B, T).reshape(N)
                 layer = self.output_layer
-                ll = observed_log_softmax(hidden.reshape(N, -1), layer.weight, layer.bias, target, rows)
+                h = hidden.reshape(N, -1)
+                ll = observed_log_softmax(h, layer.weight, layer.bias, target, rows, self.keep_logits_bytes)
                 return ll.view(S, B, T).permute(1, 2, 0)
         if self.chunk_size is None or self.chunk_size >= S:
             return self._observed_log_likelihood(enc, 0, S)

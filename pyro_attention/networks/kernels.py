@@ -16,8 +16,9 @@ computes the logits ``rows`` at a time (a fused row-wise ``log_softmax``) and ke
 :math:`\log \sum \exp` per row; the backward pass recomputes each chunk's logits, turns them in place into
 the softmax and multiplies it with ``W`` and with ``g h``; the ``e_y`` terms are ``index_add``\ s.  Cost: one
 extra ``N x H x V`` product (4 instead of 3), no ``N x V`` tensor kept, at most two ``rows x V`` buffers alive,
-reused across chunks (fresh large allocations cost page faults).  Values and gradients equal autograd's
-(tested against it in float64).
+reused across chunks (fresh large allocations cost page faults).  Within a budget ``keep_bytes`` the
+log-probabilities of the first chunks are kept instead, and those chunks skip the recomputation.  Values and
+gradients equal autograd's (tested against it in float64).
 """
 
 from __future__ import annotations
@@ -29,20 +30,33 @@ from torch.autograd.function import once_differentiable
 
 class _ObservedLogSoftmax(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, rows: int) -> Tensor:
+    def forward(
+        ctx, hidden: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, rows: int, keep_bytes: int
+    ) -> Tensor:
         N, V = hidden.shape[0], weight.shape[0]
         out = hidden.new_empty(N)
         picked = hidden.new_empty(N)
-        logits, logp = hidden.new_empty(min(rows, N), V), hidden.new_empty(min(rows, N), V)  # reused buffers
+        logits, logp = hidden.new_empty(min(rows, N), V), None  # reused buffers
+        kept: list[Tensor | None] = []
+        budget = keep_bytes if torch.is_grad_enabled() else 0
         for start in range(0, N, rows):
             stop = min(N, start + rows)
             y = target[start:stop].unsqueeze(-1)
             x = _logits(hidden[start:stop], weight, bias, logits[: stop - start])
-            lp = torch.ops.aten._log_softmax.out(x, -1, False, out=logp[: stop - start])  # fused, row by row
+            size = (stop - start) * V * x.element_size()
+            if size <= budget:  # keep this chunk's log-probabilities: the backward pass needs no product here
+                budget -= size
+                lp = torch.log_softmax(x, -1)
+                kept.append(lp)
+            else:
+                if logp is None:
+                    logp = hidden.new_empty(min(rows, N), V)
+                lp = torch.ops.aten._log_softmax.out(x, -1, False, out=logp[: stop - start])  # fused, row-wise
+                kept.append(None)
             torch.gather(lp, -1, y, out=out[start:stop].unsqueeze(-1))
             torch.gather(x, -1, y, out=picked[start:stop].unsqueeze(-1))
         ctx.save_for_backward(hidden, weight, bias, target, picked - out)  # log-sum-exp of every row
-        ctx.rows = rows
+        ctx.rows, ctx.kept = rows, kept
         return out
 
     @staticmethod
@@ -58,11 +72,16 @@ class _ObservedLogSoftmax(torch.autograd.Function):
         grad_h = torch.empty_like(hidden) if need_h else None
         grad_w = torch.zeros_like(weight) if need_w else None
         grad_b = torch.zeros_like(bias) if need_b and bias is not None else None
-        buf = hidden.new_empty(min(ctx.rows, N), V)
-        for start in range(0, N, ctx.rows):
+        buf = None
+        for i, start in enumerate(range(0, N, ctx.rows)):
             stop = min(N, start + ctx.rows)
-            x = _logits(hidden[start:stop], weight, bias, buf[: stop - start])
-            p = x.sub_(lse[start:stop].unsqueeze(-1)).exp_()  # softmax, from the saved log-sum-exp
+            if ctx.kept[i] is not None:
+                p, ctx.kept[i] = ctx.kept[i].exp_(), None  # softmax from the kept log-probabilities
+            else:
+                if buf is None:
+                    buf = hidden.new_empty(min(ctx.rows, N), V)
+                x = _logits(hidden[start:stop], weight, bias, buf[: stop - start])
+                p = x.sub_(lse[start:stop].unsqueeze(-1)).exp_()  # softmax, from the saved log-sum-exp
             g = grad[start:stop]
             if grad_h is not None:
                 torch.mm(p, weight, out=grad_h[start:stop])
@@ -76,7 +95,7 @@ class _ObservedLogSoftmax(torch.autograd.Function):
             grad_w.index_add_(0, target, gh)
         if grad_b is not None:
             grad_b.index_add_(0, target, grad)
-        return grad_h, grad_w, grad_b, None, None
+        return grad_h, grad_w, grad_b, None, None, None
 
 
 def _logits(h: Tensor, weight: Tensor, bias: Tensor | None, out: Tensor) -> Tensor:
@@ -85,15 +104,19 @@ def _logits(h: Tensor, weight: Tensor, bias: Tensor | None, out: Tensor) -> Tens
     return torch.addmm(bias, h, weight.t(), out=out)
 
 
-def observed_log_softmax(hidden: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, rows: int) -> Tensor:
+def observed_log_softmax(
+    hidden: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, rows: int, keep_bytes: int = 0
+) -> Tensor:
     """``log_softmax(hidden @ weight.T + bias)[n, target[n]]`` for every row ``n``, ``(N,)``.
 
     :param hidden: ``(N, H)``.
     :param weight: ``(V, H)`` (an ``nn.Linear``'s weight).
     :param bias: ``(V,)`` or ``None``.
     :param target: ``(N,)`` long ids in ``[0, V)``.
-    :param rows: rows of logits computed at once (memory: ``rows x V`` floats).
+    :param rows: rows of logits computed at once (memory: two ``rows x V`` buffers).
+    :param keep_bytes: bytes of log-probabilities that may be kept for the backward pass (whole chunks, in
+        order); kept chunks are not recomputed (3 products instead of 4), the others are.
     """
     if rows < 1:
         raise ValueError(f"rows must be >= 1, got {rows}")
-    return _ObservedLogSoftmax.apply(hidden, weight, bias, target.contiguous(), rows)
+    return _ObservedLogSoftmax.apply(hidden, weight, bias, target.contiguous(), rows, keep_bytes)
