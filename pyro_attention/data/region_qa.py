@@ -60,14 +60,25 @@ class RegionBatch:
             )
         )
 
-    def validate(self, num_answers: int | None = None, vocab_size: int | None = None) -> None:
-        """Raise ``ValueError`` naming the offending tensor and shape for malformed input."""
+    def validate(
+        self, num_answers: int | None = None, vocab_size: int | None = None, dtype: torch.dtype | None = None
+    ) -> None:
+        """Raise ``ValueError`` naming the offending tensor and shape for malformed input.
+
+        :param dtype: the floating-point dtype of the network's parameters, that features must share.
+        """
         r, m, q, a = self.regions, self.region_mask, self.question, self.answer
         if r.dim() != 3:
             raise ValueError(f"regions must be (B, S, F), got shape {tuple(r.shape)}")
         B, S, _ = r.shape
         if not r.is_floating_point():
             raise ValueError(f"regions must be a floating-point tensor of features, got dtype {r.dtype}")
+        for name, x in (("regions", r), ("question", q)):
+            if dtype is not None and x.is_floating_point() and x.dtype != dtype:
+                raise ValueError(
+                    f"{name} has dtype {x.dtype} but the network's parameters are {dtype}: convert one of them "
+                    f"(e.g. {name}.to({dtype}) or network.to({x.dtype}))"
+                )
         if tuple(m.shape) != (B, S):
             raise ValueError(f"region_mask must be (B, S) = {(B, S)} like regions, got shape {tuple(m.shape)}")
         if m.dtype != torch.bool:

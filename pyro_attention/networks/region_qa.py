@@ -41,6 +41,10 @@ class RegionQA(AttentionNetwork):
         super().__init__()
         if (vocab_size is None) == (question_size is None):
             raise ValueError("RegionQA: give exactly one of vocab_size (token questions) or question_size (vectors)")
+        for name, size in (("feature_size", feature_size), ("num_answers", num_answers), ("vocab_size", vocab_size),
+                           ("question_size", question_size), ("hidden_size", hidden_size)):
+            if size is not None and size < 1:
+                raise ValueError(f"RegionQA: {name} must be >= 1, got {size}")
         self.feature_size = feature_size
         self.num_classes = num_answers
         self.vocab_size = vocab_size
@@ -79,7 +83,7 @@ class RegionQA(AttentionNetwork):
             raise ValueError(
                 f"regions: expected feature size {self.feature_size}, got shape {tuple(batch.regions.shape)}"
             )
-        batch.validate(self.num_classes, self.vocab_size)
+        batch.validate(self.num_classes, self.vocab_size, dtype=self.value.weight.dtype)
         q = self._question(batch, self.embed)  # (B, H)
         # padded rows may hold anything (even NaN): they are zeroed so they never reach a number we use
         regions = batch.regions.masked_fill(~batch.region_mask.unsqueeze(-1), 0.0)

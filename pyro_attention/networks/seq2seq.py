@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from pyro_attention.data.translation import PAD, TranslationBatch
+from pyro_attention.data.translation import PAD, SPECIALS, TranslationBatch
 from pyro_attention.networks.base import AttentionNetwork, Encoded, mask_scores
 
 
@@ -62,6 +62,15 @@ class Seq2Seq(AttentionNetwork):
         chunk_size: int | None = 8,
     ) -> None:
         super().__init__()
+        for name, size, low in (
+            ("source_vocab", source_vocab, len(SPECIALS)), ("target_vocab", target_vocab, len(SPECIALS)),
+            ("embedding_size", embedding_size, 1), ("encoder_size", encoder_size, 1),
+            ("decoder_size", decoder_size, 1), ("attention_size", attention_size, 1), ("layers", layers, 1),
+        ):
+            if size < low:
+                raise ValueError(f"Seq2Seq: {name} must be >= {low}, got {size}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"Seq2Seq: dropout must be in [0, 1), got {dropout}")
         self.num_classes = target_vocab
         self.source_vocab = source_vocab
         self.chunk_size = chunk_size
