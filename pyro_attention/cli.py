@@ -11,6 +11,7 @@ translate a file or stdin (see ``docs/translation.md``).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -244,6 +245,18 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=nonneg, default=S, help="seed of weights, sampling and batch order (0)")
     g.add_argument("--threads", type=nonneg, default=S, help="torch threads (1; 0: torch's choice)")
     g.add_argument("--out", default=S, help="output folder (default runs/<model>-<estimator>)")
+    g.add_argument(
+        "--checkpoint-every",
+        type=nonneg,
+        default=S,
+        help="also write last.pt every N steps inside an epoch (0: at epoch ends only)",
+    )
+    g.add_argument(
+        "--tensorboard",
+        action=argparse.BooleanOptionalAction,
+        default=S,
+        help="log to <out>/tensorboard (default: when the tensorboard package is installed)",
+    )
     p.add_argument("--resume", action="store_true", help="continue from last.pt in --out (restores everything)")
     p.add_argument("--overwrite", action="store_true", help="start afresh even if --out holds a checkpoint")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -305,11 +318,12 @@ def _train(args: argparse.Namespace) -> int:
     config = _translation_config(args, parser)
     if config.threads:
         torch.set_num_threads(config.threads)
-    print(
-        f"pyro-attention train: {config.model}{' (' + config.estimator + ')' if config.estimator else ''} on "
-        f"{config.data} data, epochs {config.epochs}, batch {config.batch_size}, lr {config.lr:g}, seed "
-        f"{config.seed}, {torch.get_num_threads()} thread(s); output {config.out_dir}"
-    )
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun only process 0 speaks
+        print(
+            f"pyro-attention train: {config.model}{' (' + config.estimator + ')' if config.estimator else ''} on "
+            f"{config.data} data, epochs {config.epochs}, batch {config.batch_size}, lr {config.lr:g}, seed "
+            f"{config.seed}, {torch.get_num_threads()} thread(s); output {config.out_dir}"
+        )
     try:
         train(config, progress=not args.quiet, resume=args.resume, overwrite=args.overwrite)
     except (ValueError, FileNotFoundError, FileExistsError) as e:

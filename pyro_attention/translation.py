@@ -779,6 +779,12 @@ def _vocab_difference(what: str, old: Vocab, new: Vocab) -> str | None:
 def check_compatible(state: dict[str, Any], config: TranslationConfig, src_vocab: Vocab, tgt_vocab: Vocab) -> None:
     """Refuse (``ValueError`` naming every difference) a checkpoint of another model, sizes or vocabularies."""
     old = state["config"]
+    if state.get("package_version") != __version__:
+        raise ValueError(
+            f"{state.get('_path', 'checkpoint')} was written by pyro-attention {state.get('package_version')}, this "
+            f"is {__version__}: resuming across versions is refused (evaluate and translate still read it; use "
+            "another --out, or --overwrite to start afresh)"
+        )
     diffs = [
         f"{key}: checkpoint {old.get(key)!r}, this run {getattr(config, key)!r}"
         for key in STRUCTURAL_KEYS
@@ -979,10 +985,10 @@ def train(
     svi = DataParallelSVI(pair.model, pair.guide, optim, elbo)
     warm = DataParallelSVI(pair.model, pair.warmup_guide, optim, elbo) if config.warmup_steps else None
     if saved is not None:
-        ranks = saved.get("rng_ranks")
-        if world_size > 1 and (ranks is None or len(ranks) != world_size):
+        ranks, written_by = saved.get("rng_ranks"), saved.get("world_size", 1)
+        if written_by != world_size:
             raise ValueError(
-                f"{last_path}: written by {len(ranks) if ranks else 1} process(es), resumed by {world_size}: the "
+                f"{last_path}: written by {written_by} process(es), resumed by {world_size}: the shards and "
                 "sampling streams cannot continue exactly; resume with the same number of processes"
             )
         _set_rng_state(ranks[rank] if world_size > 1 else saved["rng"])
@@ -993,6 +999,8 @@ def train(
         )
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
+        for stale in out.glob(".*.pt.*.tmp"):  # a save that a crash interrupted (the checkpoint itself is intact)
+            stale.unlink(missing_ok=True)
         _write_csv(csv_path, history)
     board = _tensorboard(config, out) if rank == 0 else None
 
