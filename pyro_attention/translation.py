@@ -40,6 +40,7 @@ import platform
 import tempfile
 import time
 import typing
+import zipfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -709,6 +710,11 @@ def _read_checkpoint(path: Path) -> dict[str, Any]:
         path = found
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such checkpoint")
+    if not zipfile.is_zipfile(path):  # torch.save writes a zip archive; a truncated copy has lost its directory
+        raise ValueError(
+            f"{path}: cannot be read as a checkpoint (not a torch zip archive: a truncated or damaged copy, or "
+            "another kind of file)"
+        )
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - torch raises many kinds for a damaged file

@@ -101,7 +101,8 @@ def read_lines(path: str | os.PathLike) -> list[str]:
                     line = line[1:]
                 lines.append(line)
     except (gzip.BadGzipFile, EOFError) as e:
-        raise ValueError(f"{path}: cannot be read as gzip after line {number} ({e})") from None
+        where = f" after line {number}" if number else ""
+        raise ValueError(f"{path}: cannot be read as gzip{where} ({e})") from None
     return lines
 
 
