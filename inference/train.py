@@ -8,7 +8,9 @@ clears it and registers the pair's network afresh, so training several pairs one
 
 from __future__ import annotations
 
+import csv
 import math
+import os
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -56,6 +58,16 @@ def evaluate_nll(pair: AlignmentPair, data: Any, batch_size: int = 256, num_samp
     return total / max(tokens, 1)
 
 
+CSV_FIELDS = ("kind", "epoch", "step", "loss", "tokens", "val_nll", "seconds")
+
+
+def _write(log: tuple[csv.DictWriter, Any] | None, **values: Any) -> None:
+    """One CSV row, flushed (so a crashed run keeps every row it wrote)."""
+    if log is not None:
+        log[0].writerow({k: f"{v:.9g}" if isinstance(v, float) else v for k, v in values.items()})
+        log[1].flush()
+
+
 def fit(
     pair: AlignmentPair,
     train: Iterable[Any],
@@ -69,6 +81,7 @@ def fit(
     seed: int = 0,
     progress: bool = True,
     num_samples: int = 20,
+    log_csv: str | os.PathLike | None = None,
 ) -> FitResult:
     """Train ``pair`` by SVI on ``pair.elbo()``.
 
@@ -77,6 +90,8 @@ def fit(
     :param clip_norm: per-parameter gradient norm clipping of :class:`pyro.optim.ClippedAdam`.
     :param warmup_steps: steps with ``pair.warmup_guide`` first (pairs that define one).
     :param num_samples: importance samples for validation of pairs without an exact likelihood.
+    :param log_csv: also write one CSV row per step (``kind=step``: epoch, step, loss per token, tokens, seconds)
+        and per validation (``kind=val``: ``val_nll``) to this file, flushed as it goes.
     """
     if num_epochs < 0 or batch_size < 1 or lr <= 0 or warmup_steps < 0:
         raise ValueError(
@@ -96,25 +111,40 @@ def fit(
     start = time.perf_counter()
     bar = tqdm(total=None, disable=None if progress else True, desc=type(pair).__name__, unit="step", leave=False)
     seen = 0
-    for epoch in range(num_epochs):
-        for batch in _batches(train, batch_size, generator):
-            tokens = _num_tokens(pair, batch)
-            step = warm if (warm is not None and result.steps < warmup_steps) else svi
-            loss = step.step(batch) / max(tokens, 1)
-            if not math.isfinite(loss):
-                raise FloatingPointError(f"fit: non-finite loss {loss} at step {result.steps} (epoch {epoch})")
-            result.losses.append(loss)
-            result.steps += 1
-            seen += tokens
-            bar.update(1)
-            bar.set_postfix(epoch=epoch, loss=f"{loss:.3f}", tok_s=f"{seen / (time.perf_counter() - start):.0f}")
-        if result.steps == 0:
-            bar.close()
-            raise ValueError(f"fit: the training data ({type(train).__name__}) holds no batches; nothing to train on")
-        if val is not None:
-            result.val_nll.append(evaluate_nll(pair, val, num_samples=num_samples))
-            if progress:
-                bar.write(f"{type(pair).__name__} epoch {epoch}: validation NLL/token {result.val_nll[-1]:.4f}")
+    log_file = None if log_csv is None else open(log_csv, "w", newline="", encoding="utf-8")  # closed below
+    log = None if log_file is None else (csv.DictWriter(log_file, CSV_FIELDS), log_file)
+    if log is not None:
+        log[0].writeheader()
+    try:
+        for epoch in range(num_epochs):
+            for batch in _batches(train, batch_size, generator):
+                tokens = _num_tokens(pair, batch)
+                step = warm if (warm is not None and result.steps < warmup_steps) else svi
+                loss = step.step(batch) / max(tokens, 1)
+                if not math.isfinite(loss):
+                    raise FloatingPointError(f"fit: non-finite loss {loss} at step {result.steps} (epoch {epoch})")
+                result.losses.append(loss)
+                result.steps += 1
+                seen += tokens
+                bar.update(1)
+                elapsed = time.perf_counter() - start
+                bar.set_postfix(epoch=epoch, loss=f"{loss:.3f}", tok_s=f"{seen / elapsed:.0f}")
+                _write(log, kind="step", epoch=epoch, step=result.steps, loss=loss, tokens=tokens,
+                       seconds=time.perf_counter() - start)
+            if result.steps == 0:
+                bar.close()
+                raise ValueError(
+                    f"fit: the training data ({type(train).__name__}) holds no batches; nothing to train on"
+                )
+            if val is not None:
+                result.val_nll.append(evaluate_nll(pair, val, num_samples=num_samples))
+                _write(log, kind="val", epoch=epoch, step=result.steps, val_nll=result.val_nll[-1],
+                       seconds=time.perf_counter() - start)
+                if progress:
+                    bar.write(f"{type(pair).__name__} epoch {epoch}: validation NLL/token {result.val_nll[-1]:.4f}")
+    finally:
+        if log_file is not None:
+            log_file.close()
     bar.close()
     result.seconds = time.perf_counter() - start
     return result

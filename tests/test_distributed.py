@@ -141,3 +141,23 @@ def test_sigkill_three_times_then_resume_is_bit_identical(tmp_path):
 @pytest.mark.slow
 def test_sigkill_ten_times_then_resume_is_bit_identical(tmp_path):
     _kill_and_resume(tmp_path, kills=10, seed=1)
+
+
+def test_tensorboard_logging_when_installed_and_a_clear_error_when_not(tmp_path):
+    from pyro_attention.translation import TranslationConfig, train
+
+    config = TranslationConfig(
+        train_size=8, val_size=4, batch_size=8, embedding=8, encoder=8, decoder=8, attention=8, epochs=1,
+        out=str(tmp_path / "tb"), tensorboard=True,
+    )  # fmt: skip
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        with pytest.raises(ValueError, match="tensorboard: the 'tensorboard' package is not installed"):
+            train(config, progress=False, log=None)
+        # the default (None) trains without it; the CSV still logs every step
+        train(config.replace(tensorboard=None, out=str(tmp_path / "csv")), progress=False, log=None)
+        assert (tmp_path / "csv" / "history.csv").read_text().count("\nstep,") == 1
+        return
+    train(config, progress=False, log=None)
+    assert list((tmp_path / "tb" / "tensorboard").glob("events.out.tfevents.*"))

@@ -52,3 +52,22 @@ def test_stale_encoding_is_not_reused(float64):
     other = make_toy_batch()
     enc = pair.encode(other)
     assert enc.batch is other
+
+
+def test_fit_logs_every_step_to_csv(tmp_path):
+    import csv
+
+    from pyro_attention.data import make_region_qa
+    from pyro_attention.inference import fit
+    from pyro_attention.models import MarginalLikelihood
+    from pyro_attention.networks import RegionQA
+
+    data = make_region_qa(40, seed=0)
+    net = RegionQA(data.feature_size, len(data.answers), vocab_size=len(data.vocab), hidden_size=8)
+    path = tmp_path / "log.csv"
+    result = fit(MarginalLikelihood(net), data, data, num_epochs=2, batch_size=16, progress=False, log_csv=path)
+    rows = list(csv.DictReader(path.open()))
+    steps = [r for r in rows if r["kind"] == "step"]
+    assert len(steps) == result.steps == 6 and [int(r["step"]) for r in steps] == list(range(1, 7))
+    assert [float(r["loss"]) for r in steps] == pytest.approx(result.losses)
+    assert [float(r["val_nll"]) for r in rows if r["kind"] == "val"] == pytest.approx(result.val_nll)
