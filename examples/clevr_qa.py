@@ -27,12 +27,12 @@ from pathlib import Path
 import torch
 
 from pyro_attention.clevr import ClevrConfig, ClevrResult, format_clevr, run_clevr
-from pyro_attention.experiment import ROWS, row_label
+from pyro_attention.experiment import ALL_ROWS
 
 
 def main(args: argparse.Namespace) -> ClevrResult:
     torch.set_num_threads(args.threads)
-    names = {row_label(n, e): (n, e) for n, e in ROWS}
+    names = {spec.label: spec for spec in ALL_ROWS}
     unknown = [p for p in args.pairs if p not in names]
     if unknown:
         raise SystemExit(f"--pairs: unknown {unknown}; choose from {list(names)}")
@@ -47,7 +47,7 @@ def main(args: argparse.Namespace) -> ClevrResult:
         lr=args.lr,
         warmup_steps=args.warmup_steps,
         seed=args.seed,
-        rows=[names[p] for p in args.pairs] if args.pairs else None,
+        rows=[names[p] for p in args.pairs] if args.pairs else (list(ALL_ROWS) if args.neighbours else None),
     )
     start = time.perf_counter()
     try:
@@ -74,7 +74,8 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--warmup-steps", type=int, default=0, help="relaxed pair: steps on E_p[log p] first")
-    parser.add_argument("--pairs", nargs="*", default=[], help="subset of rows, e.g. 'soft' 'hard (enum)'")
+    parser.add_argument("--pairs", nargs="*", default=[], help="subset of rows, e.g. 'soft' 'hard (enum)' 'rws'")
+    parser.add_argument("--neighbours", action="store_true", help="also the neighbours' rows (registry.NEIGHBOUR_ROWS)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--markdown", default="", help="also write the tables to this file")

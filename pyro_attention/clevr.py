@@ -53,7 +53,8 @@ class ClevrConfig:
     warmup_steps: int = 0
     num_samples: int = 50
     seed: int = 0
-    #: ``None``: every row of the paper's table; else ``(name, estimator)`` tuples
+    #: ``None``: every row of the paper's table; else :class:`~pyro_attention.registry.PairSpec` or
+    #: ``(name, estimator)`` rows
     rows: list[Any] | None = None
 
 

@@ -82,6 +82,10 @@ def _demo_clevr(args: argparse.Namespace) -> int:
         hidden_size=args.hidden,
         seed=args.seed,
     )
+    if getattr(args, "neighbours", False):
+        from pyro_attention.experiment import ALL_ROWS
+
+        config.rows = list(ALL_ROWS)
     print(
         f"pyro-attention demo --task clevr: original CLEVR questions + {config.generated_train} generated training / "
         f"{config.generated_val} generated validation questions, {config.num_epochs} epochs, hidden "

@@ -93,8 +93,9 @@ def test_clevr_qa_tiny(capsys, tmp_path):
     out = tmp_path / "clevr.md"
     args = ["--data-dir", str(CLEVR), "--generated-train", "16", "--generated-val", "16", "--hidden", "8"]
     args += ["--epochs", "1", "--batch-size", "64", "--quiet", "--markdown", str(out)]
-    result = module.main(module.make_parser().parse_args([*args, "--pairs", "soft", "variational (sample)", "relaxed"]))
-    assert [r.name for r in result.generated] == ["soft", "variational (sample)", "relaxed"]
+    pairs = ["soft", "variational (sample)", "relaxed", "bayesian (guide_scores=prior, kl_scale=0.01)", "rws"]
+    result = module.main(module.make_parser().parse_args([*args, "--pairs", *pairs]))
+    assert [r.name for r in result.generated] == pairs
     printed = capsys.readouterr().out
     assert "Original CLEVR validation questions (275" in printed and "Generated validation questions (16" in printed
     assert "| relaxed | ~" in printed and "| marginal | 1.69 | 60.33 |" in printed
