@@ -400,8 +400,8 @@ def markdown(result: dict[str, Any]) -> str:
     shaped = list(result["matmul"].values())[-1]
     lines = [
         f"Mode `{result['mode']}`; device `{m['device']}`; {m['threads']} torch thread(s); torch {m['torch']}, "
-        f"pyro-ppl {m['pyro']}, Python {m['python']}; {m['processor']}.  Written by `python benchmarks/run.py"
-        f"{' --full' if result['mode'] == 'full' else ''}` in {result['seconds']:.0f} s on {result['date']}.",
+        f"pyro-ppl {m['pyro']}, Python {m['python']}; {m['processor']}.  Written by `{result['command']}` in "
+        f"{result['seconds']:.0f} s on {result['date']}.",
         "",
         "`torch.mm` (float32): "
         + ", ".join(f"{k}: {v / 1e9:.1f} GFLOP/s" for k, v in result["matmul"].items())
@@ -558,7 +558,8 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(args: argparse.Namespace) -> dict[str, Any]:
+def main(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, Any]:
+    """Run the mode's sections, write JSON, the markdown block and plots; ``argv`` only labels the output."""
     started = time.perf_counter()
     mode = "full" if args.full else "quick"
     sizes, lengths, repeats, warmup, throughput_sizes = MODES[mode]
@@ -571,6 +572,7 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
     old_threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)
     result: dict[str, Any] = {"mode": mode, "repeats": repeats, "warmup": warmup, "tiny": args.tiny}
+    result["command"] = " ".join(["python benchmarks/run.py", *(argv or [])])
     try:
         result["machine"] = {
             "device": str(args.device),
@@ -624,4 +626,4 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
 
 if __name__ == "__main__":
     with contextlib.suppress(KeyboardInterrupt):
-        main(make_parser().parse_args())
+        main(make_parser().parse_args(), sys.argv[1:])
