@@ -408,8 +408,8 @@ def markdown(result: dict[str, Any]) -> str:
         + f"; the limit used below is {limit / 1e9:.1f} GFLOP/s (in brackets: against the last, output-layer-shaped"
         " rate).",
         "",
-        f"**SVI step time** (median of {result['repeats']} interleaved steps; large: {LARGE_REPEATS}) and peak "
-        f"memory of one step ({result['memory_method']}).  `pyro/torch`: the Pyro pair over the hand-written "
+        f"**SVI step time** (median of {result['repeats']} interleaved steps; large: {result['large_repeats']}) and "
+        f"peak memory of one step ({result['memory_method']}).  `pyro/torch`: the Pyro pair over the hand-written "
         "torch step of the same loss and gradients (target <= 1.05 at small and mid).  `/soft`: over Pyro soft "
         "attention at the same size (target for the sampled pairs <= 1.5).  `matmul`: FLOPs of the output layer's "
         "H x V product over all S positions (forward + backward, 3 x 2 S B T H V) per second of the whole step, as "
@@ -549,6 +549,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeats", type=int, help="timed steps per variant (default: the mode's)")
     parser.add_argument("--warmup", type=int, help="untimed steps per variant, the first measures memory")
     parser.add_argument("--pairs", nargs="+", choices=list(PAIRS), default=list(PAIRS), help="pairs to time")
+    parser.add_argument("--large-repeats", type=int, default=LARGE_REPEATS, help="timed steps at the large size")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--no-check", action="store_true", help="skip the Pyro vs hand-written loss/gradient check")
     parser.add_argument("--straightforward", action="store_true", help="straightforward exact step at every size")
@@ -573,6 +574,7 @@ def main(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, A
     torch.set_num_threads(args.threads)
     result: dict[str, Any] = {"mode": mode, "repeats": repeats, "warmup": warmup, "tiny": args.tiny}
     result["command"] = " ".join(["python benchmarks/run.py", *(argv or [])])
+    result["large_repeats"] = args.large_repeats
     try:
         result["machine"] = {
             "device": str(args.device),
@@ -596,14 +598,14 @@ def main(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, A
         result["steps"] = {}
         for size in sizes:
             w = make_workload(size, table[size], args.device)
-            r = run_steps(w, args, LARGE_REPEATS if size == "large" and not args.tiny else repeats, warmup)
+            r = run_steps(w, args, args.large_repeats if size == "large" and not args.tiny else repeats, warmup)
             r.update(label=size_label(size, table[size]), output_flops=w.output_flops, tokens=w.tokens)
             result["steps"][size] = r
             print(f"  {size}: " + ", ".join(f"{k} {v:.4f}s" for k, v in r["times"].items()), flush=True)
         result["throughput"] = {}
         for size in throughput_sizes if args.sizes is None else [s for s in args.sizes if table[s]["task"] == "mt"]:
             w = make_workload(size, table[size], args.device)
-            r = run_throughput(w, args, LARGE_REPEATS if size == "large" and not args.tiny else repeats)
+            r = run_throughput(w, args, args.large_repeats if size == "large" and not args.tiny else repeats)
             r["label"] = size_label(size, table[size])
             result["throughput"][size] = r
             print(f"  eval {size}: " + ", ".join(f"{k} {v['tokens_per_s']:,.0f} tok/s" for k, v in r.items()
