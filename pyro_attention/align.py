@@ -62,9 +62,11 @@ class AlignConfig:
     def __post_init__(self) -> None:
         if self.corpus not in CORPORA:
             raise ValueError(f"corpus must be one of {CORPORA}, got {self.corpus!r}")
-        unknown = [m for m in self.models if m not in ("soft", "marginal", "variational")]
+        from pyro_attention.registry import ALL_PAIRS
+
+        unknown = [m for m in self.models if m not in ALL_PAIRS]
         if unknown:
-            raise ValueError(f"models: {unknown} not supported here; choose from ['soft', 'marginal', 'variational']")
+            raise ValueError(f"models: unknown {unknown}; choose from {list(ALL_PAIRS)}")
 
 
 @dataclass
@@ -131,7 +133,7 @@ def _train(corpus: GoldCorpus, config: AlignConfig, model: str, reverse: bool, l
         **{k: str(v) for k, v in files.items()},
         max_len=config.max_len,
         model=model,
-        estimator="enum" if model == "variational" else None,
+        estimator="enum" if model in ("hard", "variational") else None,
         embedding=config.embedding,
         encoder=config.encoder,
         decoder=config.decoder,
@@ -195,6 +197,8 @@ def run_align(config: AlignConfig, log: Callable[[str], None] = print) -> list[A
             backward = alignment_links(trained, corpus.target, corpus.source)
         for name, predicted in forward.items():
             label = "soft" if model == "soft" else name  # a soft model's "prior" is its attention weights
+            if name == "prior" and pyro_latent(model) == "none":
+                label = "weights"  # a deterministic pair's prior is its attention weights
             rows.append(AlignRow(model, label, "forward", alignment_error_rate(predicted, corpus.gold)))
             if backward is not None:
                 reverse = backward[name]
@@ -203,6 +207,13 @@ def run_align(config: AlignConfig, log: Callable[[str], None] = print) -> list[A
                 both = symmetrize(predicted, reverse)
                 rows.append(AlignRow(model, label, "intersection", alignment_error_rate(both, corpus.gold)))
     return rows
+
+
+def pyro_latent(model: str) -> str:
+    """The ``latent`` kind of pair ``model`` (``"none"`` for deterministic attention)."""
+    from pyro_attention.registry import ALL_PAIRS
+
+    return ALL_PAIRS[model].latent
 
 
 def format_rows(rows: list[AlignRow]) -> str:

@@ -545,7 +545,9 @@ def make_parser() -> argparse.ArgumentParser:
     al.add_argument("--corpus", default="enfr", choices=["enfr", "csen"])
     al.add_argument("--data-dir", default=None, help="data folder (default: $PYRO_ATTENTION_DATA)")
     al.add_argument("--extra-size", type=_int_at_least(0), default=5000, help="extra Multi30k training pairs")
-    al.add_argument("--models", nargs="+", default=["soft", "variational"], choices=["soft", "marginal", "variational"])
+    from pyro_attention.registry import ALL_PAIRS
+
+    al.add_argument("--models", nargs="+", default=["soft", "variational"], choices=tuple(ALL_PAIRS))
     al.add_argument("--epochs", type=_int_at_least(1), default=5)
     al.add_argument("--batch-size", type=_int_at_least(1), default=32)
     al.add_argument("--lr", type=_positive_float, default=3e-3)

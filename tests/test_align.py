@@ -46,8 +46,8 @@ def test_links_from_every_alignment_source_on_synthetic_gold(tmp_path):
 def test_align_config_errors():
     with pytest.raises(ValueError, match="corpus must be one of"):
         AlignConfig(corpus="deen")
-    with pytest.raises(ValueError, match="not supported here"):
-        AlignConfig(models=["relaxed"])
+    with pytest.raises(ValueError, match=r"models: unknown \['relaxd'\]; choose from \['soft', 'marginal'"):
+        AlignConfig(models=["relaxd"])
     with pytest.raises(SystemExit):
         cli.main(["align", "--corpus", "xx"])
 
@@ -68,3 +68,18 @@ def test_align_on_hansards_tiny(tmp_path):
     assert {(r.source, r.direction) for r in rows} >= {("prior", "forward"), ("posterior", "intersection")}
     assert all(0.0 <= r.result.aer <= 1.0 for r in rows)
     assert format_rows(rows).startswith("| model | alignment source | direction | AER |")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (DATA / "gold-alignments").exists(), reason="../shared/data (gold alignments) is absent")
+def test_align_any_pair(tmp_path):
+    """Every pair can be scored against gold links: a deterministic one reports its weights, RWS its prior,
+    exact posterior and q."""
+    config = AlignConfig(
+        data_dir=str(DATA), extra_size=0, epochs=1, models=["segmentation", "rws"], out=str(tmp_path), **TINY
+    )
+    rows = run_align(config, log=lambda _: None)
+    assert {(r.model, r.source) for r in rows} == {
+        ("segmentation", "weights"), ("rws", "prior"), ("rws", "posterior"), ("rws", "q"),
+    }
+    assert all(0.0 <= r.result.aer <= 1.0 for r in rows)
