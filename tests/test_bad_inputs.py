@@ -825,6 +825,13 @@ CATALOGUE: list[Mistake] = [
         "Convert with `.long()`; question *vectors* need a network built with `question_size`.",
     ),
     Mistake(
+        "question-ids-for-vector-network", TENSORS, "token-id questions for a network built for question vectors",
+        lambda: log_likelihood(SoftAttention(RegionQA(13, 8, question_size=2, hidden_size=4)), _region()[1]),
+        ValueError, r"question must be \(B, Q\) float vectors for a network without a vocabulary \(built with "
+        r"question_size\), got dtype torch\.int64",
+        "Build the network with `vocab_size=len(vocab)` for token questions.",
+    ),
+    Mistake(
         "source-not-long", TENSORS, "float source ids",
         lambda: _translation_ll(source=lambda b: b.source.float()),
         ValueError, r"source must be a \(B, S\) long tensor, got shape \(2, 3\) dtype torch\.float32",

@@ -90,6 +90,11 @@ class RegionBatch:
                 f"question must be (B, L) long token ids for a network with a vocabulary (vocab_size={vocab_size}), "
                 f"got dtype {q.dtype}"
             )
+        if vocab_size is None and dtype is not None and not q.is_floating_point():
+            raise ValueError(
+                f"question must be (B, Q) float vectors for a network without a vocabulary (built with "
+                f"question_size), got dtype {q.dtype}"
+            )
         if tuple(a.shape) != (B,):
             raise ValueError(f"answer must be (B,) = ({B},), got shape {tuple(a.shape)}")
         if a.dtype != torch.long:
