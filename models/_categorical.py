@@ -76,7 +76,8 @@ class GuidedCategoricalAlignment(CategoricalAlignmentModel):
                 infer = {"enumerate": "parallel"}
             else:
                 # TraceGraph_ELBO wants the baseline shaped like the site, plates (e.g. particles) included
-                baseline = self.soft_log_likelihood(enc).detach()
+                with torch.no_grad():  # a constant of the estimator: no graph kept for it
+                    baseline = self.soft_log_likelihood(enc)
                 infer = {"baseline": {"baseline_value": baseline.expand(_plate_shape(baseline.shape))}}
             pyro.sample("align", dist.Categorical(logits=self.guide_logits(enc)), infer=infer)
 

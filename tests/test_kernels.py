@@ -75,3 +75,23 @@ def test_seq2seq_table_uses_the_kernel_and_equals_the_generic_path(float64, chun
         assert (a is None) == (b is None)
         if a is not None:
             assert torch.allclose(a, b, atol=1e-10)
+
+
+def test_a_subclass_overriding_only_output_logits_does_not_get_the_parents_fused_layers():
+    from pyro_attention.data import make_region_qa
+    from pyro_attention.networks import RegionQA
+
+    class Scaled(RegionQA):
+        def output_logits(self, enc, context):  # noqa: ANN001, ANN202
+            return 2.0 * super().output_logits(enc, context)
+
+    data = make_region_qa(4, seed=0)
+    torch.manual_seed(0)
+    net = Scaled(data.feature_size, len(data.answers), vocab_size=len(data.vocab), hidden_size=8)
+    enc = net.encode(data.data)
+    assert not net._hidden_matches_logits()
+    expected = net.aligned_logits(enc).log_softmax(-1)  # (S, B, T, V)
+    expected = expected.gather(-1, enc.target.expand(expected.shape[:-1]).unsqueeze(-1)).squeeze(-1).permute(1, 2, 0)
+    got = net.aligned_log_likelihood(enc)
+    real = enc.source_mask.unsqueeze(1).expand_as(got)
+    assert torch.allclose(got[real], expected[real], atol=1e-5)

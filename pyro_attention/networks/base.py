@@ -132,7 +132,7 @@ class AttentionNetwork(nn.Module):
         most ``chunk_size * B * T * V`` logits are alive at once instead of ``S * B * T * V``.
         """
         B, T, S = enc.shape
-        if self.output_layer is not None:
+        if self.output_layer is not None and self._hidden_matches_logits():
             hidden = self.aligned_hidden(enc)
             if hidden is not None:  # (S, B, T, H)
                 N = S * B * T
@@ -153,6 +153,15 @@ class AttentionNetwork(nn.Module):
             else:
                 pieces.append(self._observed_log_likelihood(enc, start, stop))
         return torch.cat(pieces, dim=-1)
+
+    def _hidden_matches_logits(self) -> bool:
+        """Whether :meth:`output_hidden` is defined no higher in the class hierarchy than :meth:`output_logits`:
+        a subclass that overrides only ``output_logits`` must not get its parent's fused layers."""
+
+        def owner(name: str) -> type:
+            return next(k for k in type(self).__mro__ if name in vars(k))
+
+        return issubclass(owner("output_hidden"), owner("output_logits"))
 
     def _observed_log_likelihood(self, enc: Encoded, start: int, stop: int) -> Tensor:
         """``log p(y_t | x, z_t = s)`` for ``s`` in ``[start, stop)``, ``(B, T, stop - start)``."""
