@@ -86,6 +86,7 @@ import torch
 from torch import Tensor, nn
 
 from pyro_attention.distributions import MaskedDirichlet
+from pyro_attention.distributions.aligned import OutputCategorical
 from pyro_attention.distributions.weibull_gamma import MaskedVector
 from pyro_attention.models.gaussian_context import AnnealedMeanField_ELBO, KLAnnealing
 from pyro_attention.networks.base import AttentionNetwork, Encoded, expected_context, mask_scores
@@ -250,7 +251,7 @@ class BayesianAttention(KLAnnealing, AlignmentPair):
                 w = pyro.sample("align", self.weight_prior(enc))
             z = normalise(w, self.site_mask(enc))
             logits = self.network.output_logits(enc, expected_context(z, enc.values))
-            self.observe(enc, dist.Categorical(logits=logits))
+            self.observe(enc, OutputCategorical(logits))
 
     def guide(self, batch: Any) -> None:
         enc = self.encode_for_model(batch)

@@ -79,6 +79,7 @@ import torch
 from pyro import poutine
 from torch import Tensor, nn
 
+from pyro_attention.distributions.aligned import OutputCategorical
 from pyro_attention.networks.base import AttentionNetwork, Encoded, expected_context
 from pyro_attention.pair import MAX_PLATE_NESTING, AlignmentPair
 
@@ -302,7 +303,7 @@ class GaussianContextAttention(KLAnnealing, AlignmentPair):
         with self.plates(enc):
             with self.latent_scale():
                 c = pyro.sample("align", self.context_prior(enc))
-            self.observe(enc, dist.Categorical(logits=self.network.output_logits(enc, c)))
+            self.observe(enc, OutputCategorical(self.network.output_logits(enc, c)))
 
     def guide(self, batch: Any) -> None:
         enc = self.encode_for_model(batch)

@@ -38,11 +38,11 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import pyro
-import pyro.distributions as dist
 import torch
 from torch import Tensor
 
 from pyro_attention.distributions import MaskedDirichlet
+from pyro_attention.distributions.aligned import OutputCategorical
 from pyro_attention.networks.base import Encoded, expected_context
 from pyro_attention.pair import MAX_PLATE_NESTING, AlignmentPair
 
@@ -79,7 +79,7 @@ class SimplexAlignmentModel(AlignmentPair):
         with self.plates(enc):
             z = pyro.sample("align", self.prior(enc))
             logits = self.network.output_logits(enc, expected_context(z, enc.values))
-            self.observe(enc, dist.Categorical(logits=logits))
+            self.observe(enc, OutputCategorical(logits))
 
     def guide(self, batch: Any) -> None:
         enc = self.encode_for_model(batch)

@@ -27,8 +27,8 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import pyro
-import pyro.distributions as dist
 
+from pyro_attention.distributions.aligned import OutputCategorical
 from pyro_attention.networks.base import expected_context
 from pyro_attention.pair import MAX_PLATE_NESTING, AlignmentPair
 
@@ -44,7 +44,7 @@ class SoftAttention(AlignmentPair):
         enc = self.encode(batch)
         logits = self.network.output_logits(enc, expected_context(self.attention_prior(enc), enc.values))
         with self.plates(enc):
-            self.observe(enc, dist.Categorical(logits=logits))
+            self.observe(enc, OutputCategorical(logits))
 
     def elbo(self) -> pyro.infer.ELBO:
         return pyro.infer.Trace_ELBO(max_plate_nesting=MAX_PLATE_NESTING)

@@ -102,6 +102,7 @@ from pyro.ops.indexing import Vindex
 from torch import Tensor, nn
 
 from pyro_attention.distributions import AlignedCategorical
+from pyro_attention.distributions.aligned import OutputCategorical
 from pyro_attention.distributions.structures import (
     chain_conditionals,
     chain_first_selected,
@@ -226,7 +227,7 @@ class SegmentationAttention(ExpectedRepresentation, _SegmentationChain):
         enc = self.register(batch)
         logits = self.output_logits(enc)
         with self.plates(enc):
-            self.observe(enc, dist.Categorical(logits=logits))
+            self.observe(enc, OutputCategorical(logits))
 
 
 _OFF = (0.0, float("-inf"))  # log-probabilities of a forced z = 0

@@ -45,10 +45,10 @@ import math
 from typing import Any, ClassVar
 
 import pyro
-import pyro.distributions as dist
 import torch
 from torch import Tensor, nn
 
+from pyro_attention.distributions.aligned import OutputCategorical
 from pyro_attention.distributions.structures import tree_marginals
 from pyro_attention.models.structured import ExpectedRepresentation
 from pyro_attention.networks.base import AttentionNetwork, Encoded, expected_context
@@ -120,4 +120,4 @@ class SyntacticAttention(ExpectedRepresentation, AlignmentPair):
         pyro.module("structure", self.arc_scorer(enc))
         logits = self.output_logits(enc)
         with self.plates(enc):
-            self.observe(enc, dist.Categorical(logits=logits))
+            self.observe(enc, OutputCategorical(logits))

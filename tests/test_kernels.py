@@ -95,3 +95,22 @@ def test_a_subclass_overriding_only_output_logits_does_not_get_the_parents_fused
     got = net.aligned_log_likelihood(enc)
     real = enc.source_mask.unsqueeze(1).expand_as(got)
     assert torch.allclose(got[real], expected[real], atol=1e-5)
+
+
+def test_output_categorical_equals_categorical(float64):
+    import pyro.distributions as dist
+
+    from pyro_attention.distributions import OutputCategorical
+
+    raw = 50.0 * torch.randn(3, 4, 7)
+    value = torch.randint(7, (3, 4))
+    fast, ref = OutputCategorical(raw), dist.Categorical(logits=raw)
+    assert torch.allclose(fast.log_prob(value), ref.log_prob(value), atol=1e-10)
+    assert torch.allclose(fast.logits, ref.logits) and torch.allclose(fast.probs, ref.probs)
+    wide = fast.expand(torch.Size([2, 3, 4]))
+    assert wide.batch_shape == (2, 3, 4) and wide.log_prob(value).shape == (2, 3, 4)
+    assert fast.sample((5,)).shape == (5, 3, 4)
+    leaf = raw.clone().requires_grad_()
+    (g_fast,) = torch.autograd.grad(OutputCategorical(leaf).log_prob(value).sum(), leaf)
+    (g_ref,) = torch.autograd.grad(dist.Categorical(logits=leaf).log_prob(value).sum(), leaf)
+    assert torch.allclose(g_fast, g_ref, atol=1e-10)

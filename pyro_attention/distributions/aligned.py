@@ -68,7 +68,7 @@ class AlignedCategorical(TorchDistribution):
         return new
 
     def _full(self) -> Categorical:
-        return Categorical(logits=self.logits_fn(self.index))
+        return OutputCategorical(self.logits_fn(self.index))
 
     def log_prob(self, value: Tensor) -> Tensor:
         if self.table is None:
@@ -81,3 +81,52 @@ class AlignedCategorical(TorchDistribution):
 
     def sample(self, sample_shape: torch.Size = torch.Size()) -> Tensor:
         return self._full().expand(self.batch_shape).sample(sample_shape)
+
+
+class OutputCategorical(TorchDistribution):
+    """``Categorical(logits=raw)`` with a lazy normalisation: ``log_prob(y) = raw[y] - logsumexp(raw)``.
+
+    Same values as ``pyro.distributions.Categorical(logits=raw)``; it does not build the normalised ``(..., V)``
+    logits (one pass over the largest tensor of a step, and its backward) unless :attr:`logits` or
+    :attr:`probs` is read.
+    """
+
+    arg_constraints: dict = {}
+    has_enumerate_support = False
+
+    def __init__(self, raw: Tensor, validate_args: bool | None = None) -> None:
+        self.raw = raw
+        self.num_classes = raw.shape[-1]
+        super().__init__(raw.shape[:-1], torch.Size(), validate_args=validate_args)
+
+    @constraints.dependent_property(is_discrete=True, event_dim=0)
+    def support(self) -> constraints.Constraint:
+        return constraints.integer_interval(0, self.num_classes - 1)
+
+    @property
+    def logits(self) -> Tensor:
+        return self.raw.log_softmax(-1)
+
+    @property
+    def probs(self) -> Tensor:
+        return self.raw.softmax(-1)
+
+    def expand(self, batch_shape, _instance=None):  # noqa: ANN001 - Pyro's signature
+        batch_shape = torch.Size(batch_shape)
+        new = self._get_checked_instance(OutputCategorical, _instance)
+        new.raw = self.raw.expand(batch_shape + self.raw.shape[-1:])
+        new.num_classes = self.num_classes
+        super(OutputCategorical, new).__init__(batch_shape, torch.Size(), validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    def log_prob(self, value: Tensor) -> Tensor:
+        if self._validate_args:
+            self._validate_sample(value)
+        shape = torch.broadcast_shapes(value.shape, self.batch_shape)
+        raw = self.raw.expand(shape + self.raw.shape[-1:])
+        picked = raw.gather(-1, value.long().expand(shape).unsqueeze(-1)).squeeze(-1)
+        return picked - torch.logsumexp(raw, -1)
+
+    def sample(self, sample_shape: torch.Size = torch.Size()) -> Tensor:
+        return Categorical(logits=self.raw).sample(sample_shape)
