@@ -1,7 +1,7 @@
 """The benchmark command: cost of every estimator, measured in one run, written to ``docs/performance.md``.
 
-    python benchmarks/run.py                 # quick (default): region QA, translation small and mid, short curves
-    python benchmarks/run.py --full          # + translation large (S=T=50, V=10k), curves S = 10 ... 200
+    python benchmarks/run.py                 # quick (default): region QA, translation small, short curves
+    python benchmarks/run.py --full          # + translation mid and large (S=T=50, V=1k / 10k), curves S = 10 ... 200
     python benchmarks/run.py --device cuda   # every tensor (networks, batches, timings, memory) on that device
 
 What one run measures (all variants of a size interleaved step by step, the starting variant rotating, so that
@@ -88,7 +88,7 @@ CURVE = dict(task="mt", B=32, T=20, D=256, V=1000, check=False)
 CURVE_TINY = dict(task="mt", B=2, T=3, D=8, V=20, check=False)
 MODES = {
     #          sizes                     curve S                  repeats warmup  throughput sizes
-    "quick": (["qa", "small", "mid"], [10, 25, 50], 3, 1, ["small"]),
+    "quick": (["qa", "small"], [10, 25, 50], 5, 1, ["small"]),
     "full": (["qa", "small", "mid", "large"], [10, 25, 50, 100, 200], 10, 1, ["small", "mid", "large"]),
 }
 #: fewer steps where one step takes tens of seconds on a CPU
