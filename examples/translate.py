@@ -99,11 +99,11 @@ def main(args: argparse.Namespace) -> dict:
 def format_table(results: dict) -> str:
     lines = ["| pair | PPL | BLEU | prior entropy | train s | paper PPL | paper BLEU |", "|" + "---|" * 7]
     for label, r in results.items():
-        paper = PAPER.get(label, (float("nan"), float("nan")))
+        paper = [f"{v:.2f}" for v in PAPER[label]] if label in PAPER else ["-", "-"]
         ppl = ("" if r["ppl_exact"] else "~") + f"{r['ppl']:.2f}"
         lines.append(
             f"| {label} | {ppl} | {r['bleu']:.2f} | {r['prior_entropy']:.2f} | {r['seconds']:.0f} | "
-            f"{paper[0]:.2f} | {paper[1]:.2f} |"
+            f"{paper[0]} | {paper[1]} |"
         )
     return "\n".join(lines)
 
