@@ -8,7 +8,8 @@ What one run measures (all variants of a size interleaved step by step, the star
 a slow drift of a shared machine hits every variant; medians reported; ratios are within one run):
 
 * **steps** -- for each size and each pair (soft, marginal, hard-enum, hard-sample, va-enum, va-sample): the
-  SVI step of the Pyro pair (``SVI(pair.model, pair.guide, pyro.optim.Adam, pair.elbo()).step``) and a
+  SVI step of the Pyro pair as ``fit`` and the translation trainer take it (``DataParallelSVI(pair.model,
+  pair.guide, pyro.optim.Adam, pair.elbo()).step``: ``SVI.step`` with gradients reset to ``None``) and a
   hand-written pure-torch step of the same loss and gradients (``benchmarks/handwritten.py``, ``torch.optim.Adam``);
   the ratio pyro / torch; sampled pairs also against Pyro soft attention.  At the large size also the
   *straightforward* torch step (all ``S * B * T * V`` logits at once, ``handwritten.straightforward_*``).
@@ -52,7 +53,6 @@ from typing import Any
 import pyro
 import pyro.optim
 import torch
-from pyro.infer import SVI
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.weak import WeakIdKeyDictionary
@@ -65,6 +65,7 @@ from pyro_attention import models  # noqa: E402
 from pyro_attention.data.region_qa import RegionBatch  # noqa: E402
 from pyro_attention.data.translation import TranslationBatch  # noqa: E402
 from pyro_attention.inference import evaluate  # noqa: E402
+from pyro_attention.inference.distributed import DataParallelSVI  # noqa: E402
 from pyro_attention.networks import RegionQA, Seq2Seq  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -264,7 +265,7 @@ def make_workload(name: str, spec: dict[str, Any], device: torch.device, seed: i
 def pyro_step(workload: Workload, pair_name: str, lr: float) -> Callable[[], float]:
     factory = PAIRS[pair_name][0]
     pair = factory(workload.make_network())
-    svi = SVI(pair.model, pair.guide, pyro.optim.Adam({"lr": lr}), pair.elbo())
+    svi = DataParallelSVI(pair.model, pair.guide, pyro.optim.Adam({"lr": lr}), pair.elbo(), distributed=False)
 
     def step() -> float:
         # each variant owns its network; Pyro's global store must hold this one's parameters (pyro.module

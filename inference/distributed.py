@@ -26,7 +26,6 @@ import pyro
 import torch
 import torch.distributed as dist
 from pyro import poutine
-from pyro.infer.util import zero_grads
 
 
 def world() -> tuple[int, int]:
@@ -109,19 +108,24 @@ class DataParallelSVI:
     :param model, guide: the pair's model and guide.
     :param optim: a :class:`pyro.optim.PyroOptim` (e.g. ``ClippedAdam``).
     :param loss: a Pyro ELBO with ``loss_and_grads``.
+    :param distributed: reduce over the process group (when there is one); ``False``: this process alone.
 
     Every parameter must be in Pyro's param store on every process before the first step (register the
     pair's modules with ``pyro.module`` first), so that all processes reduce the same list in the same order.
-    With one process the step is ``SVI.step``.
+    With one process the step is ``SVI.step``, except that gradients are reset to ``None`` rather than to zeros
+    (the next backward pass then writes them instead of adding to a tensor of zeros; the same numbers).
+    This is the step :func:`~pyro_attention.inference.fit` and the translation trainer take.
     """
 
-    def __init__(self, model: Callable, guide: Callable, optim: Any, loss: Any) -> None:
+    def __init__(self, model: Callable, guide: Callable, optim: Any, loss: Any, distributed: bool = True) -> None:
         self.model, self.guide, self.optim, self.loss = model, guide, optim, loss
+        self.distributed = distributed
 
     def step(self, batch: Any) -> float:
         """One step on this process's shard ``batch`` (may be empty); returns the loss of the *global* batch."""
-        rank, world_size = world()
-        if batch is not None and len(batch):
+        world_size = world()[1] if self.distributed else 1
+        empty = batch is None or (hasattr(batch, "__len__") and len(batch) == 0)
+        if not empty:
             with poutine.trace(param_only=True) as capture:
                 loss = float(self.loss.loss_and_grads(self.model, self.guide, batch))
             touched = {site["value"].unconstrained() for site in capture.trace.nodes.values()}
@@ -137,5 +141,6 @@ class DataParallelSVI:
         else:
             active = list(touched)
         self.optim(active)
-        zero_grads(set(active))
+        for p in active:  # None, not zeros (Pyro's zero_grads): the next backward assigns instead of adding
+            p.grad = None
         return loss

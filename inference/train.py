@@ -1,6 +1,7 @@
 """``fit``: stochastic variational inference for any pair, with Pyro's own ELBO and optimiser.
 
-Each step is ``pyro.infer.SVI(pair.model, guide, ClippedAdam, pair.elbo()).step(batch)``; ``guide`` is
+Each step is ``SVI(pair.model, guide, ClippedAdam, pair.elbo()).step(batch)`` (as
+:class:`~pyro_attention.inference.distributed.DataParallelSVI` takes it in one process); ``guide`` is
 ``pair.warmup_guide`` for the first ``warmup_steps`` steps when the pair has one (the Dirichlet pair's warm
 start on ``E_p[log p(y | x, z)]``), and ``pair.guide`` after.  ``fit`` owns Pyro's global parameter store: it
 clears it and registers the pair's network afresh, so training several pairs one after the other is safe.
@@ -18,10 +19,10 @@ from typing import Any
 
 import pyro
 import torch
-from pyro.infer import SVI
 from pyro.optim import ClippedAdam
 from tqdm.auto import tqdm
 
+from pyro_attention.inference.distributed import DataParallelSVI
 from pyro_attention.inference.evaluate import log_likelihood
 from pyro_attention.pair import AlignmentPair
 
@@ -105,8 +106,8 @@ def fit(
     generator = torch.Generator().manual_seed(seed)
     optim = ClippedAdam({"lr": lr, "clip_norm": clip_norm})
     elbo = pair.elbo()
-    svi = SVI(pair.model, pair.guide, optim, elbo)
-    warm = SVI(pair.model, pair.warmup_guide, optim, elbo) if warmup_steps else None
+    svi = DataParallelSVI(pair.model, pair.guide, optim, elbo, distributed=False)
+    warm = DataParallelSVI(pair.model, pair.warmup_guide, optim, elbo, distributed=False) if warmup_steps else None
     result = FitResult()
     start = time.perf_counter()
     bar = tqdm(total=None, disable=None if progress else True, desc=type(pair).__name__, unit="step", leave=False)
