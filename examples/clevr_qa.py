@@ -27,15 +27,15 @@ from pathlib import Path
 import torch
 
 from pyro_attention.clevr import ClevrConfig, ClevrResult, format_clevr, run_clevr
-from pyro_attention.experiment import ALL_ROWS
+from pyro_attention.experiment import ALL_ROWS, rows_by_label
 
 
 def main(args: argparse.Namespace) -> ClevrResult:
     torch.set_num_threads(args.threads)
-    names = {spec.label: spec for spec in ALL_ROWS}
-    unknown = [p for p in args.pairs if p not in names]
-    if unknown:
-        raise SystemExit(f"--pairs: unknown {unknown}; choose from {list(names)}")
+    try:
+        chosen = rows_by_label(args.pairs)
+    except ValueError as e:
+        raise SystemExit(f"--pairs: {e}") from None
     config = ClevrConfig(
         data_dir=args.data_dir,
         generated_train=args.generated_train,
@@ -47,7 +47,7 @@ def main(args: argparse.Namespace) -> ClevrResult:
         lr=args.lr,
         warmup_steps=args.warmup_steps,
         seed=args.seed,
-        rows=[names[p] for p in args.pairs] if args.pairs else (list(ALL_ROWS) if args.neighbours else None),
+        rows=chosen or (list(ALL_ROWS) if args.neighbours else None),
     )
     start = time.perf_counter()
     try:

@@ -23,16 +23,16 @@ from pathlib import Path
 
 import torch
 
-from pyro_attention.experiment import ALL_ROWS, RegionQAConfig, format_table, run_region_qa
+from pyro_attention.experiment import ALL_ROWS, RegionQAConfig, format_table, rows_by_label, run_region_qa
 from pyro_attention.registry import PAPER_ROWS
 
 
 def main(args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
-    names = {spec.label: spec for spec in ALL_ROWS}
-    unknown = [p for p in args.pairs if p not in names]
-    if unknown:
-        raise SystemExit(f"--pairs: unknown {unknown}; choose from {list(names)}")
+    try:
+        chosen = rows_by_label(args.pairs)
+    except ValueError as e:
+        raise SystemExit(f"--pairs: {e}") from None
     default = PAPER_ROWS if args.paper_only else ALL_ROWS
     config = RegionQAConfig(
         train_size=args.train_size,
@@ -44,7 +44,7 @@ def main(args: argparse.Namespace) -> dict:
         warmup_steps=args.warmup_steps,
         ambiguity=args.ambiguity,
         seed=args.seed,
-        rows=[names[p] for p in args.pairs] if args.pairs else list(default),
+        rows=chosen or list(default),
     )
     rows, _ = run_region_qa(config, progress=not args.quiet)
     table = format_table(rows)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from pyro_attention.experiment import ALL_ROWS
+from pyro_attention.experiment import ALL_ROWS, rows_by_label
 from pyro_attention.registry import PAPER_ROWS
 from pyro_attention.translation import TranslationConfig, evaluate, train
 
@@ -43,11 +43,11 @@ PAPER = {
 
 def main(args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
-    names = {spec.label: spec for spec in ALL_ROWS}
-    unknown = [p for p in args.pairs if p not in names]
-    if unknown:
-        raise SystemExit(f"--pairs: unknown {unknown}; choose from {list(names)}")
-    rows = [names[p] for p in args.pairs] if args.pairs else (PAPER_ROWS if args.paper_only else ALL_ROWS)
+    try:
+        chosen = rows_by_label(args.pairs)
+    except ValueError as e:
+        raise SystemExit(f"--pairs: {e}") from None
+    rows = chosen or (PAPER_ROWS if args.paper_only else ALL_ROWS)
     results = {}
     signature = ""
     for spec in rows:

@@ -54,13 +54,12 @@ def _draws(pair: AlignmentPair, batch: Any, probs: dict, num_samples: int) -> di
     nothing for deterministic pairs."""
     out = {}
     with torch.no_grad():
+        enc = pair.network.encode(batch)
         if pair.latent in ("simplex", "context"):
-            enc = pair.network.encode(batch)
             out["prior"] = pair.prior(enc).sample((num_samples,))
         elif pair.latent != "none":
             out["prior"] = dist.Categorical(probs=probs["prior"]).sample((num_samples,))
         if _has_guide(pair, batch):
-            enc = pair.network.encode(batch)
             guided = [guide_draw(pair, batch) for _ in range(num_samples)]
             out["q"] = torch.stack([pair.alignment_weights(enc, z) for z, _ in guided])
             out["log_weight"] = torch.stack([w.sum(-1) for _, w in guided])

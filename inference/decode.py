@@ -58,6 +58,13 @@ def _next_log_probs(pair: AlignmentPair, src: Any, h: Tensor, scores: Tensor, ru
     return (log_prior.unsqueeze(-1) + per_alignment).logsumexp(1)
 
 
+def _check_rule(pair: AlignmentPair, rule: str) -> None:
+    if rule not in DECODE_RULES:
+        raise ValueError(f"rule must be one of {DECODE_RULES}, got {rule!r}")
+    if rule != "soft" and pair.latent != "categorical":
+        raise ValueError(f"rule={rule!r} needs a categorical alignment; {type(pair).__name__} has {pair.latent!r}")
+
+
 def _expand(src: Any, n: int) -> Any:
     return type(src)(*(t.expand(n, *t.shape[1:]) for t in (src.values, src.keys, src.source_mask)))
 
@@ -78,10 +85,7 @@ def translate(
     :param source: ``(B, S)`` long source ids; ``source_mask``: ``(B, S)`` bool.
     :param rule: ``"soft"``, ``"marginal"`` or ``"kmax"`` (see the module docstring).
     """
-    if rule not in DECODE_RULES:
-        raise ValueError(f"rule must be one of {DECODE_RULES}, got {rule!r}")
-    if rule != "soft" and pair.latent != "categorical":
-        raise ValueError(f"rule={rule!r} needs a categorical alignment; {type(pair).__name__} has {pair.latent!r}")
+    _check_rule(pair, rule)
     if beam_size < 1 or max_len < 1 or k < 1:
         raise ValueError(f"need beam_size >= 1, max_len >= 1, k >= 1; got {beam_size}, {max_len}, {k}")
     net = pair.network
@@ -144,10 +148,7 @@ def greedy(
     pair: AlignmentPair, source: Tensor, source_mask: Tensor, rule: str = "marginal", k: int = 5, max_len: int = 50
 ) -> list[list[int]]:
     """Greedy decoding, batched: the argmax token at every step until ``</s>`` (reference for beam 1)."""
-    if rule not in DECODE_RULES:
-        raise ValueError(f"rule must be one of {DECODE_RULES}, got {rule!r}")
-    if rule != "soft" and pair.latent != "categorical":
-        raise ValueError(f"rule={rule!r} needs a categorical alignment; {type(pair).__name__} has {pair.latent!r}")
+    _check_rule(pair, rule)
     if max_len < 1 or k < 1:
         raise ValueError(f"need max_len >= 1, k >= 1; got {max_len}, {k}")
     net = pair.network

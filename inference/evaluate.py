@@ -122,8 +122,11 @@ def log_likelihood(
         proposal = proposal or pair.likelihood_proposal
         if proposal not in PROPOSALS:
             raise ValueError(f"proposal must be one of {PROPOSALS}, got {proposal!r}")
-        draw = _log_weight if proposal == "guide" else _prior_log_likelihood
-        log_w = torch.stack([draw(pair, batch) for _ in range(num_samples)])
+        if proposal == "guide":
+            log_w = torch.stack([_log_weight(pair, batch) for _ in range(num_samples)])
+        else:
+            enc = pair.network.encode(batch)  # once: the K draws share the encoding
+            log_w = torch.stack([_prior_log_likelihood(pair, enc) for _ in range(num_samples)])
         per_token = log_w.logsumexp(0) - math.log(num_samples)
         what = "q" if proposal == "guide" else "the prior (plain Monte Carlo over p(z | x))"
         method = f"importance sampling, K={num_samples}, proposal {what} (an estimate; a lower bound in expectation)"
@@ -131,9 +134,8 @@ def log_likelihood(
     return LogLikelihood(per_token, per_token.sum(-1), mask.sum(-1), enumerated, method)
 
 
-def _prior_log_likelihood(pair: AlignmentPair, batch: Any) -> Tensor:
+def _prior_log_likelihood(pair: AlignmentPair, enc: Any) -> Tensor:
     """``log p(y_t | x, z)`` per token for one draw ``z ~ pair.prior(enc)``, ``(B, T)`` (padded targets: 0)."""
-    enc = pair.network.encode(batch)
     z = pair.prior(enc).sample()
     return observed_log_likelihood(pair.network.output_logits(enc, pair.sample_context(enc, z)), enc)
 

@@ -36,10 +36,8 @@ def _demo(args: argparse.Namespace) -> int:
         hidden_size=args.hidden,
         seed=args.seed,
     )
-    if getattr(args, "neighbours", False):
-        from pyro_attention.experiment import ALL_ROWS
-
-        config.rows = list(ALL_ROWS)
+    if args.neighbours:
+        config.rows = _all_rows()
     print(
         f"pyro-attention demo: {config.train_size} training / {config.val_size} held-out synthetic scenes, "
         f"{config.num_epochs} epochs, hidden {config.hidden_size}, seed {config.seed}, "
@@ -82,10 +80,8 @@ def _demo_clevr(args: argparse.Namespace) -> int:
         hidden_size=args.hidden,
         seed=args.seed,
     )
-    if getattr(args, "neighbours", False):
-        from pyro_attention.experiment import ALL_ROWS
-
-        config.rows = list(ALL_ROWS)
+    if args.neighbours:
+        config.rows = _all_rows()
     print(
         f"pyro-attention demo --task clevr: original CLEVR questions + {config.generated_train} generated training / "
         f"{config.generated_val} generated validation questions, {config.num_epochs} epochs, hidden "
@@ -111,6 +107,13 @@ def _demo_clevr(args: argparse.Namespace) -> int:
         print(f"\nWrote the prior / posterior / q heatmaps of {variational.name} to {path.resolve()}")
     print(f"Total time {time.perf_counter() - start:.1f} s")
     return 0
+
+
+def _all_rows() -> list:
+    """``demo --neighbours``: the paper's rows and the neighbours'."""
+    from pyro_attention.experiment import ALL_ROWS
+
+    return list(ALL_ROWS)
 
 
 def _ambiguous(val, i: int) -> bool:  # noqa: ANN001

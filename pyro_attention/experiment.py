@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +62,18 @@ class Row:
     gold: dict[str, float]
     seconds: float
     pair: AlignmentPair | None = None
+
+
+def rows_by_label(labels: Sequence[str]) -> list[PairSpec]:
+    """The rows of :data:`ALL_ROWS` with these labels (e.g. ``"hard (enum)"``), in the order given.
+
+    :raises ValueError: naming the unknown labels and listing the known ones.
+    """
+    known = {spec.label: spec for spec in ALL_ROWS}
+    unknown = [label for label in labels if label not in known]
+    if unknown:
+        raise ValueError(f"unknown {unknown}; choose from {list(known)}")
+    return [known[label] for label in labels]
 
 
 def make_pair(name: str, estimator: str | None, network: RegionQA, **options: Any) -> AlignmentPair:
