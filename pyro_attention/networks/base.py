@@ -157,11 +157,16 @@ class AttentionNetwork(nn.Module):
     def _hidden_matches_logits(self) -> bool:
         """Whether :meth:`output_hidden` is defined no higher in the class hierarchy than :meth:`output_logits`:
         a subclass that overrides only ``output_logits`` must not get its parent's fused layers."""
+        return self._owns("output_hidden")
 
-        def owner(name: str) -> type:
-            return next(k for k in type(self).__mro__ if name in vars(k))
+    def _owns(self, name: str) -> bool:
+        """Whether method ``name`` is defined no higher in the class hierarchy than :meth:`output_logits` (so a
+        fast path of the class that defines it computes the same function as ``output_logits``)."""
 
-        return issubclass(owner("output_hidden"), owner("output_logits"))
+        def owner(attr: str) -> type:
+            return next(k for k in type(self).__mro__ if attr in vars(k))
+
+        return issubclass(owner(name), owner("output_logits"))
 
     def _observed_log_likelihood(self, enc: Encoded, start: int, stop: int) -> Tensor:
         """``log p(y_t | x, z_t = s)`` for ``s`` in ``[start, stop)``, ``(B, T, stop - start)``."""

@@ -120,3 +120,40 @@ def observed_log_softmax(
     if rows < 1:
         raise ValueError(f"rows must be >= 1, got {rows}")
     return _ObservedLogSoftmax.apply(hidden, weight, bias, target.contiguous(), rows, keep_bytes)
+
+
+def product_log_normalizer(u: Tensor, v: Tensor) -> Tensor:
+    r"""``log sum_y exp(u[b, t, y] + v[b, s, y])`` for every ``(b, t, s)``, ``(B, T, S)``: the normalisers of a
+    product of experts ``p(y | t, s) \propto exp(u_t[y] + v_s[y])``.
+
+    With row maxima :math:`m_t = \max_y u_t[y]` and :math:`n_s = \max_y v_s[y]`,
+
+    .. math::
+
+        \log \sum_y e^{u_t[y] + v_s[y]} = m_t + n_s + \log \big[(e^{u - m})(e^{v - n})^\top\big]_{ts},
+
+    one ``(T x V) (V x S)`` product per example (``S T V`` multiply-adds).  Every factor is at most 1, so nothing
+    overflows; where the experts disagree (their peaks ~100 nats apart) the shifted product may underflow.  The
+    terms lost to underflow are each below the smallest normal number, so an entry whose product is at least
+    ``V * tiny / eps`` is exact to the dtype's precision; the others (typically none, a few where experts are
+    confident and disagree) are recomputed exactly as a ``logsumexp`` over ``V`` (memory: ``V`` floats each).
+    The maxima are constants of the gradient (as in ``torch.logsumexp``); gradients flow through whichever
+    branch produced an entry and are finite everywhere.
+
+    :param u: ``(B, T, V)``.
+    :param v: ``(B, S, V)``.
+    """
+    if u.dim() != 3 or v.dim() != 3 or u.shape[0] != v.shape[0] or u.shape[-1] != v.shape[-1]:
+        raise ValueError(f"product_log_normalizer: expected u (B, T, V) and v (B, S, V), got {tuple(u.shape)} "
+                         f"and {tuple(v.shape)}")
+    m = u.detach().amax(-1, keepdim=True)  # (B, T, 1)
+    n = v.detach().amax(-1, keepdim=True)  # (B, S, 1)
+    prod = torch.bmm((u - m).exp(), (v - n).exp().transpose(1, 2))  # (B, T, S), each entry in (0, V]
+    info = torch.finfo(prod.dtype)
+    floor = u.shape[-1] * info.tiny / info.eps
+    ok = prod >= floor
+    out = torch.where(ok, prod.clamp_min(floor).log(), 0.0) + m + n.transpose(1, 2)
+    if not bool(ok.all()):
+        b, t, s = (~ok).nonzero(as_tuple=True)
+        out = out.index_put((b, t, s), torch.logsumexp(u[b, t] + v[b, s], -1))
+    return out

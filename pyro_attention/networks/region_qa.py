@@ -3,8 +3,9 @@
 * question encoder: mean of token embeddings (or a linear map of a question vector) -> ``q`` ``(B, H)``;
 * values: ``x_s = tanh(W_v r_s)`` ``(B, S, D)``;
 * prior scores (MLP attention): ``a_s = w^T tanh(W_q q + W_k x_s)``;
-* output: ``logits = U tanh(W_o [q; c] + b_o)`` for a context ``c`` -- a nonlinear function of the attended
-  region, so that ``f(E[z]) != E[f(z)]``;
+* output (``output=``, :mod:`~pyro_attention.networks.output`) for a context ``c``: ``"tanh"``
+  ``logits = U tanh(W_o [q; c] + b_o)`` (default) or ``"product"`` ``logits = U_q q + b + U_x c`` -- both
+  nonlinear functions of the attended region after the softmax, so that ``f(E[z]) != E[f(z)]``;
 * inference network (separate parameters): ``b_s = w'^T tanh(W'_q q + W'_y e(y) + W'_k r_s)`` sees the
   observed answer ``y``.
 
@@ -18,6 +19,7 @@ from torch import Tensor, nn
 
 from pyro_attention.data.region_qa import PAD, RegionBatch
 from pyro_attention.networks.base import AttentionNetwork, Encoded
+from pyro_attention.networks.output import ConcatTanhOutput, OutputLayer, ProductOfExperts, check_output
 
 
 class RegionQA(AttentionNetwork):
@@ -28,6 +30,7 @@ class RegionQA(AttentionNetwork):
     :param vocab_size: question vocabulary size (token-id questions); ``None`` for vector questions.
     :param question_size: size ``Q`` of vector questions (when ``vocab_size`` is ``None``).
     :param hidden_size: ``D`` (values, question state, attention and output hidden layer).
+    :param output: the output layer: ``"tanh"`` (default) or ``"product"`` (a product of experts).
     """
 
     def __init__(
@@ -37,6 +40,7 @@ class RegionQA(AttentionNetwork):
         vocab_size: int | None = None,
         question_size: int | None = None,
         hidden_size: int = 64,
+        output: str = "tanh",
     ) -> None:
         super().__init__()
         if (vocab_size is None) == (question_size is None):
@@ -45,6 +49,7 @@ class RegionQA(AttentionNetwork):
                            ("question_size", question_size), ("hidden_size", hidden_size)):
             if size is not None and size < 1:
                 raise ValueError(f"RegionQA: {name} must be >= 1, got {size}")
+        self.output = check_output("RegionQA", output)
         self.feature_size = feature_size
         self.num_classes = num_answers
         self.vocab_size = vocab_size
@@ -62,12 +67,15 @@ class RegionQA(AttentionNetwork):
         self.att_key = nn.Linear(H, H, bias=False)
         self.att_v = nn.Linear(H, 1, bias=False)
         # output f(q, c)
-        self.out_hidden = nn.Linear(2 * H, H)
-        self.out = nn.Linear(H, num_answers)
+        if output == "tanh":
+            self.head: OutputLayer = ConcatTanhOutput(H, H, H, num_answers)
+        else:
+            self.head = ProductOfExperts(H, H, num_answers, question_queries=True)
         # inference network q(z | x, y): its own question and region encoders plus an answer embedding
         self.post_answer = nn.Embedding(num_answers, H)
         self.post_key = nn.Linear(feature_size, H, bias=False)
         self.post_v = nn.Linear(H, 1, bias=False)
+        self._register_load_state_dict_pre_hook(_rename_legacy_keys)
 
     def _question(self, batch: RegionBatch, embed: nn.Module) -> Tensor:
         q = batch.question
@@ -96,22 +104,26 @@ class RegionQA(AttentionNetwork):
             target=batch.answer.unsqueeze(1),
             target_mask=torch.ones(B, 1, dtype=torch.bool, device=values.device),
             prior_scores=scores.unsqueeze(1),  # (B, 1, S)
-            state={"wq": self.out_hidden.weight[:, : q.shape[-1]] @ q.unsqueeze(-1), "regions": regions},
+            state={"query": self.head.query(q), "regions": regions},  # (B, 1, .): one target position
             batch=batch,
         )
 
     def output_logits(self, enc: Encoded, context: Tensor) -> Tensor:
-        return self.out(self.output_hidden(enc, context))
+        return self.head.logits(enc.state["query"], context)
 
-    def output_hidden(self, enc: Encoded, context: Tensor) -> Tensor:
-        """``tanh(W_o [q; c] + b_o)``, the input of the final layer :attr:`output_layer` (``self.out``)."""
-        H = context.shape[-1]
-        wq = enc.state["wq"].squeeze(-1).unsqueeze(1)  # W_o[:, :H] q, (B, 1, H), broadcast over T
-        return torch.tanh(wq + context @ self.out_hidden.weight[:, H:].T + self.out_hidden.bias)
+    def output_hidden(self, enc: Encoded, context: Tensor) -> Tensor | None:
+        """The input of the final layer :attr:`output_layer` (``tanh(W_o [q; c] + b_o)`` for ``"tanh"``)."""
+        return self.head.hidden(enc.state["query"], context)
 
     @property
-    def output_layer(self) -> nn.Linear:
-        return self.out
+    def output_layer(self) -> nn.Linear | None:
+        return self.head.layer
+
+    def aligned_log_likelihood(self, enc: Encoded) -> Tensor:
+        """``log p(y | x, z = s)`` ``(B, 1, S)``: the output layer's own kernel where it has one."""
+        own = self._owns("aligned_log_likelihood")
+        table = self.head.aligned_log_likelihood(enc.state["query"], enc.values, enc.target) if own else None
+        return super().aligned_log_likelihood(enc) if table is None else table
 
     def posterior_scores(self, enc: Encoded) -> Tensor:
         batch: RegionBatch = enc.batch
@@ -119,3 +131,11 @@ class RegionQA(AttentionNetwork):
         qy = q + self.post_answer(batch.answer)  # (B, H)
         scores = self.post_v(torch.tanh(qy.unsqueeze(1) + self.post_key(enc.state["regions"]))).squeeze(-1)
         return scores.unsqueeze(1)  # (B, 1, S)
+
+
+def _rename_legacy_keys(state_dict: dict, prefix: str, *args) -> None:  # noqa: ANN002 - torch's hook signature
+    """Load weights saved before the output layer was an object (``out.weight`` -> ``head.out.weight``)."""
+    for key in list(state_dict):
+        rest = key[len(prefix):] if key.startswith(prefix) else None
+        if rest is not None and rest.split(".")[0] in ("out_hidden", "out"):
+            state_dict[prefix + "head." + rest] = state_dict.pop(key)

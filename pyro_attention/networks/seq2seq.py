@@ -5,8 +5,13 @@
   ``c_{t-1} = sum_s p(z_{t-1} = s) x_s`` is the prior's soft context.  The recurrence never depends on a
   *sampled* alignment, so the target positions stay conditionally independent given ``(x, y_<t)`` -- a Pyro
   plate -- and the alignment can be enumerated per token (Deng et al. 2018, Section 5);
-* prior scores (MLP attention): ``a_{t,s} = w^T tanh(W_h h_t + W_x x_s)``;
-* output: ``logits = U tanh(W_o [h_t; c] + b)`` for a context ``c`` (a hard ``x_z``, a soft or a relaxed one);
+* prior scores (``attention=``, :mod:`~pyro_attention.networks.attention`): ``"mlp"``
+  ``a_{t,s} = w^T tanh(W_h h_t + W_x x_s)`` (the paper's, default), Luong's ``"general"`` ``h_t^T W_a x_s``
+  or ``"dot"`` ``h_t^T x_s``;
+* output (``output=``, :mod:`~pyro_attention.networks.output`) for a context ``c`` (a hard ``x_z``, a soft or a
+  relaxed one): ``"tanh"`` ``logits = U tanh(W_o [h_t; c] + b)`` (the paper's, default) or ``"product"``, a
+  product of experts ``logits = U_h h_t + b + U_x c`` whose enumeration over alignments costs about one soft
+  step;
 * inference network (separate parameters, as in the paper): BiLSTMs over the source and over the *whole*
   target, and a bilinear score ``b_{t,s} = u_t^T W v_s``, so ``q(z_t | x, y)`` sees every target token.
 
@@ -22,7 +27,13 @@ import torch
 from torch import Tensor, nn
 
 from pyro_attention.data.translation import PAD, SPECIALS, TranslationBatch
+from pyro_attention.networks.attention import ATTENTION_SCORES
 from pyro_attention.networks.base import AttentionNetwork, Encoded, mask_scores
+from pyro_attention.networks.output import OUTPUT_LAYERS, OutputLayer, TanhOutput, check_output
+
+#: parameter names before the attention score and the output layer became objects -> their names now
+_LEGACY_KEYS = {"att_h.": "score.att_h.", "att_x.": "score.att_x.", "att_v.": "score.att_v.",
+                "out_h.": "head.out_h.", "out_c.": "head.out_c.", "out.": "head.out."}
 
 
 @dataclass
@@ -42,11 +53,15 @@ class Seq2Seq(AttentionNetwork):
     :param embedding_size: ``E`` (both sides).
     :param encoder_size: BiLSTM hidden size per direction (values have ``D = 2 * encoder_size``).
     :param decoder_size: decoder LSTM hidden size.
-    :param attention_size: MLP attention hidden size.
+    :param attention_size: MLP attention hidden size (``attention="mlp"`` only).
     :param layers: LSTM layers of encoder and decoder.
     :param dropout: dropout on embeddings and between LSTM layers (active in ``train()`` mode).
     :param chunk_size: source positions per chunk of :meth:`aligned_log_likelihood` (memory-bounded
-        enumeration; ``None`` computes all ``S`` at once).
+        enumeration; ``None`` computes all ``S`` at once; the ``"product"`` layer needs no chunks).
+    :param output: the output layer, a key of :data:`~pyro_attention.networks.output.OUTPUT_LAYERS`:
+        ``"tanh"`` (default) or ``"product"``.
+    :param attention: the prior's score, a key of :data:`~pyro_attention.networks.attention.ATTENTION_SCORES`:
+        ``"mlp"`` (default), ``"general"`` or ``"dot"``.
     """
 
     def __init__(
@@ -60,6 +75,8 @@ class Seq2Seq(AttentionNetwork):
         layers: int = 1,
         dropout: float = 0.0,
         chunk_size: int | None = 8,
+        output: str = "tanh",
+        attention: str = "mlp",
     ) -> None:
         super().__init__()
         for name, size, low in (
@@ -71,6 +88,10 @@ class Seq2Seq(AttentionNetwork):
                 raise ValueError(f"Seq2Seq: {name} must be >= {low}, got {size}")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"Seq2Seq: dropout must be in [0, 1), got {dropout}")
+        check_output("Seq2Seq", output)
+        if attention not in ATTENTION_SCORES:
+            raise ValueError(f"Seq2Seq: attention must be one of {tuple(ATTENTION_SCORES)}, got {attention!r}")
+        self.output, self.attention = output, attention
         self.num_classes = target_vocab
         self.source_vocab = source_vocab
         self.chunk_size = chunk_size
@@ -91,18 +112,21 @@ class Seq2Seq(AttentionNetwork):
             nn.LSTMCell(embedding_size + D if i == 0 else decoder_size, decoder_size) for i in range(layers)
         )
         self.init_h = nn.Linear(D, decoder_size * layers)
-        self.att_h = nn.Linear(decoder_size, attention_size)
-        self.att_x = nn.Linear(D, attention_size, bias=False)
-        self.att_v = nn.Linear(attention_size, 1, bias=False)
-        self.out_h = nn.Linear(decoder_size, decoder_size)
-        self.out_c = nn.Linear(D, decoder_size, bias=False)
-        self.out = nn.Linear(decoder_size, target_vocab)
+        try:
+            self.score = ATTENTION_SCORES[attention](decoder_size, D, attention_size)
+        except ValueError as e:
+            raise ValueError(f"Seq2Seq: {e}") from None
+        if output == "tanh":
+            self.head: OutputLayer = TanhOutput(decoder_size, D, decoder_size, target_vocab, dropout)
+        else:
+            self.head = OUTPUT_LAYERS[output](decoder_size, D, target_vocab, dropout)
         # inference network q(z | x, y)
         self.q_src_embed = nn.Embedding(source_vocab, embedding_size, padding_idx=PAD)
         self.q_tgt_embed = nn.Embedding(target_vocab, embedding_size, padding_idx=PAD)
         self.q_src = nn.LSTM(embedding_size, encoder_size, batch_first=True, bidirectional=True)
         self.q_tgt = nn.LSTM(embedding_size, encoder_size, batch_first=True, bidirectional=True)
         self.q_bilinear = nn.Linear(D, D, bias=False)
+        self._register_load_state_dict_pre_hook(_rename_legacy_keys)
 
     # -- encoder ----------------------------------------------------------------------------------------------
     def _bilstm(self, lstm: nn.LSTM, embedded: Tensor, mask: Tensor) -> Tensor:
@@ -114,7 +138,7 @@ class Seq2Seq(AttentionNetwork):
 
     def encode_source(self, source: Tensor, source_mask: Tensor) -> SourceEncoding:
         values = self._bilstm(self.encoder, self.dropout(self.src_embed(source)), source_mask)
-        return SourceEncoding(values, self.att_x(values), source_mask)
+        return SourceEncoding(values, self.score.keys(values), source_mask)
 
     # -- decoder ----------------------------------------------------------------------------------------------
     def initial_state(self, src: SourceEncoding) -> tuple[list[tuple[Tensor, Tensor]], Tensor]:
@@ -139,7 +163,7 @@ class Seq2Seq(AttentionNetwork):
             new_state.append((h, c))
             inp = self.dropout(h) if i + 1 < len(self.decoder) else h
         h = inp
-        scores = self.att_v(torch.tanh(self.att_h(h).unsqueeze(1) + src.keys)).squeeze(-1)
+        scores = self.score.scores(h, src.keys)
         weights = torch.softmax(mask_scores(scores.unsqueeze(1), src.source_mask).squeeze(1), dim=-1)
         context = torch.einsum("ns,nsd->nd", weights, src.values)
         return h, scores, new_state, context
@@ -162,20 +186,20 @@ class Seq2Seq(AttentionNetwork):
             target=batch.target,
             target_mask=batch.target_mask,
             prior_scores=torch.stack(scores, 1),  # (B, T, S)
-            state={"wh": self.out_h(self.dropout(h)), "h": h},
+            state={"query": self.head.query(h), "h": h},
             batch=batch,
         )
 
     def output_logits(self, enc: Encoded, context: Tensor) -> Tensor:
-        return self.out(self.output_hidden(enc, context))
+        return self.head.logits(enc.state["query"], context)
 
-    def output_hidden(self, enc: Encoded, context: Tensor) -> Tensor:
-        """``tanh(W_o [h_t; c] + b)``, the input of the final layer :attr:`output_layer` (``self.out``)."""
-        return torch.tanh(enc.state["wh"] + self.out_c(self.dropout(context)))
+    def output_hidden(self, enc: Encoded, context: Tensor) -> Tensor | None:
+        """The input of the final layer :attr:`output_layer` (``tanh(W_o [h_t; c] + b)`` for ``"tanh"``)."""
+        return self.head.hidden(enc.state["query"], context)
 
     @property
-    def output_layer(self) -> nn.Linear:
-        return self.out
+    def output_layer(self) -> nn.Linear | None:
+        return self.head.layer
 
     def aligned_hidden(self, enc: Encoded) -> Tensor:
         """``tanh(W_o h_t + W_c x_s + b)`` for every ``(s, b, t)``, ``(S, B, T, H)``: ``W_c x_s`` is computed once
@@ -183,12 +207,18 @@ class Seq2Seq(AttentionNetwork):
         draws a mask per copy of the context, the generic path runs)."""
         if self.training and self.dropout.p > 0:
             return super().aligned_hidden(enc)
-        projected = self.out_c(enc.values).transpose(0, 1).unsqueeze(2)  # (S, B, 1, H)
-        return torch.tanh(enc.state["wh"] + projected)
+        return self.head.aligned_hidden(enc.state["query"], enc.values)
+
+    def aligned_log_likelihood(self, enc: Encoded) -> Tensor:
+        """``log p(y_t | x, z_t = s)`` ``(B, T, S)``: the output layer's own kernel (``"product"``: one
+        ``(T x V) (V x S)`` product per example), else the fused or chunked path of the base class."""
+        own = self._owns("aligned_log_likelihood")
+        table = self.head.aligned_log_likelihood(enc.state["query"], enc.values, enc.target) if own else None
+        return super().aligned_log_likelihood(enc) if table is None else table
 
     def step_logits(self, h: Tensor, context: Tensor) -> Tensor:
         """Output logits for decoder states ``h`` ``(N, H)`` and contexts ``(..., N, D)`` (decoding)."""
-        return self.out(torch.tanh(self.out_h(h) + self.out_c(context)))
+        return self.head.logits(self.head.query(h), context)
 
     # -- inference network -------------------------------------------------------------------------------------
     def posterior_scores(self, enc: Encoded) -> Tensor:
@@ -196,3 +226,15 @@ class Seq2Seq(AttentionNetwork):
         v = self._bilstm(self.q_src, self.q_src_embed(batch.source), batch.source_mask)  # (B, S, D)
         u = self._bilstm(self.q_tgt, self.q_tgt_embed(batch.target), batch.target_mask)  # (B, T, D)
         return torch.einsum("btd,bsd->bts", self.q_bilinear(u), v)
+
+
+def _rename_legacy_keys(state_dict: dict, prefix: str, *args) -> None:  # noqa: ANN002 - torch's hook signature
+    """Load weights saved before the score and output layer were objects (``att_h.weight`` is now
+    ``score.att_h.weight``)."""
+    for key in list(state_dict):
+        if key.startswith(prefix):
+            rest = key[len(prefix):]
+            for old, new in _LEGACY_KEYS.items():
+                if rest.startswith(old):
+                    state_dict[prefix + new + rest[len(old):]] = state_dict.pop(key)
+                    break

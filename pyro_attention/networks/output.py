@@ -1,0 +1,171 @@
+r"""Output layers ``p(y | h, c)``: how a query state ``h`` and a context ``c`` become output logits.
+
+A task network holds one of these objects; the pairs never see which.  Each computes, for a context ``c`` (a hard
+``x_z``, a soft or a relaxed average), the logits of ``y``, and, for the enumerated pairs, the log-likelihood of
+the *observed* token under every hard alignment, ``log p(y_t | x, z_t = s)`` as a ``(B, T, S)`` table.
+
+* :class:`TanhOutput` -- the paper's layer, ``logits = U tanh(W_h h_t + W_c c + b)``.  Under enumeration the
+  ``V``-way normaliser is needed for every ``(t, s)``: ``S T H V`` multiply-adds, ``S`` times soft attention's.
+* :class:`ProductOfExperts` -- ``logits = u_t + v(c)`` with ``u_t = U_h h_t + b`` (the decoder's expert) and
+  ``v(c) = U_x c`` (the expert of the attended source word):
+
+  .. math::
+
+      p(y_t \mid x, y_{<t}, z_t = s) = \frac{\exp(u_t[y_t] + v_s[y_t])}{\sum_{y} \exp(u_t[y] + v_s[y])},
+      \qquad v_s = U_x x_s .
+
+  The normalisers of all ``(t, s)`` are one ``(T x V) (V x S)`` product per example after row-wise max shifts
+  (:func:`~pyro_attention.networks.kernels.product_log_normalizer`): ``S T V`` multiply-adds instead of
+  ``S T H V``, so exact enumeration costs about one soft step.  The model stays a latent-alignment model -- the
+  softmax is nonlinear in ``c``, so ``p(y | E[c]) != E[p(y | c)]``.  With a uniform prior and ``u == 0`` it is
+  IBM Model 1's likelihood (Brown et al. 1993) with a neural lexical table ``t(y | x_s) = softmax(U_x x_s)[y]``:
+  ``p(y_t | x) = (1 / S) sum_s t(y_t | x_s)``.
+
+:data:`OUTPUT_LAYERS` maps the names accepted by the networks' ``output=`` argument to the classes.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from pyro_attention.networks.kernels import product_log_normalizer
+
+
+class OutputLayer(nn.Module):
+    """Base class.  ``query(h)`` is computed once per target position; ``logits(query, context)`` per context."""
+
+    #: the name of the layer in :data:`OUTPUT_LAYERS` (and in configs and checkpoints)
+    name: str = ""
+
+    def query(self, h: Tensor) -> Tensor:  # pragma: no cover - interface
+        """The per-target-position part of the layer, from query states ``h`` ``(..., H)``."""
+        raise NotImplementedError
+
+    def logits(self, query: Tensor, context: Tensor) -> Tensor:  # pragma: no cover - interface
+        """Output logits ``(..., V)`` for :meth:`query` output and contexts ``(..., D)`` (broadcast)."""
+        raise NotImplementedError
+
+    def hidden(self, query: Tensor, context: Tensor) -> Tensor | None:
+        """The input of the final linear layer :attr:`layer`, or ``None`` when the layer has none."""
+        return None
+
+    #: the final ``nn.Linear`` (``logits = layer(hidden)``), or ``None``
+    layer: nn.Linear | None = None
+
+    def aligned_log_likelihood(self, query: Tensor, values: Tensor, target: Tensor) -> Tensor | None:
+        """``log p(y_t | z_t = s)`` at the observed ``target`` ``(B, T)`` for every source position, ``(B, T, S)``,
+        or ``None`` when the layer has no kernel of its own (the network's generic path then runs)."""
+        return None
+
+
+class TanhOutput(OutputLayer):
+    """``logits = U tanh(W_h h + W_c c + b)`` (Deng et al. 2018), with dropout on ``h`` and on ``c``.
+
+    Parameters ``out_h`` (``W_h``, ``b``), ``out_c`` (``W_c``) and ``out`` (``U`` and its bias).
+    """
+
+    name = "tanh"
+
+    def __init__(self, query_size: int, value_size: int, hidden_size: int, num_classes: int,
+                 dropout: float = 0.0) -> None:
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.out_h = nn.Linear(query_size, hidden_size)
+        self.out_c = nn.Linear(value_size, hidden_size, bias=False)
+        self.out = nn.Linear(hidden_size, num_classes)
+
+    def query(self, h: Tensor) -> Tensor:
+        return self.out_h(self.dropout(h))
+
+    def hidden(self, query: Tensor, context: Tensor) -> Tensor:
+        return torch.tanh(query + self.out_c(self.dropout(context)))
+
+    def logits(self, query: Tensor, context: Tensor) -> Tensor:
+        return self.out(self.hidden(query, context))
+
+    @property
+    def layer(self) -> nn.Linear:
+        return self.out
+
+    def aligned_hidden(self, query: Tensor, values: Tensor) -> Tensor:
+        """``tanh(W_h h_t + W_c x_s + b)`` for every ``(s, b, t)``, ``(S, B, T, H)``, computing ``W_c x_s`` once per
+        source position (no dropout: with active dropout, which draws a mask per copy of the context, the
+        network's generic path runs)."""
+        projected = self.out_c(values).transpose(0, 1).unsqueeze(2)  # (S, B, 1, H)
+        return torch.tanh(query + projected)
+
+
+class ConcatTanhOutput(OutputLayer):
+    """``logits = U tanh(W [q; c] + b)`` with one joint ``W`` (``out_hidden``) and ``U`` (``out``): the region-QA
+    form of :class:`TanhOutput` (same function, its own parameterisation and initialisation)."""
+
+    name = "tanh"
+
+    def __init__(self, query_size: int, value_size: int, hidden_size: int, num_classes: int) -> None:
+        super().__init__()
+        self.query_size = query_size
+        self.out_hidden = nn.Linear(query_size + value_size, hidden_size)
+        self.out = nn.Linear(hidden_size, num_classes)
+
+    def query(self, h: Tensor) -> Tensor:
+        """``W[:, :Q] q`` for questions ``(B, Q)``, shaped ``(B, 1, H)`` (one target position)."""
+        return (self.out_hidden.weight[:, : self.query_size] @ h.unsqueeze(-1)).squeeze(-1).unsqueeze(1)
+
+    def hidden(self, query: Tensor, context: Tensor) -> Tensor:
+        return torch.tanh(query + context @ self.out_hidden.weight[:, self.query_size :].T + self.out_hidden.bias)
+
+    def logits(self, query: Tensor, context: Tensor) -> Tensor:
+        return self.out(self.hidden(query, context))
+
+    @property
+    def layer(self) -> nn.Linear:
+        return self.out
+
+
+class ProductOfExperts(OutputLayer):
+    """``logits = u + v(c)``, ``u = U_h h + b`` (``query_expert``), ``v(c) = U_x c`` (``source_expert``).
+
+    Dropout acts on ``h`` and on ``c``; under enumeration on the source values ``x_s`` (one mask per source
+    position, shared by the target positions, so that ``v_s`` is computed once per source position).
+
+    :param question_queries: ``query(q)`` for a ``(B, Q)`` question gives ``(B, 1, V)`` (one target position).
+    """
+
+    name = "product"
+
+    def __init__(self, query_size: int, value_size: int, num_classes: int, dropout: float = 0.0,
+                 question_queries: bool = False) -> None:
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.question_queries = question_queries
+        self.query_expert = nn.Linear(query_size, num_classes)
+        self.source_expert = nn.Linear(value_size, num_classes, bias=False)
+
+    def query(self, h: Tensor) -> Tensor:
+        u = self.query_expert(self.dropout(h))
+        return u.unsqueeze(1) if self.question_queries else u
+
+    def logits(self, query: Tensor, context: Tensor) -> Tensor:
+        return query + self.source_expert(self.dropout(context))
+
+    def aligned_log_likelihood(self, query: Tensor, values: Tensor, target: Tensor) -> Tensor:
+        """``u_t[y_t] + v_s[y_t] - log sum_y exp(u_t[y] + v_s[y])``, ``(B, T, S)``; the normalisers by
+        :func:`~pyro_attention.networks.kernels.product_log_normalizer` (exact where the experts disagree)."""
+        B, T, S = target.shape[0], target.shape[1], values.shape[1]
+        u = query.expand(B, T, query.shape[-1])
+        v = self.source_expert(self.dropout(values))  # (B, S, V)
+        picked_u = u.gather(-1, target.unsqueeze(-1))  # (B, T, 1)
+        picked_v = v.gather(-1, target.unsqueeze(1).expand(B, S, T)).transpose(1, 2)  # (B, T, S)
+        return picked_u + picked_v - product_log_normalizer(u, v)
+
+
+#: ``output=`` names of the networks -> layer classes
+OUTPUT_LAYERS: dict[str, type[OutputLayer]] = {"tanh": TanhOutput, "product": ProductOfExperts}
+
+
+def check_output(owner: str, output: str) -> str:
+    """``output`` if it names an output layer, else a ``ValueError`` naming the allowed ones."""
+    if output not in OUTPUT_LAYERS:
+        raise ValueError(f"{owner}: output must be one of {tuple(OUTPUT_LAYERS)}, got {output!r}")
+    return output
