@@ -161,6 +161,8 @@ def _positive_float(text: str) -> float:
 
 
 def _add_train_options(p: argparse.ArgumentParser) -> None:
+    from pyro_attention.networks.attention import ATTENTION_SCORES
+    from pyro_attention.networks.output import OUTPUT_LAYERS
     from pyro_attention.registry import ALL_PAIRS, PAIR_ESTIMATORS
     from pyro_attention.translation import DATA_KINDS
 
@@ -226,7 +228,21 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--embedding", type=pos, default=S, help="embedding size (64)")
     g.add_argument("--encoder", type=pos, default=S, help="BiLSTM size per direction (64)")
     g.add_argument("--decoder", type=pos, default=S, help="decoder LSTM size (128)")
-    g.add_argument("--attention", type=pos, default=S, help="MLP attention size (64)")
+    g.add_argument("--attention", type=pos, default=S, help="MLP attention size (64; --attention-type mlp only)")
+    g.add_argument(
+        "--attention-type",
+        choices=tuple(ATTENTION_SCORES),
+        default=S,
+        help="the prior's score: mlp (Bahdanau, the paper's; default), general or dot (Luong; dot needs "
+        "--decoder = 2 x --encoder)",
+    )
+    g.add_argument(
+        "--output",
+        choices=tuple(OUTPUT_LAYERS),
+        default=S,
+        help="output layer: tanh (U tanh(W[h; c]), the paper's; default) or product (product of experts "
+        "exp(u_t + v_s): exact enumeration at about the cost of a soft step)",
+    )
     g.add_argument("--layers", type=pos, default=S, help="LSTM layers (1)")
     g.add_argument("--dropout", type=_float_in(0, 1, high_open=True), default=S, help="dropout (0)")
     g.add_argument(

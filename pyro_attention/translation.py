@@ -76,6 +76,8 @@ from pyro_attention.inference.distributed import (
     shard,
 )
 from pyro_attention.networks import Seq2Seq
+from pyro_attention.networks.attention import ATTENTION_SCORES
+from pyro_attention.networks.output import OUTPUT_LAYERS
 from pyro_attention.pair import AlignmentPair
 from pyro_attention.registry import ALL_PAIRS, PAIR_ESTIMATORS, check_options, make_pair
 
@@ -104,7 +106,8 @@ DATA_KINDS = ("synthetic", "multi30k", "iwslt14", "parallel")
 #: pairs with a choice of estimator
 ESTIMATOR_PAIRS = tuple(PAIR_ESTIMATORS)
 #: config keys that must agree between a checkpoint and the run that resumes it (with the vocabularies)
-STRUCTURAL_KEYS = ("model", "estimator", "options", "embedding", "encoder", "decoder", "attention", "layers")
+STRUCTURAL_KEYS = ("model", "estimator", "options", "embedding", "encoder", "decoder", "attention", "layers", "output",
+                   "attention_type")
 CHECKPOINT_FORMAT = "pyro_attention.translation.checkpoint"
 SPLITS = ("train", "val", "test")
 #: synthetic corpus sizes used when ``train_size`` / ``val_size`` / ``test_size`` are not given
@@ -141,7 +144,10 @@ class TranslationConfig:
     ``variational``: ``"enum"`` or ``"sample"``, default ``"enum"``; ``gumbel``: ``"sampled"`` or
     ``"categorical"``); ``options``: keyword options of the pair's constructor (e.g. ``{"kl_scale": 0.01}``;
     ``--option kl_scale=0.01`` on the command line).  Sizes as :class:`~pyro_attention.networks.Seq2Seq`
-    (``chunk_size=0``: no chunking of the enumerated output layer).
+    (``chunk_size=0``: no chunking of the enumerated output layer); ``output`` its output layer (``"tanh"``, the
+    paper's, or ``"product"``, the product of experts whose exact enumeration costs about a soft step),
+    ``attention_type`` its prior's score (``"mlp"``, the paper's; Luong's ``"general"`` or ``"dot"``) and
+    ``attention`` the MLP score's size.
 
     Optimisation: ``epochs``, ``batch_size`` (sentences), ``lr``, ``clip_norm`` (per parameter, ClippedAdam),
     ``lr_decay`` (factor applied when validation perplexity does not improve), ``patience`` (epochs without
@@ -186,6 +192,8 @@ class TranslationConfig:
     layers: int = 1
     dropout: float = 0.0
     chunk_size: int = 8
+    output: str = "tanh"
+    attention_type: str = "mlp"
     # optimisation
     epochs: int = 10
     batch_size: int = 32
@@ -206,6 +214,13 @@ class TranslationConfig:
         for f in dataclasses.fields(self):
             setattr(self, f.name, _check_type(f.name, getattr(self, f.name), hints[f.name]))
         _choice("data", self.data, DATA_KINDS)
+        _choice("output", self.output, tuple(OUTPUT_LAYERS))
+        _choice("attention_type", self.attention_type, tuple(ATTENTION_SCORES))
+        if self.attention_type == "dot" and self.decoder != 2 * self.encoder:
+            raise ValueError(
+                f"attention_type 'dot' needs decoder = 2 x encoder (the values' size), got decoder {self.decoder} "
+                f"and encoder {self.encoder}; use attention_type 'general' or 'mlp', or change the sizes"
+            )
         _choice("model", self.model, tuple(ALL_PAIRS))
         if self.model in ESTIMATOR_PAIRS:
             if self.estimator is None:
@@ -618,6 +633,8 @@ def build_pair(config: TranslationConfig, src_vocab: Vocab, tgt_vocab: Vocab) ->
         layers=config.layers,
         dropout=config.dropout,
         chunk_size=config.chunk_size or None,
+        output=config.output,
+        attention=config.attention_type,
     )
     pair = make_pair(config.model, network, config.estimator, **(config.options or {}))
     return network, pair

@@ -386,3 +386,39 @@ def test_inspect_end_to_end_on_synthetic(tmp_path, capsys):
     assert (tmp_path / "plots" / "alignment_1.png").exists()
     with pytest.raises(SystemExit):
         cli.main(["inspect", str(tmp_path / "missing"), "--out", str(out)])
+
+
+@pytest.mark.parametrize("attention_type", ["general", "mlp"])
+def test_product_output_checkpoint_round_trip(tmp_path, attention_type):
+    """``--output product --attention-type ...`` trains, is stored in the checkpoint and comes back exactly."""
+    from pyro_attention.networks.output import ProductOfExperts
+
+    out = tmp_path / "product"
+    extra = ("--model", "marginal", "--epochs", "1", "--output", "product", "--attention-type", attention_type)
+    assert _train(out, *extra) == 0
+    ckpt = load_checkpoint(out / "last.pt")
+    assert ckpt.config.output == "product" and ckpt.config.attention_type == attention_type
+    assert isinstance(ckpt.network.head, ProductOfExperts) and ckpt.network.attention == attention_type
+    res = evaluate(out / "last.pt", "val", kmax=0, bleu=False)
+    state = torch.load(out / "last.pt", weights_only=True)
+    assert res["ppl_exact"] and res["ppl"] == pytest.approx(state["val"]["ppl"], rel=1e-5)
+    # resuming with another output layer is refused, naming it
+    with pytest.raises(ValueError, match="output: checkpoint 'product', this run 'tanh'"):
+        train(TranslationConfig.from_dict({**ckpt.config.to_dict(), "output": "tanh", "epochs": 2}), resume=True)
+
+
+def test_old_checkpoint_parameter_names_still_load():
+    """Weights saved before the score and output layer were objects (``att_h.*``, ``out.*``) load unchanged."""
+    from pyro_attention.networks import RegionQA, Seq2Seq
+
+    torch.manual_seed(0)
+    net = Seq2Seq(6, 7, embedding_size=4, encoder_size=3, decoder_size=5, attention_size=4)
+    legacy = {k.replace("score.", "").replace("head.", ""): v for k, v in net.state_dict().items()}
+    assert "att_h.weight" in legacy and "out.weight" in legacy
+    fresh = Seq2Seq(6, 7, embedding_size=4, encoder_size=3, decoder_size=5, attention_size=4)
+    fresh.load_state_dict(legacy)
+    assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), net.state_dict().values(), strict=True))
+    qa = RegionQA(4, 3, question_size=2, hidden_size=5)
+    legacy = {k.replace("head.", ""): v for k, v in qa.state_dict().items()}
+    assert "out_hidden.weight" in legacy
+    RegionQA(4, 3, question_size=2, hidden_size=5).load_state_dict(legacy)
