@@ -43,7 +43,9 @@ measurement ``report_every 1, train_steps warmup + steps, valid_steps / save_che
 (no validation, no checkpoint inside it; the final checkpoint OpenNMT writes after the last step is outside the
 timed window and deleted), ``seed 1 + block``; everything else at OpenNMT-py 3.5.1's defaults (among them
 ``num_workers 2`` spawned data workers, ``bucket_size 262144``, ``max_grad_norm 5`` (global norm),
-``param_init 0.1``, ``normalization sents``).  Its vocabulary is built once with ``onmt_build_vocab -n_sample -1``
+``param_init 0.1``, ``normalization sents``; with a bucket larger than the corpus each worker cycles through
+its share of the corpus until its bucket is full, which is most of the peer's untimed set-up time and of its
+workers' memory).  Its vocabulary is built once with ``onmt_build_vocab -n_sample -1``
 (untimed, reused by every block).  The venv comes from :func:`ensure_peer_venv`.
 
 **What is timed, exactly.**  Ours: in the worker process, ``time.perf_counter()`` and ``os.times()`` (user +
@@ -67,9 +69,10 @@ every live descendant (the data workers, which prefetch batches concurrently, an
 of the blocks), CPU-seconds per 1,000 target tokens, CPU-seconds per step, seconds per step (mean over the
 timed window and median of single steps), tokens per step, and peak RSS: for every process of the run's tree
 (ours: the one worker; the peer: trainer + data workers + helpers) its own peak (``VmHWM``, sampled from
-``/proc`` every 0.2 s and at exit through ``wait4``), summed.  Also the largest simultaneous sum of ``VmRSS``
-and of ``Pss`` (``smaps_rollup``; shared pages counted once) seen while sampling, and the untimed set-up time
-of each run (start to first timed step).
+``/proc`` every 0.2 s; ours also reports its own ``ru_maxrss``, and the larger is kept), summed.  Also the
+largest simultaneous sum of ``VmRSS`` and of ``Pss`` (``smaps_rollup``; shared pages counted once) seen while
+sampling, and the untimed set-up time of each run (from starting its process to the end of its first warm-up
+step).
 
 Outputs: ``--json`` (default ``<work>/peer-bench.json``) with both configurations and every measurement
 (per block, per step), and a markdown table on standard output.  Scratch files live under ``--work``
@@ -412,13 +415,30 @@ def run_peer(venv: Path, paths: dict[str, Path], work: Path, block: int, warmup:
     block_dir.mkdir(parents=True)
     config_path = block_dir / "train.yaml"
     config_path.write_text(_yaml(config), encoding="utf-8")
-    log_path = block_dir / "train.log"
     load = os.getloadavg()
     started = time.perf_counter()
     proc = subprocess.Popen([str(venv / "bin" / "onmt_train"), "-config", str(config_path)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, bufsize=1, env=_env(threads))
+                            stderr=subprocess.STDOUT, text=True, bufsize=1, env=_env(threads),
+                            start_new_session=True)
     monitor = TreeMonitor(proc.pid)
     monitor.start()
+    try:
+        return _follow_peer(proc, monitor, config, block_dir, block, warmup, steps, threads, load, started)
+    except BaseException:
+        if proc.returncode is None:  # interrupted or failed: end the trainer and its workers (its own group)
+            try:
+                os.killpg(proc.pid, 9)
+                _wait(proc)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+        monitor.stop()
+        raise
+
+
+def _follow_peer(proc: subprocess.Popen, monitor: TreeMonitor, config: dict[str, Any], block_dir: Path, block: int,
+                 warmup: int, steps: int, threads: int, load: tuple[float, float, float],
+                 started: float) -> dict[str, Any]:
+    log_path = block_dir / "train.log"
     marks: dict[int, tuple[float, float]] = {}  # step -> (arrival time, tree CPU seconds)
     step_rows: list[dict[str, Any]] = []
     info: dict[str, Any] = {}
@@ -537,6 +557,8 @@ def ours_worker(args: argparse.Namespace) -> dict[str, Any]:
         loss = svi.step(batch)
         step_s.append(time.perf_counter() - t)
         losses.append(loss / tokens[i])
+        if i == 0:
+            first_step_end = time.time()
     wall, cpu = time.perf_counter() - wall0, _own_cpu() - cpu0
     updated = sum(p.numel() for n, p in params.items() if float(p.detach().double().sum()) != before[n])
     return {
@@ -545,7 +567,8 @@ def ours_worker(args: argparse.Namespace) -> dict[str, Any]:
         "src_tokens": sum(int(b.source_mask.sum()) for b in chosen[args.warmup:]),
         "sentences": sum(len(b) for b in chosen[args.warmup:]), "step_s": step_s[args.warmup:],
         "step_tokens": tokens[args.warmup:], "mean_xent": statistics.fmean(losses[args.warmup:]),
-        "setup_s": setup, "maxrss_self_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1.024e-3, 1),
+        "setup_in_worker_s": setup, "first_step_end_epoch": first_step_end,
+        "maxrss_self_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1.024e-3, 1),
         "info": {
             "src_vocab": len(src_vocab), "tgt_vocab": len(tgt_vocab), "train_pairs": len(corpora.train),
             "dropped_pairs": corpora.train.dropped, "batches": len(batches),
@@ -570,7 +593,7 @@ def run_ours(args: argparse.Namespace, block: int) -> dict[str, Any]:
                "--data-dir", str(args.data_dir), "--steps", str(args.steps), "--warmup", str(args.warmup),
                "--threads", str(args.threads), "--attention-type", args.attention_type]
     load = os.getloadavg()
-    started = time.perf_counter()
+    started, started_epoch = time.perf_counter(), time.time()
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                             env=_env(args.threads))
     monitor = TreeMonitor(proc.pid)
@@ -582,7 +605,8 @@ def run_ours(args: argparse.Namespace, block: int) -> dict[str, Any]:
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"our worker (block {block}) failed (exit {proc.returncode}):\n{err[-4000:]}")
     result = json.loads(lines[-1][len(RESULT_MARK):])
-    result.update(block=block, load_average_before=load, run_s=run_s, memory=monitor.report())
+    result.update(block=block, load_average_before=load, run_s=run_s, memory=monitor.report(),
+                  setup_s=result["first_step_end_epoch"] - started_epoch)
     memory = result["memory"]  # the worker's own ru_maxrss is its exact peak; the sampler may miss the last rise
     if len(memory["processes"]) == 1:
         memory["peak_rss_sum_mb"] = max(memory["peak_rss_sum_mb"], result["maxrss_self_mb"])
@@ -631,7 +655,7 @@ ROWS = (
     ("peak RSS, main process (MB)", "peak_rss_main_mb", "{:.0f}"),
     ("max simultaneous PSS (MB)", "max_concurrent_pss_mb", "{:.0f}"),
     ("processes", "processes", "{:d}"),
-    ("set-up before timing (s, untimed)", "setup_s_median", "{:.1f}"),
+    ("set-up to end of first step (s, untimed)", "setup_s_median", "{:.1f}"),
     ("train loss per target token (timed steps)", "mean_xent", "{:.3f}"),
 )
 
@@ -652,7 +676,7 @@ def table(result: dict[str, Any]) -> str:
         values = [result[s]["summary"][key] for s in sides]
         cells = ["" if v is None else fmt.format(v) for v in values]
         ratio = ""
-        if len(sides) == 2 and None not in values and values[1]:
+        if len(sides) == 2 and None not in values and values[1] and key != "processes":
             ratio = f"{values[0] / values[1]:.2f}x"
         lines.append(f"| {label} | " + " | ".join(cells) + (f" | {ratio} |" if len(sides) == 2 else " |"))
     lines.append("")

