@@ -30,7 +30,8 @@ direction) ``, decoder=512, attention=256, layers=1, dropout=0.3, lr=1e-3, batch
 so.  Then what :func:`pyro_attention.translation.train` does before its loop: ``load_corpora``,
 ``build_vocabs``, ``make_batches`` (length-bucketed batches of 64 sentences), ``pyro.clear_param_store()``,
 ``pyro.set_rng_seed``, ``build_pair``, ``pyro.module`` for every module of the pair, ``network.train()``,
-``ClippedAdam({"lr": 1e-3, "clip_norm": 5.0})`` (per-parameter gradient clipping) and
+``FusedClippedAdam({"lr": 1e-3, "clip_norm": 5.0})`` (Pyro's ClippedAdam update, per-parameter clipping, in one
+fused pass; the trainer's) and
 ``DataParallelSVI(pair.model, pair.guide, optim, pair.elbo())``.  A step is ``svi.step(batch)`` on one
 prepared batch (forward, ELBO, backward, optimiser update, gradients reset); the batch order is
 ``torch.randperm`` with a generator seeded ``seed * 1_000_003`` (the trainer's order of epoch 0).
@@ -521,10 +522,10 @@ def ours_worker(args: argparse.Namespace) -> dict[str, Any]:
 
     import pyro
     import torch
-    from pyro.optim import ClippedAdam
 
     from pyro_attention import __version__
     from pyro_attention.inference.distributed import DataParallelSVI
+    from pyro_attention.inference.optim import FusedClippedAdam
     from pyro_attention.translation import build_pair, build_vocabs, load_corpora, make_batches
 
     torch.set_num_threads(args.threads)
@@ -538,7 +539,7 @@ def ours_worker(args: argparse.Namespace) -> dict[str, Any]:
     for name, module in pair.modules().items():
         pyro.module(name, module)
     network.train()
-    optim = ClippedAdam({"lr": config.lr, "clip_norm": config.clip_norm})
+    optim = FusedClippedAdam({"lr": config.lr, "clip_norm": config.clip_norm})  # the trainer's optimiser
     svi = DataParallelSVI(pair.model, pair.guide, optim, pair.elbo())
     # the trainer's batch order of epoch 0 (translation._epoch_generator(seed, 0))
     order = torch.randperm(len(batches), generator=torch.Generator().manual_seed(config.seed * 1_000_003)).tolist()
@@ -743,7 +744,7 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         result["peer"] = {"venv": str(args.peer_venv), "versions": versions, "vocab_build": vocab,
                           "model_options": PEER_CONFIG, "runs": []}
     if "ours" in sides:
-        result["ours"] = {"config": {**OURS_CONFIG, "clip_norm": 5.0, "clip": "ClippedAdam, per parameter"},
+        result["ours"] = {"config": {**OURS_CONFIG, "clip_norm": 5.0, "clip": "FusedClippedAdam, per parameter"},
                           "attention": None, "runs": []}
     for block in range(args.blocks):
         order = sides if block % 2 == 0 else sides[::-1]

@@ -10,11 +10,13 @@ from pyro_attention.inference.evaluate import (
     predict,
 )
 from pyro_attention.inference.mcmc import compare_to_guide, nuts_alignment
+from pyro_attention.inference.optim import FusedClippedAdam
 from pyro_attention.inference.posterior import alignment_posterior, entropy, map_alignment
 from pyro_attention.inference.train import FitResult, evaluate_nll, fit
 
 __all__ = [
     "FitResult",
+    "FusedClippedAdam",
     "LogLikelihood",
     "ReinforceKL_ELBO",
     "alignment_posterior",

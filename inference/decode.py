@@ -65,10 +65,6 @@ def _check_rule(pair: AlignmentPair, rule: str) -> None:
         raise ValueError(f"rule={rule!r} needs a categorical alignment; {type(pair).__name__} has {pair.latent!r}")
 
 
-def _expand(src: Any, n: int) -> Any:
-    return type(src)(*(t.expand(n, *t.shape[1:]) for t in (src.values, src.keys, src.source_mask)))
-
-
 @torch.no_grad()
 def translate(
     pair: AlignmentPair,
@@ -79,24 +75,38 @@ def translate(
     k: int = 5,
     max_len: int = 50,
     length_penalty: float = 0.0,
+    batch_size: int = 64,
 ) -> list[list[int]]:
     """Decode every source sentence; returns target ids without ``<s>`` and ``</s>``.
 
+    Beam search runs on ``batch_size`` sentences at once (``batch_size * beam_size`` decoder rows per step); each
+    sentence's search is the one-sentence search: the ``beam_size`` best continuations of its live hypotheses
+    are taken at every step, those ending in ``</s>`` are finished (and leave the beam), and a sentence stops
+    when it has ``beam_size`` finished hypotheses, no live one, or -- without a length penalty -- when its best
+    finished hypothesis scores at least as high as its best live one.
+
     :param source: ``(B, S)`` long source ids; ``source_mask``: ``(B, S)`` bool.
     :param rule: ``"soft"``, ``"marginal"`` or ``"kmax"`` (see the module docstring).
+    :param batch_size: sentences decoded together (memory: ``batch_size * beam_size`` rows of ``V`` scores).
     """
     _check_rule(pair, rule)
-    if beam_size < 1 or max_len < 1 or k < 1:
-        raise ValueError(f"need beam_size >= 1, max_len >= 1, k >= 1; got {beam_size}, {max_len}, {k}")
+    if beam_size < 1 or max_len < 1 or k < 1 or batch_size < 1:
+        raise ValueError(
+            f"need beam_size >= 1, max_len >= 1, k >= 1, batch_size >= 1; got {beam_size}, {max_len}, {k}, "
+            f"{batch_size}"
+        )
     net = pair.network
     _check_source(net, source, source_mask)
     was_training = net.training
     net.eval()
     try:
-        return [
-            _beam(pair, source[i : i + 1], source_mask[i : i + 1], beam_size, rule, k, max_len, length_penalty)
-            for i in range(source.shape[0])
-        ]
+        out: list[list[int]] = []
+        for start in range(0, source.shape[0], batch_size):
+            rows = slice(start, start + batch_size)
+            real = int(source_mask[rows].sum(-1).max())  # trim the padding the whole chunk shares
+            out += _beam(pair, source[rows, :real], source_mask[rows, :real], beam_size, rule, k, max_len,
+                         length_penalty)
+        return out
     finally:
         net.train(was_training)
 
@@ -107,40 +117,60 @@ def _penalty(length: int, alpha: float) -> float:
 
 def _beam(
     pair: AlignmentPair, source: Tensor, mask: Tensor, beam: int, rule: str, k: int, max_len: int, alpha: float
-) -> list[int]:
+) -> list[list[int]]:
+    """Beam search for ``B`` sentences at once: row ``b * beam + j`` holds hypothesis ``j`` of sentence ``b``;
+    dead rows (a hypothesis that finished, or a sentence that stopped) have score ``-inf``."""
     net = pair.network
-    real = int(mask.sum())
-    src = net.encode_source(source[:, :real], mask[:, :real])
+    B = source.shape[0]
+    src = _expand_rows(net.encode_source(source, mask), beam)
     state, fed = net.initial_state(src)
-    tokens = torch.full((1, 1), BOS, dtype=torch.long)
-    scores = torch.zeros(1)
-    finished: list[tuple[float, list[int]]] = []
+    tokens = torch.full((B * beam, 1), BOS, dtype=torch.long, device=source.device)
+    scores = torch.full((B, beam), float("-inf"), device=source.device)
+    scores[:, 0] = 0.0  # one live hypothesis, <s>, per sentence
+    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(B)]
+    done = [False] * B
     for step in range(max_len):
-        n = tokens.shape[0]
-        h, a, state, fed = net.decoder_step(_expand(src, n), tokens[:, -1], state, fed)
-        log_probs = _next_log_probs(pair, _expand(src, n), h, a, rule, k)  # (n, V)
+        h, a, state, fed = net.decoder_step(src, tokens[:, -1], state, fed)
+        log_probs = _next_log_probs(pair, src, h, a, rule, k)  # (B * beam, V)
         V = log_probs.shape[-1]
-        total = (scores.unsqueeze(-1) + log_probs).flatten()
-        top, flat = total.topk(min(beam, total.numel()))
-        rows, words = flat // V, flat % V
-        keep = []
-        for score, row, word in zip(top.tolist(), rows.tolist(), words.tolist(), strict=True):
-            if word == EOS or step == max_len - 1:
-                hyp = tokens[row, 1:].tolist() + ([] if word == EOS else [word])
-                finished.append((score / _penalty(len(hyp) + 1, alpha), hyp))
-            else:
-                keep.append((score, row, word))
-        if len(finished) >= beam or not keep:
+        total = (scores.unsqueeze(-1) + log_probs.view(B, beam, V)).view(B, beam * V)
+        top, flat = total.topk(min(beam, beam * V), dim=-1)  # (B, beam)
+        new_scores = torch.full((B, beam), float("-inf"), device=source.device)
+        new_rows = torch.arange(B * beam, device=source.device).view(B, beam) // beam * beam  # filler: row 0
+        new_words = torch.full((B, beam), EOS, dtype=torch.long, device=source.device)
+        for b, (tops, flats) in enumerate(zip(top.tolist(), flat.tolist(), strict=True)):
+            if done[b]:
+                continue
+            keep = []
+            for score, index in zip(tops, flats, strict=True):
+                if score == float("-inf"):  # fewer live continuations than the beam (tiny vocabularies)
+                    break
+                row, word = b * beam + index // V, index % V
+                if word == EOS or step == max_len - 1:
+                    hyp = tokens[row, 1:].tolist() + ([] if word == EOS else [word])
+                    finished[b].append((score / _penalty(len(hyp) + 1, alpha), hyp))
+                else:
+                    keep.append((score, row, word))
+            # the best finished hypothesis can no longer be beaten when no penalty rewards length
+            beaten = bool(finished[b]) and alpha == 0 and bool(keep) and max(f[0] for f in finished[b]) >= keep[0][0]
+            if len(finished[b]) >= beam or not keep or beaten:
+                done[b] = True
+                continue
+            for j, (score, row, word) in enumerate(keep):
+                new_scores[b, j], new_rows[b, j], new_words[b, j] = score, row, word
+        if all(done):
             break
-        # the best finished hypothesis can no longer be beaten when no penalty rewards length
-        if finished and alpha == 0 and max(f[0] for f in finished) >= keep[0][0]:
-            break
-        scores = torch.tensor([s for s, _, _ in keep])
-        rows_t = torch.tensor([r for _, r, _ in keep])
-        tokens = torch.cat([tokens[rows_t], torch.tensor([[w] for _, _, w in keep])], dim=1)
-        state = [(hh[rows_t], cc[rows_t]) for hh, cc in state]
-        fed = fed[rows_t]
-    return max(finished, key=lambda f: f[0])[1]
+        rows = new_rows.flatten()
+        scores = new_scores
+        tokens = torch.cat([tokens[rows], new_words.view(-1, 1)], dim=1)
+        state = [(hh[rows], cc[rows]) for hh, cc in state]
+        fed = fed[rows]
+    return [max(f, key=lambda item: item[0])[1] for f in finished]
+
+
+def _expand_rows(src: Any, n: int) -> Any:
+    """Every sentence's source encoding repeated ``n`` times (row ``b * n + j``)."""
+    return type(src)(*(t.repeat_interleave(n, dim=0) for t in (src.values, src.keys, src.source_mask)))
 
 
 @torch.no_grad()

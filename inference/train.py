@@ -1,6 +1,7 @@
 """``fit``: stochastic variational inference for any pair, with Pyro's own ELBO and optimiser.
 
-Each step is ``SVI(pair.model, guide, ClippedAdam, pair.elbo()).step(batch)`` (as
+Each step is ``SVI(pair.model, guide, FusedClippedAdam, pair.elbo()).step(batch)`` (Pyro's ``ClippedAdam`` update
+in one fused pass; as
 :class:`~pyro_attention.inference.distributed.DataParallelSVI` takes it in one process); ``guide`` is
 ``pair.warmup_guide`` for the first ``warmup_steps`` steps when the pair has one (the Dirichlet pair's warm
 start on ``E_p[log p(y | x, z)]``), and ``pair.guide`` after.  ``fit`` owns Pyro's global parameter store: it
@@ -19,11 +20,11 @@ from typing import Any
 
 import pyro
 import torch
-from pyro.optim import ClippedAdam
 from tqdm.auto import tqdm
 
 from pyro_attention.inference.distributed import DataParallelSVI
 from pyro_attention.inference.evaluate import log_likelihood
+from pyro_attention.inference.optim import FusedClippedAdam
 from pyro_attention.pair import AlignmentPair
 
 
@@ -104,7 +105,7 @@ def fit(
     pyro.clear_param_store()
     pyro.set_rng_seed(seed)
     generator = torch.Generator().manual_seed(seed)
-    optim = ClippedAdam({"lr": lr, "clip_norm": clip_norm})
+    optim = FusedClippedAdam({"lr": lr, "clip_norm": clip_norm})
     elbo = pair.elbo()
     svi = DataParallelSVI(pair.model, pair.guide, optim, elbo, distributed=False)
     warm = DataParallelSVI(pair.model, pair.warmup_guide, optim, elbo, distributed=False) if warmup_steps else None

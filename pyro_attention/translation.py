@@ -9,7 +9,8 @@ This module is the glue behind ``pyro-attention train | evaluate | translate`` a
   ``train_split="valid"``, and then the *tail* of ``valid`` is held out for validation) or any parallel files;
 * :func:`build_vocabs`, :func:`build_pair` -- vocabularies from the training side, a
   :class:`~pyro_attention.networks.Seq2Seq` and the model/guide pair;
-* :func:`train` -- SVI on ``pair.elbo()`` with Pyro's :class:`~pyro.optim.ClippedAdam` (per-parameter gradient
+* :func:`train` -- SVI on ``pair.elbo()`` with Pyro's :class:`~pyro.optim.ClippedAdam` update, taken in one fused
+  pass by :class:`~pyro_attention.inference.optim.FusedClippedAdam` (per-parameter gradient
   clipping), length-bucketed batches, validation perplexity every epoch, learning-rate halving when it does
   not improve, early stopping, atomic checkpoints (``last.pt`` every epoch, ``best.pt`` at the best validation)
   and exact resumption (``resume=True``);
@@ -49,7 +50,6 @@ from typing import Any
 import numpy as np
 import pyro
 import torch
-from pyro.optim import ClippedAdam
 from tqdm.auto import tqdm
 
 from pyro_attention import __version__
@@ -75,6 +75,7 @@ from pyro_attention.inference.distributed import (
     init_from_env,
     shard,
 )
+from pyro_attention.inference.optim import FusedClippedAdam
 from pyro_attention.networks import Seq2Seq
 from pyro_attention.networks.attention import ATTENTION_SCORES
 from pyro_attention.networks.output import OUTPUT_LAYERS
@@ -894,7 +895,7 @@ def _epoch_generator(seed: int, epoch: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed * 1_000_003 + epoch)
 
 
-def _set_lr(optim: ClippedAdam, lr: float) -> None:
+def _set_lr(optim: FusedClippedAdam, lr: float) -> None:
     optim.pt_optim_args["lr"] = lr
     for opt in optim.optim_objs.values():
         for group in opt.param_groups:
@@ -940,7 +941,7 @@ def train(
     """Train ``config``'s pair by SVI and write checkpoints and ``history.csv`` to ``config.out_dir``.
 
     Every epoch: the length-bucketed batches in an order drawn from ``(seed, epoch)``, one
-    ``SVI(pair.model, pair.guide, ClippedAdam, pair.elbo()).step`` each (``pair.warmup_guide`` for the first
+    ``SVI(pair.model, pair.guide, FusedClippedAdam, pair.elbo()).step`` each (``pair.warmup_guide`` for the first
     ``warmup_steps``); then validation perplexity; the learning rate is multiplied by ``lr_decay`` when it did not
     improve on the best; ``last.pt`` is written, and ``best.pt`` when it improved; training stops early after
     ``patience`` epochs in a row without improvement.
@@ -1001,7 +1002,7 @@ def train(
         if hasattr(pair, "set_step"):  # KL annealing continues where it stopped
             pair.set_step(step)
     broadcast_parameters()
-    optim = ClippedAdam({"lr": lr, "clip_norm": config.clip_norm})
+    optim = FusedClippedAdam({"lr": lr, "clip_norm": config.clip_norm})
     if optim_state is not None:
         optim.set_state(optim_state)
     elbo = pair.elbo()

@@ -956,7 +956,7 @@ CATALOGUE: list[Mistake] = [
     Mistake(
         "beam-size-zero", SIZES, "beam search with beam size 0",
         lambda: translate(MarginalLikelihood(_seq2seq()), torch.tensor([[4, 5]]), torch.ones(1, 2).bool(), 0),
-        ValueError, r"need beam_size >= 1, max_len >= 1, k >= 1; got 0, 50, 5",
+        ValueError, r"need beam_size >= 1, max_len >= 1, k >= 1, batch_size >= 1; got 0, 50, 5, 64",
         "Use beam_size >= 1 (1 is greedy).",
     ),
     Mistake(

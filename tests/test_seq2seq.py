@@ -187,3 +187,20 @@ def test_decoding_errors():
         translate(MarginalLikelihood(net), batch.source, batch.source_mask, rule="exact")
     with pytest.raises(ValueError, match="needs a categorical alignment"):
         translate(RelaxedAttention(net), batch.source, batch.source_mask, rule="marginal")
+
+
+@pytest.mark.parametrize("rule,alpha", [("marginal", 0.0), ("soft", 0.0), ("kmax", 1.0)])
+def test_batched_beam_equals_one_sentence_at_a_time(rule, alpha):
+    """Beam search over a batch of sentences (padded, of different lengths) returns what it returns for each
+    sentence alone, whatever the rule and the length penalty."""
+    torch.manual_seed(1)
+    net = Seq2Seq(12, 12, embedding_size=8, encoder_size=6, decoder_size=8, attention_size=6)
+    pairs = [([4, 5, 6, 7, 8], [5]), ([8, 9], [4]), ([10, 11, 4], [7]), ([5], [6]), ([6, 7, 9, 9], [4])]
+    batch = collate(pairs)
+    pair = MarginalLikelihood(net)
+    kw = dict(beam_size=3, rule=rule, k=2, max_len=6, length_penalty=alpha)
+    alone = translate(pair, batch.source, batch.source_mask, batch_size=1, **kw)
+    together = translate(pair, batch.source, batch.source_mask, batch_size=4, **kw)
+    assert together == alone and len(alone) == 5
+    with pytest.raises(ValueError, match="batch_size >= 1"):
+        translate(pair, batch.source, batch.source_mask, batch_size=0)

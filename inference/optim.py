@@ -1,0 +1,95 @@
+r"""``FusedClippedAdam``: Pyro's :class:`~pyro.optim.ClippedAdam` with every parameter updated in one fused pass.
+
+Pyro keeps one torch optimiser per parameter, and :class:`pyro.optim.clipped_adam.ClippedAdam` updates each with
+eight whole-tensor passes in Python (clamp, two moment updates, square root, add, divide, ...).  On a CPU that is
+memory traffic: at a standard translation size (11 M parameters) it is 5 % of a training step.  This optimiser
+keeps Pyro's objects -- the same per-parameter optimisers, state (``step``, ``exp_avg``, ``exp_avg_sq``),
+``get_state`` / ``set_state`` and learning-rate groups, so checkpoints and schedules are unchanged -- and only
+replaces the arithmetic of a step by ``torch._foreach_clamp_*`` and torch's fused Adam kernel
+(``torch._fused_adam_``, one pass per tensor), for all parameters at once.
+
+It computes Pyro's update: with the gradient clamped elementwise to ``[-clip_norm, clip_norm]``,
+
+.. math::
+
+    m \leftarrow \beta_1 m + (1 - \beta_1) g, \quad v \leftarrow \beta_2 v + (1 - \beta_2) g^2, \quad
+    \theta \leftarrow \theta - \frac{\mathrm{lr} \sqrt{1 - \beta_2^k}}{1 - \beta_1^k} \frac{m}{\sqrt v + \epsilon},
+
+which is torch's Adam, ``lr / (1 - beta_1^k) * m / (sqrt(v) / sqrt(1 - beta_2^k) + eps')``, with
+``eps' = eps / sqrt(1 - beta_2^k)``: parameters are grouped by step count ``k`` (and hyper-parameters) and each
+group gets its ``eps'``.  Values equal Pyro's up to float rounding (tested); ``lrd`` decays every group's ``lr``
+at every step as Pyro's does.  Options the fused kernel lacks (``centered_variance``) fall back to Pyro's step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any
+
+import pyro
+import torch
+from pyro.optim import PyroOptim
+from pyro.optim.clipped_adam import ClippedAdam as TorchClippedAdam
+from pyro.optim.optim import _load_state_dict
+
+
+class FusedClippedAdam(PyroOptim):
+    """Drop-in for ``pyro.optim.ClippedAdam(optim_args)``: the same ``PyroOptim`` of
+    :class:`pyro.optim.clipped_adam.ClippedAdam` objects (arguments, state, checkpoints), a fused step."""
+
+    def __init__(self, optim_args: dict[str, Any]) -> None:
+        super().__init__(TorchClippedAdam, optim_args)
+
+    def __call__(self, params: Any, *args: Any, **kwargs: Any) -> None:
+        params = list(params)
+        if not hasattr(torch, "_fused_adam_"):  # pragma: no cover - torch < 2.4
+            return super().__call__(params, *args, **kwargs)
+        groups: dict[tuple, list[torch.Tensor]] = defaultdict(list)
+        fallback = []
+        for p in params:
+            self._ensure(p)
+            optimizer = self.optim_objs[p]
+            group = optimizer.param_groups[0]
+            if self.grad_clip[p] is not None:
+                self.grad_clip[p](p)
+            group["lr"] *= group["lrd"]  # as ClippedAdam.step does, whether or not the parameter has a gradient
+            if p.grad is None:
+                continue
+            if group.get("centered_variance") or len(optimizer.param_groups) != 1 or p.grad.is_sparse:
+                group["lr"] /= group["lrd"]  # Pyro's own step applies it
+                fallback.append(p)
+                continue
+            state = optimizer.state[p]
+            if len(state) == 0:
+                state["step"] = 0
+                state["exp_avg"] = torch.zeros_like(p)
+                state["exp_avg_sq"] = torch.zeros_like(p)
+            state["step"] += 1
+            key = (state["step"], group["lr"], tuple(group["betas"]), group["eps"], group["weight_decay"],
+                   group["clip_norm"], p.device, p.dtype)
+            groups[key].append(p)
+        for (step, lr, (beta1, beta2), eps, weight_decay, clip, _, _), ps in groups.items():
+            grads = [p.grad for p in ps]
+            torch._foreach_clamp_min_(grads, -clip)
+            torch._foreach_clamp_max_(grads, clip)
+            states = [self.optim_objs[p].state[p] for p in ps]
+            steps = [torch.tensor(float(step)) for _ in ps]
+            torch._fused_adam_(
+                [p.data for p in ps], grads, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [],
+                steps, lr=lr, beta1=beta1, beta2=beta2, weight_decay=weight_decay,
+                eps=eps / math.sqrt(1 - beta2**step), amsgrad=False, maximize=False,
+            )
+        for p in fallback:
+            self.optim_objs[p].step()
+
+    def _ensure(self, p: torch.Tensor) -> None:
+        """Create ``p``'s optimiser as :meth:`pyro.optim.PyroOptim.__call__` does (restoring waiting state)."""
+        if p in self.optim_objs:
+            return
+        optimizer = self.optim_objs[p] = self._get_optim(p)
+        self.grad_clip[p] = self._get_grad_clip(p)
+        param_name = pyro.get_param_store().param_name(p)
+        state = self._state_waiting_to_be_consumed.pop(param_name, None)
+        if state is not None:
+            _load_state_dict(optimizer, state)
