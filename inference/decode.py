@@ -19,6 +19,7 @@ The network must provide the incremental-decoding methods of :class:`~pyro_atten
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -73,7 +74,7 @@ def translate(
     beam_size: int = 5,
     rule: str = "marginal",
     k: int = 5,
-    max_len: int = 50,
+    max_len: int | Sequence[int] = 50,
     length_penalty: float = 0.0,
     batch_size: int = 64,
 ) -> list[list[int]]:
@@ -87,12 +88,17 @@ def translate(
 
     :param source: ``(B, S)`` long source ids; ``source_mask``: ``(B, S)`` bool.
     :param rule: ``"soft"``, ``"marginal"`` or ``"kmax"`` (see the module docstring).
+    :param max_len: the longest output (tokens, ``</s>`` counted), one for all or one per sentence.
     :param batch_size: sentences decoded together (memory: ``batch_size * beam_size`` rows of ``V`` scores).
     """
     _check_rule(pair, rule)
-    if beam_size < 1 or max_len < 1 or k < 1 or batch_size < 1:
+    limits = [max_len] * source.shape[0] if isinstance(max_len, int) else [int(m) for m in max_len]
+    if len(limits) != source.shape[0]:
+        raise ValueError(f"max_len: {len(limits)} lengths for {source.shape[0]} sentences")
+    shortest = min(limits, default=1)
+    if beam_size < 1 or shortest < 1 or k < 1 or batch_size < 1:
         raise ValueError(
-            f"need beam_size >= 1, max_len >= 1, k >= 1, batch_size >= 1; got {beam_size}, {max_len}, {k}, "
+            f"need beam_size >= 1, max_len >= 1, k >= 1, batch_size >= 1; got {beam_size}, {shortest}, {k}, "
             f"{batch_size}"
         )
     net = pair.network
@@ -104,7 +110,7 @@ def translate(
         for start in range(0, source.shape[0], batch_size):
             rows = slice(start, start + batch_size)
             real = int(source_mask[rows].sum(-1).max())  # trim the padding the whole chunk shares
-            out += _beam(pair, source[rows, :real], source_mask[rows, :real], beam_size, rule, k, max_len,
+            out += _beam(pair, source[rows, :real], source_mask[rows, :real], beam_size, rule, k, limits[rows],
                          length_penalty)
         return out
     finally:
@@ -116,7 +122,7 @@ def _penalty(length: int, alpha: float) -> float:
 
 
 def _beam(
-    pair: AlignmentPair, source: Tensor, mask: Tensor, beam: int, rule: str, k: int, max_len: int, alpha: float
+    pair: AlignmentPair, source: Tensor, mask: Tensor, beam: int, rule: str, k: int, limits: list[int], alpha: float
 ) -> list[list[int]]:
     """Beam search for ``B`` sentences at once: row ``b * beam + j`` holds hypothesis ``j`` of sentence ``b``;
     dead rows (a hypothesis that finished, or a sentence that stopped) have score ``-inf``."""
@@ -129,7 +135,7 @@ def _beam(
     scores[:, 0] = 0.0  # one live hypothesis, <s>, per sentence
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(B)]
     done = [False] * B
-    for step in range(max_len):
+    for step in range(max(limits)):
         h, a, state, fed = net.decoder_step(src, tokens[:, -1], state, fed)
         log_probs = _next_log_probs(pair, src, h, a, rule, k)  # (B * beam, V)
         V = log_probs.shape[-1]
@@ -146,7 +152,7 @@ def _beam(
                 if score == float("-inf"):  # fewer live continuations than the beam (tiny vocabularies)
                     break
                 row, word = b * beam + index // V, index % V
-                if word == EOS or step == max_len - 1:
+                if word == EOS or step == limits[b] - 1:
                     hyp = tokens[row, 1:].tolist() + ([] if word == EOS else [word])
                     finished[b].append((score / _penalty(len(hyp) + 1, alpha), hyp))
                 else:

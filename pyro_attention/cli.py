@@ -589,7 +589,33 @@ def make_parser() -> argparse.ArgumentParser:
     ins.add_argument("--num-plots", type=_int_at_least(0), default=4)
     ins.add_argument("--data-dir", default=None)
     ins.set_defaults(func=_inspect, parser=ins)
+    ex = sub.add_parser(
+        "experiment",
+        help="a table of translation rows (an experiment file): train each to convergence, evaluate, tabulate; "
+        "resumable row by row",
+    )
+    ex.add_argument("--config", required=True, help="experiment file (TOML or JSON): [shared] settings, [[rows]]")
+    ex.add_argument("--out", required=True, help="runs folder: one sub-folder per row, table.json, table.md")
+    ex.add_argument("--rows", nargs="+", default=None, metavar="LABEL", help="work on these rows only (default all)")
+    ex.add_argument("--max-epochs", type=_int_at_least(1), default=None,
+                    help="train at most N epochs per row in this call, then move on (default: to the end)")
+    ex.add_argument("--no-bleu", action="store_true", help="skip decoding (perplexities and entropies only)")
+    ex.add_argument("--quiet", action="store_true", help="no progress bars")
+    ex.set_defaults(func=_experiment, parser=ex)
     return parser
+
+
+def _experiment(args: argparse.Namespace) -> int:
+    from pyro_attention.runner import markdown_table, run_experiment
+
+    try:
+        table = run_experiment(args.config, args.out, only=args.rows, max_epochs=args.max_epochs,
+                               progress=not args.quiet, bleu=not args.no_bleu)
+    except (FileNotFoundError, FileExistsError, ValueError) as error:
+        _fail(args.parser, error)
+        return 1
+    print(markdown_table(table))
+    return 0
 
 
 def _inspect(args: argparse.Namespace) -> int:

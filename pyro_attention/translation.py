@@ -1184,12 +1184,22 @@ def _decode(
 ) -> list[list[str]]:
     from pyro_attention.inference.decode import translate
 
-    out = []
-    for tokens in tqdm(sources, disable=not progress, desc="decoding", unit="sent", leave=False):
-        ids = torch.tensor([ckpt.src_vocab.encode(tokens)], dtype=torch.long)
-        limit = max_decode_len or 2 * len(tokens) + 10
-        hyp = translate(ckpt.pair, ids, ids != 0, beam, rule, k, limit, length_penalty)[0]
-        out.append(ckpt.tgt_vocab.decode(hyp))
+    # sentences of similar length decoded together (beam search is batched), each with its own length limit
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    out: list[list[str]] = [[] for _ in sources]
+    chunk = 64
+    bar = tqdm(total=len(sources), disable=not progress, desc="decoding", unit="sent", leave=False)
+    for start in range(0, len(order), chunk):
+        rows = order[start : start + chunk]
+        ids = [ckpt.src_vocab.encode(sources[i]) for i in rows]
+        width = max(len(x) for x in ids)
+        source = torch.tensor([x + [0] * (width - len(x)) for x in ids], dtype=torch.long)
+        limits = [max_decode_len or 2 * len(sources[i]) + 10 for i in rows]
+        hyps = translate(ckpt.pair, source, source != 0, beam, rule, k, limits, length_penalty, batch_size=chunk)
+        for i, hyp in zip(rows, hyps, strict=True):
+            out[i] = ckpt.tgt_vocab.decode(hyp)
+        bar.update(len(rows))
+    bar.close()
     return out
 
 

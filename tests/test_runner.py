@@ -1,0 +1,109 @@
+"""``pyro-attention experiment``: rows trained, evaluated and tabulated; interrupted rows resume exactly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pyro_attention import cli
+from pyro_attention.runner import ROW_FIELDS, read_experiment, run_experiment
+
+TINY = """
+[shared]
+data = "synthetic"
+train_size = 16
+val_size = 8
+test_size = 6
+batch_size = 8
+embedding = 8
+encoder = 8
+decoder = 16
+attention = 8
+epochs = 2
+patience = 0
+
+[[rows]]
+label = "soft"
+model = "soft"
+
+[[rows]]
+label = "marginal-product"
+model = "marginal"
+output = "product"
+attention_type = "general"
+"""
+TIMING = {"wall_s", "tokens_per_s"}
+
+
+def _write(tmp_path: Path, text: str = TINY) -> Path:
+    path = tmp_path / "exp.toml"
+    path.write_text(text)
+    return path
+
+
+def _numbers(table: list[dict]) -> list[dict]:
+    return [{k: v for k, v in row.items() if k not in TIMING and k != "config"} for row in table]
+
+
+def test_rows_trained_evaluated_and_resumed_exactly(tmp_path):
+    path = _write(tmp_path)
+    whole = run_experiment(path, tmp_path / "whole", progress=False, log=None)
+    assert [r["label"] for r in whole] == ["soft", "marginal-product"]
+    assert set(ROW_FIELDS) <= set(whole[0])
+    soft, marginal = whole
+    assert soft["ppl_exact"] and marginal["ppl_exact"] and marginal["output"] == "product"
+    assert soft["bleu_kmax5"] is None and marginal["bleu_kmax5"] is not None
+    assert 0 <= marginal["bleu"] <= 100 and 0 <= marginal["bleu_tok_none"] <= 100
+    assert soft["epochs"] == 2 and soft["train_pairs"] == 16
+    # the same table over two sittings: one epoch per row, then the rest
+    runs = tmp_path / "split"
+    assert run_experiment(path, runs, max_epochs=1, progress=False, log=None) == []
+    assert (runs / "soft" / "last.pt").is_file() and not (runs / "soft" / "trained.json").exists()
+    resumed = run_experiment(path, runs, progress=False, log=None)
+    assert _numbers(resumed) == _numbers(whole)
+    assert len(json.loads((runs / "soft" / "sittings.json").read_text())) == 2
+    # a finished row is skipped, not retrained
+    stamp = (runs / "soft" / "result.json").stat().st_mtime_ns
+    messages: list[str] = []
+    run_experiment(path, runs, progress=False, log=messages.append)
+    assert (runs / "soft" / "result.json").stat().st_mtime_ns == stamp
+    assert any("[soft] finished" in m for m in messages)
+    assert json.loads((runs / "table.json").read_text())[0]["label"] == "soft"
+    assert "| marginal-product | marginal | - | product |" in (runs / "table.md").read_text()
+
+
+def test_only_some_rows_and_the_cli(tmp_path, capsys):
+    path = _write(tmp_path)
+    assert cli.main(["experiment", "--config", str(path), "--out", str(tmp_path / "r"), "--rows", "soft",
+                     "--no-bleu", "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "| soft | soft |" in printed and "marginal-product" not in printed
+    with pytest.raises(SystemExit) as e:
+        cli.main(["experiment", "--config", str(path), "--out", str(tmp_path / "r"), "--rows", "hard"])
+    assert e.value.code == 1
+    assert "no row labelled ['hard']; the rows are ['soft', 'marginal-product']" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text,message", [
+    (TINY.replace('label = "marginal-product"', 'label = "soft"'), r"row 2 \('soft'\): the label 'soft' is used twice"),
+    (TINY.replace('label = "soft"\n', ""), "row 1: needs a label"),
+    (TINY.replace('output = "product"', 'output = "linear"'),
+     r"row 2 \('marginal-product'\): output must be one of tanh, product; got 'linear'"),
+    (TINY.replace("patience = 0", "patience = 0\nout = 'x'"), "'out' is set by the runner"),
+    (TINY.replace("epochs = 2", "epoch = 2"), "unknown"),
+    ("[shared]\n", "a non-empty list"),
+])  # fmt: skip
+def test_bad_experiment_files_name_the_row(tmp_path, text, message):
+    with pytest.raises(ValueError, match=message):
+        read_experiment(_write(tmp_path, text))
+
+
+@pytest.mark.parametrize("name", ["table1-multi30k.toml", "table1-iwslt14.toml"])
+def test_shipped_experiment_files_are_valid(name):
+    shared, rows = read_experiment(Path(__file__).resolve().parents[1] / "examples" / "configs" / name)
+    labels = [r["label"] for r in rows]
+    assert labels[:7] == ["soft", "marginal", "hard-enum", "hard-sample", "va-enum", "va-sample", "relaxed"]
+    assert {r.get("output") for r in rows if r["label"].endswith("-product")} == {"product"}
+    assert shared["embedding"] == 256 and shared["decoder"] == 512 and shared["dropout"] == 0.3
