@@ -156,7 +156,9 @@ def run_experiment(
              if (runs / r["label"] / "result.json").is_file()]
     _write_json(runs / "table.json", table)
     _write_text(runs / "table.md", markdown_table(table) + "\n")
-    log(f"{len(table)} of {len(rows)} rows finished; table: {runs / 'table.json'}, {runs / 'table.md'}")
+    figure = plot_curves(runs, [r["label"] for r in rows], runs / "val_ppl.png")
+    log(f"{len(table)} of {len(rows)} rows finished; table: {runs / 'table.json'}, {runs / 'table.md'}"
+        + (f"; curves: {figure}" if figure else ""))
     return table
 
 
@@ -234,6 +236,54 @@ def _train_pairs(config: TranslationConfig) -> int | None:
         return len(load_split(config, "train", max_len=config.max_len, size=config.train_size, references=False))
     except (OSError, ValueError):  # pragma: no cover - data moved since training
         return None
+
+
+def validation_curve(history_csv: Path) -> tuple[list[float], list[float]]:
+    """``(wall-clock seconds, validation PPL)`` after every epoch of a row's ``history.csv``; the clock runs on
+    across sittings (each sitting's ``seconds`` restarts at zero and is added to the previous sittings' total)."""
+    import csv
+
+    clock, offset, last, xs, ys = 0.0, 0.0, 0.0, [], []
+    with open(history_csv, newline="", encoding="utf-8") as f:
+        for rec in csv.DictReader(f):
+            seconds = float(rec["seconds"])
+            if seconds < last:  # a new sitting
+                offset += last
+            last = seconds
+            clock = offset + seconds
+            if rec["kind"] == "epoch":
+                xs.append(clock)
+                ys.append(float(rec["val_ppl"]))
+    return xs, ys
+
+
+def plot_curves(runs: Path, labels: Sequence[str], path: Path) -> Path | None:
+    """Validation perplexity against wall-clock training time for every row with a ``history.csv``, one PNG."""
+    curves = {label: validation_curve(runs / label / "history.csv") for label in labels
+              if (runs / label / "history.csv").is_file()}
+    curves = {k: v for k, v in curves.items() if v[0]}
+    if not curves:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, (xs, ys) in curves.items():
+        ax.plot([x / 60 for x in xs], ys, marker="o", markersize=3, label=label)
+    ax.set_xlabel("training wall-clock time [min] (validation included)")
+    ax.set_ylabel("validation perplexity (exact; relaxed: bound)")
+    ax.set_yscale("log")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(f"validation perplexity per epoch: {runs.name}")
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:

@@ -72,6 +72,17 @@ def test_rows_trained_evaluated_and_resumed_exactly(tmp_path):
     assert any("[soft] finished" in m for m in messages)
     assert json.loads((runs / "table.json").read_text())[0]["label"] == "soft"
     assert "| marginal-product | marginal | - | product |" in (runs / "table.md").read_text()
+    assert (runs / "val_ppl.png").stat().st_size > 0
+
+
+def test_validation_curve_runs_on_across_sittings(tmp_path):
+    from pyro_attention.runner import validation_curve
+
+    csv = tmp_path / "history.csv"
+    csv.write_text("kind,epoch,step,loss,tokens,lr,val_nll,val_ppl,val_exact,seconds\n"
+                   "step,0,1,2.0,5,0.1,,,,1.0\nepoch,0,1,,,0.1,1.0,2.7,True,2.0\n"
+                   "step,1,2,1.5,5,0.1,,,,0.5\nepoch,1,2,,,0.1,0.9,2.5,True,1.5\n")  # a resumed sitting
+    assert validation_curve(csv) == ([2.0, 3.5], [2.7, 2.5])
 
 
 def test_only_some_rows_and_the_cli(tmp_path, capsys):
