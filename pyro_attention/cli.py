@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 import time
 from collections.abc import Sequence
@@ -335,7 +336,7 @@ def _translation_config(args: argparse.Namespace, parser: argparse.ArgumentParse
 
 
 def _train(args: argparse.Namespace) -> int:
-    from pyro_attention.translation import train
+    from pyro_attention.translation import TrainingInterrupted, train
 
     parser = args.parser
     config = _translation_config(args, parser)
@@ -351,6 +352,12 @@ def _train(args: argparse.Namespace) -> int:
         train(config, progress=not args.quiet, resume=args.resume, overwrite=args.overwrite)
     except (ValueError, FileNotFoundError, FileExistsError) as e:
         _fail(parser, e)
+    except TrainingInterrupted as stop:
+        argv = list(getattr(args, "argv", None) or ["train"])
+        again = shlex.join(["pyro-attention", *argv, *([] if "--resume" in argv else ["--resume"])])
+        print(f"pyro-attention train: {stop.signal_name}: stopped after step {stop.step}; {stop.checkpoint} written. "
+              f"Continue with:\n  {again}", file=sys.stderr)
+        return 130
     return 0
 
 
@@ -607,6 +614,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 def _experiment(args: argparse.Namespace) -> int:
     from pyro_attention.runner import markdown_table, run_experiment
+    from pyro_attention.translation import TrainingInterrupted
 
     try:
         table = run_experiment(args.config, args.out, only=args.rows, max_epochs=args.max_epochs,
@@ -614,6 +622,10 @@ def _experiment(args: argparse.Namespace) -> int:
     except (FileNotFoundError, FileExistsError, ValueError) as error:
         _fail(args.parser, error)
         return 1
+    except TrainingInterrupted as stop:
+        print(f"pyro-attention experiment: {stop.signal_name}: {stop.checkpoint} written; run the same command "
+              "again to continue", file=sys.stderr)
+        return 130
     print(markdown_table(table))
     return 0
 
@@ -660,7 +672,9 @@ def _align(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = make_parser().parse_args(argv)
+    args.argv = argv
     return args.func(args)
 
 

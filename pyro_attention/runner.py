@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from pyro_attention.translation import (
+    TrainingInterrupted,
     TranslationConfig,
     _decode,
     _normalise_keys,
@@ -173,7 +174,14 @@ def _train_row(config: TranslationConfig, folder: Path, max_epochs: int | None, 
     log(f"[{label}] {'resuming at epoch ' + str(done) if resume else 'training'} (this sitting: up to epoch "
         f"{target} of {config.epochs})")
     start = time.perf_counter()
-    result = train(config.replace(epochs=target), progress, resume=resume, log=lambda m: log(f"[{label}] {m}"))
+    try:
+        result = train(config.replace(epochs=target), progress, resume=resume, log=lambda m: log(f"[{label}] {m}"))
+    except TrainingInterrupted as stop:  # the sitting's time still counts
+        sittings = _read_json(folder / "sittings.json", [])
+        sittings.append({"wall_s": time.perf_counter() - start, "until_epoch": stop.epoch, "until_step": stop.step,
+                         "threads": config.threads, "interrupted": stop.signal_name})
+        _write_json(folder / "sittings.json", sittings)
+        raise
     sittings = _read_json(folder / "sittings.json", [])
     steps = result.history["steps"]
     sittings.append({"wall_s": time.perf_counter() - start, "until_epoch": result.epoch, "until_step": result.step,

@@ -32,13 +32,16 @@ thread count assumed: floating-point reductions may differ across thread counts)
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import json
 import math
 import os
 import platform
+import signal
 import tempfile
+import threading
 import time
 import typing
 import zipfile
@@ -930,6 +933,40 @@ def _csv_row(kind: str, **values: Any) -> dict[str, Any]:
     return row
 
 
+class TrainingInterrupted(KeyboardInterrupt):
+    """Training stopped by SIGINT (Ctrl-C) or SIGTERM after the current step, with ``last.pt`` written.
+
+    :ivar checkpoint: the path of the checkpoint that was written.
+    :ivar signal_name: ``"SIGINT"`` or ``"SIGTERM"``.
+    """
+
+    def __init__(self, checkpoint: Path, signal_name: str, epoch: int, step: int) -> None:
+        super().__init__(f"{signal_name}: stopped after step {step} (epoch {epoch}); {checkpoint} written")
+        self.checkpoint, self.signal_name, self.epoch, self.step = checkpoint, signal_name, epoch, step
+
+
+@contextlib.contextmanager
+def _stop_requests(enabled: bool):  # noqa: ANN202 - a context manager
+    """While active, SIGINT and SIGTERM set ``flag["signal"]`` instead of raising; a second one raises
+    ``KeyboardInterrupt`` at once (the last checkpoint written stays intact: saves are atomic)."""
+    flag: dict[str, str | None] = {"signal": None}
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        if flag["signal"] is not None:
+            raise KeyboardInterrupt(f"second {signal.Signals(signum).name}: abandoned without saving the step")
+        flag["signal"] = signal.Signals(signum).name
+
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield flag
+    finally:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
+
+
 def train(
     config: TranslationConfig,
     progress: bool = True,
@@ -952,6 +989,9 @@ def train(
     :raises FileNotFoundError: ``resume`` without a ``last.pt``.
     :raises FileExistsError: a fresh run into a folder that holds ``last.pt`` without ``overwrite``.
     :raises ValueError: a checkpoint that does not fit this run (naming every difference).
+    :raises TrainingInterrupted: on SIGINT (Ctrl-C) or SIGTERM (one process): the current step is finished,
+        ``last.pt`` written with the position in the epoch, and the run resumes exactly from there with
+        ``resume=True``.  A second signal abandons the step at once (the previous ``last.pt`` is intact).
     """
     rank, world_size = init_from_env()
     log = (log or (lambda _: None)) if rank == 0 else (lambda _: None)  # only process 0 logs and writes
@@ -1074,6 +1114,8 @@ def train(
     csv_file = open(csv_path, "a", newline="", encoding="utf-8") if rank == 0 else None  # closed in the finally
     rows = csv.DictWriter(csv_file, CSV_FIELDS) if csv_file is not None else None
     start, seen = time.perf_counter(), 0
+    stop_requests = _stop_requests(world_size == 1)  # several processes: the launcher's signal handling
+    requests = stop_requests.__enter__()
     try:
         while not stopped and epoch < config.epochs:
             network.train()
@@ -1108,6 +1150,11 @@ def train(
                     state = checkpoint(None)
                     if rank == 0:
                         save_checkpoint(state, last_path)
+                if requests["signal"] is not None and position < len(order):
+                    save_checkpoint(checkpoint(None), last_path)
+                    log(f"{requests['signal']}: stopped after step {step} ({position} of {len(order)} batches of "
+                        f"epoch {epoch + 1}); wrote {last_path}")
+                    raise TrainingInterrupted(last_path, requests["signal"], epoch, step)
             val = broadcast_object(validate(pair, val_batches, config.num_samples) if rank == 0 else None)
             improved = val.ppl < best
             if improved:
@@ -1143,7 +1190,12 @@ def train(
             if config.patience and bad >= config.patience:
                 stopped = True
                 log(f"early stopping: {bad} epochs without improvement (patience {config.patience})")
+            if requests["signal"] is not None and not stopped and epoch < config.epochs:
+                # arrived during the epoch's last step or its validation: the epoch's checkpoint is written
+                log(f"{requests['signal']}: stopped after epoch {epoch} (step {step}); wrote {last_path}")
+                raise TrainingInterrupted(last_path, requests["signal"], epoch, step)
     finally:
+        stop_requests.__exit__(None, None, None)
         if csv_file is not None:
             csv_file.close()
         if board is not None:

@@ -118,3 +118,21 @@ def test_shipped_experiment_files_are_valid(name):
     assert labels[:7] == ["soft", "marginal", "hard-enum", "hard-sample", "va-enum", "va-sample", "relaxed"]
     assert {r.get("output") for r in rows if r["label"].endswith("-product")} == {"product"}
     assert shared["embedding"] == 256 and shared["decoder"] == 512 and shared["dropout"] == 0.3
+
+
+def test_ctrl_c_during_a_row_exits_130_and_the_next_call_finishes_the_same_table(tmp_path, monkeypatch, capsys):
+    import signal
+
+    from test_translation_cli import _signal_on_step
+
+    path = _write(tmp_path)
+    whole = run_experiment(path, tmp_path / "whole", progress=False, log=None, bleu=False)
+    runs = tmp_path / "cut"
+    with monkeypatch.context() as mp:
+        _signal_on_step(mp, signal.SIGINT, at=5)  # row 2's first step (row 1: 2 epochs of 2 batches)
+        code = cli.main(["experiment", "--config", str(path), "--out", str(runs), "--no-bleu", "--quiet"])
+    assert code == 130 and "run the same command again to continue" in capsys.readouterr().err
+    assert (runs / "soft" / "result.json").is_file() and not (runs / "marginal-product" / "result.json").exists()
+    assert json.loads((runs / "marginal-product" / "sittings.json").read_text())[0]["interrupted"] == "SIGINT"
+    again = run_experiment(path, runs, progress=False, log=None, bleu=False)
+    assert _numbers(again) == _numbers(whole)

@@ -422,3 +422,74 @@ def test_old_checkpoint_parameter_names_still_load():
     legacy = {k.replace("head.", ""): v for k, v in qa.state_dict().items()}
     assert "out_hidden.weight" in legacy
     RegionQA(4, 3, question_size=2, hidden_size=5).load_state_dict(legacy)
+
+
+def _signal_on_step(monkeypatch, signum: int, at: int, times: int = 1) -> None:
+    """Deliver ``signum`` to this process ``times`` times during the ``at``-th SVI step (as Ctrl-C would)."""
+    import signal
+
+    from pyro_attention.inference.distributed import DataParallelSVI
+
+    calls = {"n": 0}
+    step = DataParallelSVI.step
+
+    def stepping(self, batch):  # noqa: ANN001, ANN202
+        calls["n"] += 1
+        if calls["n"] == at:
+            for _ in range(times):
+                signal.raise_signal(signum)
+        return step(self, batch)
+
+    monkeypatch.setattr(DataParallelSVI, "step", stepping)
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_a_signal_stops_after_the_step_writes_last_pt_and_the_run_resumes_exactly(tmp_path, monkeypatch, signame):
+    import signal
+
+    from pyro_attention.translation import TrainingInterrupted
+
+    base = dict(train_size=24, val_size=8, batch_size=8, embedding=8, encoder=8, decoder=16, attention=8, epochs=2,
+                model="marginal")
+    whole = train(TranslationConfig.from_dict({**base, "out": str(tmp_path / "whole")}), progress=False, log=None)
+    config = TranslationConfig.from_dict({**base, "out": str(tmp_path / "cut")})
+    with monkeypatch.context() as mp:
+        _signal_on_step(mp, getattr(signal, signame), at=4)  # the first step of epoch 2 (3 batches an epoch)
+        with pytest.raises(TrainingInterrupted) as stop:
+            train(config, progress=False, log=None)
+    assert stop.value.signal_name == signame and stop.value.step == 4
+    state = torch.load(tmp_path / "cut" / "last.pt", weights_only=True)
+    assert state["step"] == 4 and state["position"] == 1 and state["epoch"] == 1
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored
+    resumed = train(config, progress=False, resume=True, log=None)
+    assert resumed.step == whole.step
+    after = resumed.network.state_dict()
+    assert all(torch.equal(v, after[k]) for k, v in whole.network.state_dict().items())
+
+
+def test_ctrl_c_on_the_command_line_exits_130_and_prints_the_resume_command(tmp_path, monkeypatch, capsys):
+    import signal
+
+    out = tmp_path / "run"
+    _signal_on_step(monkeypatch, signal.SIGINT, at=1)
+    assert _train(out, "--epochs", "2") == 130
+    err = capsys.readouterr().err
+    assert "SIGINT: stopped after step 1" in err and "Continue with:" in err
+    command = err.split("Continue with:")[1].strip()
+    assert command.startswith("pyro-attention train --out") and command.endswith("--epochs 2 --resume")
+    monkeypatch.undo()
+    assert _train(out, "--epochs", "2", "--resume") == 0
+    # the last step of the last epoch: the run is complete, nothing to resume, exit 0
+    _signal_on_step(monkeypatch, signal.SIGINT, at=2)
+    assert _train(tmp_path / "done", "--epochs", "1") == 0
+
+
+def test_a_second_signal_abandons_the_step(tmp_path, monkeypatch):
+    import signal
+
+    config = TranslationConfig.from_dict(dict(train_size=16, val_size=8, batch_size=8, embedding=8, encoder=8,
+                                              decoder=16, attention=8, epochs=1, out=str(tmp_path / "r")))
+    _signal_on_step(monkeypatch, signal.SIGINT, at=1, times=2)
+    with pytest.raises(KeyboardInterrupt, match="second SIGINT: abandoned"):
+        train(config, progress=False, log=None)
+    assert not (tmp_path / "r" / "last.pt").exists()  # nothing half-written
