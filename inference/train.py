@@ -95,10 +95,10 @@ def fit(
     :param log_csv: also write one CSV row per step (``kind=step``: epoch, step, loss per token, tokens, seconds)
         and per validation (``kind=val``: ``val_nll``) to this file, flushed as it goes.
     """
-    if num_epochs < 0 or batch_size < 1 or lr <= 0 or warmup_steps < 0:
+    if num_epochs < 0 or batch_size < 1 or not 0 < lr < math.inf or warmup_steps < 0:
         raise ValueError(
-            f"fit: need num_epochs >= 0, batch_size >= 1, lr > 0, warmup_steps >= 0; got num_epochs={num_epochs}, "
-            f"batch_size={batch_size}, lr={lr}, warmup_steps={warmup_steps}"
+            f"fit: need num_epochs >= 0, batch_size >= 1, 0 < lr < inf, warmup_steps >= 0; got "
+            f"num_epochs={num_epochs}, batch_size={batch_size}, lr={lr}, warmup_steps={warmup_steps}"
         )
     if warmup_steps and not hasattr(pair, "warmup_guide"):
         raise ValueError(f"fit: warmup_steps={warmup_steps} but {type(pair).__name__} has no warmup_guide")

@@ -69,7 +69,7 @@ from pyro_attention.data.text import (
     read_lines,
     read_parallel,
 )
-from pyro_attention.data.translation import TranslationBatch
+from pyro_attention.data.translation import SPECIALS, TranslationBatch
 from pyro_attention.inference.distributed import (
     DataParallelSVI,
     broadcast_object,
@@ -604,11 +604,28 @@ def load_corpora(config: TranslationConfig, log: Log | None = _log, test: bool =
 
 
 def build_vocabs(config: TranslationConfig, train: Split) -> tuple[Vocab, Vocab]:
-    """Source and target :class:`~pyro_attention.data.Vocab` of the training side (``min_freq``, ``max_vocab``)."""
-    return (
-        Vocab.build(train.source, config.min_freq, config.max_vocab),
-        Vocab.build(train.target, config.min_freq, config.max_vocab),
-    )
+    """Source and target :class:`~pyro_attention.data.Vocab` of the training side (``min_freq``, ``max_vocab``).
+
+    :raises ValueError: when a vocabulary would hold no word at all (only ``<pad> <unk> <s> </s>``): every token
+        would be ``<unk>``.
+    """
+    vocabs = (Vocab.build(train.source, config.min_freq, config.max_vocab),
+              Vocab.build(train.target, config.min_freq, config.max_vocab))
+    for side, vocab in zip(("source", "target"), vocabs, strict=True):
+        if len(vocab) <= len(SPECIALS):
+            raise ValueError(
+                f"min_freq: no {side} word of {train.description} occurs {config.min_freq} times or more, so the "
+                f"{side} vocabulary would hold only {list(SPECIALS)} and every token would be <unk>; lower "
+                f"--min-freq (the most frequent {side} word occurs {_top_count(getattr(train, side))} times)"
+            )
+    return vocabs
+
+
+def _top_count(sentences: list[list[str]]) -> int:
+    from collections import Counter
+
+    counts = Counter(token for sentence in sentences for token in sentence)
+    return max(counts.values(), default=0)
 
 
 def make_batches(split: Split, src_vocab: Vocab, tgt_vocab: Vocab, batch_size: int) -> list[TranslationBatch]:
@@ -993,6 +1010,52 @@ def train(
         ``last.pt`` written with the position in the epoch, and the run resumes exactly from there with
         ``resume=True``.  A second signal abandons the step at once (the previous ``last.pt`` is intact).
     """
+    rank = init_from_env()[0]
+    with _run_lock(config.out_dir) if rank == 0 else contextlib.nullcontext():
+        return _train(config, progress, resume=resume, overwrite=overwrite, log=log)
+
+
+@contextlib.contextmanager
+def _run_lock(out: Path):  # noqa: ANN202 - a context manager
+    """Hold ``out/.lock`` (``flock``, released when the process ends, however it ends) while training writes to
+    ``out``; a second writer is refused with the holder's PID."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX: no lock
+        yield
+        return
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        handle = open(out / ".lock", "a+", encoding="utf-8")
+    except OSError as e:
+        raise OSError(f"{out}: cannot create the run folder's lock file ({e.strerror or e})") from None
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown"
+            raise FileExistsError(
+                f"{out} is being written by another training process (PID {holder}, lock {out / '.lock'}); wait for "
+                "it to finish, stop it, or use another --out"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        yield
+    finally:
+        handle.close()  # releases the lock
+
+
+def _train(
+    config: TranslationConfig,
+    progress: bool,
+    *,
+    resume: bool,
+    overwrite: bool,
+    log: Log | None,
+) -> TrainResult:
     rank, world_size = init_from_env()
     log = (log or (lambda _: None)) if rank == 0 else (lambda _: None)  # only process 0 logs and writes
     if config.threads:
@@ -1399,6 +1462,11 @@ def translate_lines(
     """
     from pyro_attention.metrics import detokenize
 
+    if isinstance(lines, (str, bytes)):
+        raise TypeError(
+            f"translate_lines: lines must be a list (or other iterable) of sentences, got one {type(lines).__name__} "
+            f"{lines[:40]!r}; wrap a single sentence in a list: [{lines[:40]!r}]"
+        )
     ckpt = _as_checkpoint(checkpoint)
     rule = _default_rule(ckpt.pair, rule)
     split = _tokenizer(tokenize, ckpt.config.src)

@@ -162,6 +162,19 @@ def _run() -> Path:
     return out
 
 
+def _busy_folder() -> None:
+    """Train into a folder whose lock another writer (here: this process, through its own open file) holds."""
+    import fcntl
+
+    out = _path("busy")
+    out.mkdir(exist_ok=True)
+    with open(out / ".lock", "w") as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        holder.write("4242\n")
+        holder.flush()
+        train(_config(out=str(out)), progress=False, log=None)
+
+
 def _cli(*argv: str) -> None:
     """Run the command line; its exit becomes ``SystemExit("exit status N: <the last line on stderr>")`` (the
     ``error:`` line; argparse prints the usage before it)."""
@@ -994,6 +1007,34 @@ CATALOGUE: list[Mistake] = [
         lambda: perplexity(-3.0, 0),
         ValueError, r"perplexity needs a positive token count, got 0",
         "Count the real target tokens (`target_mask.sum()`).",
+    ),
+    Mistake(
+        "fit-infinite-lr", SIZES, "training with an infinite learning rate (it returned all-NaN weights)",
+        lambda: fit(SoftAttention(_region()[0]), [_region()[1]], lr=float("inf"), progress=False),
+        ValueError, r"fit: need .*0 < lr < inf.*lr=inf",
+        "Use a finite learning rate > 0 (1e-3 to 3e-3 is typical).",
+    ),
+    Mistake(
+        "translate-lines-string", TENSORS, "`translate_lines` given one string instead of a list of sentences (it "
+        "translated each character)",
+        lambda: translate_lines(_run(), "3 4 5"),
+        TypeError, r"translate_lines: lines must be a list .* got one str '3 4 5'; wrap a single sentence in a list",
+        "Pass a list of sentences: `translate_lines(ckpt, [\"3 4 5\"])`.",
+    ),
+    Mistake(
+        "min-freq-empties-vocabulary", VOCAB, "a `--min-freq` so high that a vocabulary holds only the specials (it "
+        "trained a model of `<unk>`s)",
+        lambda: train(_config(out=str(_path("minfreq")), min_freq=1000), progress=False, log=None),
+        ValueError, r"min_freq: no source word of synthetic train .* occurs 1000 times or more.*lower --min-freq "
+        r"\(the most frequent source word occurs \d+ times\)",
+        "Lower `--min-freq` below the count the message gives.",
+    ),
+    Mistake(
+        "run-folder-busy", CKPT, "a second `train` into a folder another process is training into (they interleaved "
+        "last.pt, best.pt and history.csv)",
+        lambda: _busy_folder(),
+        FileExistsError, r"is being written by another training process \(PID 4242, lock .*\.lock\)",
+        "Wait for the other run, stop it, or use another `--out`.",
     ),
     Mistake(
         "alignment-probs-shape", SIZES, "alignment probabilities of the wrong rank for link extraction",

@@ -66,7 +66,7 @@ def test_two_processes_match_one_over_the_same_global_batches(tmp_path, model):
     assert one.keys() == two.keys()
     for key in one:
         assert torch.allclose(one[key], two[key], atol=1e-4, rtol=0), key
-    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == ["best.pt", "history.csv", "last.pt"]
+    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == [".lock", "best.pt", "history.csv", "last.pt"]
     state = torch.load(tmp_path / "two" / "last.pt", weights_only=True)
     assert state["world_size"] == 2 and len(state["rng_ranks"]) == 2
 

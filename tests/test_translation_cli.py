@@ -56,7 +56,7 @@ def test_train_two_steps(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "dropped 0 of 16 pairs longer than 50" in printed
     assert "validation NLL/token" in printed and "PPL" in printed
-    assert {p.name for p in out.iterdir()} == {"last.pt", "best.pt", "history.csv"}
+    assert {p.name for p in out.iterdir()} == {"last.pt", "best.pt", "history.csv", ".lock"}
     state = torch.load(out / "last.pt", weights_only=True)
     assert state["format"] == CHECKPOINT_FORMAT
     for key in (
@@ -493,3 +493,21 @@ def test_a_second_signal_abandons_the_step(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt, match="second SIGINT: abandoned"):
         train(config, progress=False, log=None)
     assert not (tmp_path / "r" / "last.pt").exists()  # nothing half-written
+
+
+def test_a_second_writer_into_the_same_folder_is_refused_with_the_holders_pid(tmp_path):
+    """While one process trains into --out, another is refused (naming the holder); after it, the folder is free."""
+    import fcntl
+
+    out = tmp_path / "busy"
+    out.mkdir()
+    with open(out / ".lock", "w") as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        holder.write("4242\n")
+        holder.flush()
+        config = TranslationConfig.from_dict(dict(train_size=16, val_size=8, batch_size=8, embedding=8, encoder=8,
+                                                  decoder=16, attention=8, epochs=1, out=str(out)))
+        # flock is per open file description: this process's second open is refused like another process's
+        with pytest.raises(FileExistsError, match=r"being written by another training process \(PID 4242"):
+            train(config, progress=False, log=None)
+    assert train(config, progress=False, log=None).epoch == 1
