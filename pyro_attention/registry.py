@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ast
 import inspect
+import types
+import typing
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -70,13 +72,44 @@ def check_estimator(name: str, estimator: str | None) -> str | None:
 
 
 def check_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
-    """``options`` if every key is a constructor option of pair ``name``; else ``ValueError`` listing them."""
+    """``options`` if every key is a constructor option of pair ``name`` and every value has the type the
+    constructor declares (an ``int`` is a ``float`` too; ``bool`` is neither); else ``ValueError`` naming it."""
     allowed = pair_options(name)
     unknown = [k for k in options if k not in allowed]
     if unknown:
         listed = ", ".join(f"{k}={v!r}" for k, v in allowed.items()) or "none"
         raise ValueError(f"pair {name!r} has no option {', '.join(map(repr, unknown))}; its options: {listed}")
+    hints = typing.get_type_hints(_pair_class(name).__init__)
+    for key, value in options.items():
+        hint = hints.get(key)
+        if hint is not None and not _has_type(value, hint):
+            raise ValueError(
+                f"pair {name!r}: option {key}={value!r} must be {_type_name(hint)}, got {type(value).__name__} "
+                f"(default {allowed[key]!r})"
+            )
     return dict(options)
+
+
+def _has_type(value: Any, hint: Any) -> bool:
+    """Whether ``value`` fits the annotation ``hint`` (plain classes, ``X | None``; others are not checked)."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return any(_has_type(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(hint, type):
+        return isinstance(value, hint)
+    return True
+
+
+def _type_name(hint: Any) -> str:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(hint))
+    return "None" if hint is type(None) else getattr(hint, "__name__", str(hint))
 
 
 def make_pair(

@@ -1009,6 +1009,13 @@ CATALOGUE: list[Mistake] = [
         "Count the real target tokens (`target_mask.sum()`).",
     ),
     Mistake(
+        "option-wrong-type", CONFIG, "a pair option of the wrong type (`--option kl_scale=abc`; it reached the pair "
+        "untyped and failed inside it)",
+        lambda: _cli("train", "--model", "gaussian", "--option", "kl_scale=abc", "--quiet"),
+        SystemExit, r"exit status 2: .*option kl_scale='abc' must be float, got str \(default 1.0\)",
+        "Give a value of the type named (`--option kl_scale=0.01`).",
+    ),
+    Mistake(
         "fit-infinite-lr", SIZES, "training with an infinite learning rate (it returned all-NaN weights)",
         lambda: fit(SoftAttention(_region()[0]), [_region()[1]], lr=float("inf"), progress=False),
         ValueError, r"fit: need .*0 < lr < inf.*lr=inf",
