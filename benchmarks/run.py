@@ -675,20 +675,8 @@ def main(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, A
     result["command"] = " ".join(["python benchmarks/run.py", *(argv or [])])
     result["large_repeats"] = args.large_repeats
     try:
-        result["machine"] = {
-            "device": str(args.device),
-            "device_name": torch.cuda.get_device_name(args.device) if args.device.type == "cuda" else "cpu",
-            "threads": torch.get_num_threads(),
-            "torch": torch.__version__,
-            "pyro": pyro.__version__,
-            "python": platform.python_version(),
-            "processor": platform.processor() or platform.machine(),
-        }
-        result["memory_method"] = (
-            "torch.cuda.max_memory_allocated above the allocation at the step's start"
-            if args.device.type == "cuda"
-            else "CPU: peak bytes of tensor storages allocated during the step, tracked by a TorchDispatchMode"
-        )
+        result["machine"] = _machine(args)
+        result["memory_method"] = _memory_method(args.device)
         print(f"benchmarks/run.py ({mode}): device {args.device}, {torch.get_num_threads()} thread(s)", flush=True)
         shapes = [(256, 256, 256)] if args.tiny else [(2048, 2048, 2048), (4096, 256, 10_000)]
         result["matmul"] = matmul_rate(args.device, shapes)
@@ -737,6 +725,12 @@ def _machine(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _memory_method(device: torch.device) -> str:
+    if device.type == "cuda":
+        return "torch.cuda.max_memory_allocated above the allocation at the step's start"
+    return "CPU: peak bytes of tensor storages allocated during the step, tracked by a TorchDispatchMode"
+
+
 def main_outputs(args: argparse.Namespace, argv: list[str] | None, started: float) -> dict[str, Any]:
     """``--outputs``: the output-layer section alone, written to ``performance-outputs.json`` and its block."""
     args.device = torch.device(args.device)
@@ -748,10 +742,7 @@ def main_outputs(args: argparse.Namespace, argv: list[str] | None, started: floa
     old_threads = torch.get_num_threads()
     try:
         result["machine"] = _machine(args)
-        result["memory_method"] = (
-            "torch.cuda.max_memory_allocated above the allocation at the step's start" if args.device.type == "cuda"
-            else "CPU: tensor storages allocated during the step, tracked by a TorchDispatchMode"
-        )
+        result["memory_method"] = _memory_method(args.device)
         print(f"benchmarks/run.py (outputs): device {args.device}, threads {args.output_threads}", flush=True)
         result["outputs"] = run_outputs(args, sizes, repeats, warmup)
     finally:

@@ -151,3 +151,19 @@ def test_tensor_memory_tracker():
         del v
     assert tracker.peak == 2 * 256 * 256 * 4
     assert tracker.current == 0
+
+
+def test_run_outputs_section_tiny(tmp_path, capsys) -> None:
+    """``run.py --outputs``: every pair on both output layers, per thread count, into its own JSON and block."""
+    run = _load("run")
+    argv = ["--outputs", "--tiny", "--full", "--repeats", "1", "--large-repeats", "1", "--output-threads", "1",
+            "--out", str(tmp_path)]
+    result = run.main(run.make_parser().parse_args(argv), argv)
+    assert set(result["outputs"]) == {"multi30k@1", "large@1"}
+    for r in result["outputs"].values():
+        assert set(r["times"]) == {f"{o}/{p}" for o in run.OUTPUT_LAYERS for p in run.OUTPUT_PAIRS}
+        assert all(math.isfinite(t) and t > 0 for t in r["times"].values())
+    saved = json.loads((tmp_path / "performance-outputs.json").read_text())
+    assert saved["mode"] == "outputs"
+    block = (tmp_path / "performance.md").read_text()
+    assert "<!-- benchmark:outputs:begin -->" in block and "| product /soft |" in block
