@@ -18,7 +18,8 @@ It computes Pyro's update: with the gradient clamped elementwise to ``[-clip_nor
 which is torch's Adam, ``lr / (1 - beta_1^k) * m / (sqrt(v) / sqrt(1 - beta_2^k) + eps')``, with
 ``eps' = eps / sqrt(1 - beta_2^k)``: parameters are grouped by step count ``k`` (and hyper-parameters) and each
 group gets its ``eps'``.  Values equal Pyro's up to float rounding (tested); ``lrd`` decays every group's ``lr``
-at every step as Pyro's does.  Options the fused kernel lacks (``centered_variance``) fall back to Pyro's step.
+at every step as Pyro's does.  Options the fused kernel lacks (``centered_variance``, sparse gradients, devices
+other than CPU and CUDA) and torch < 2.4 fall back to Pyro's step.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ import torch
 from pyro.optim import PyroOptim
 from pyro.optim.clipped_adam import ClippedAdam as TorchClippedAdam
 from pyro.optim.optim import _load_state_dict
+from torch.torch_version import TorchVersion
+
+#: torch's fused Adam kernel runs on CPU tensors from torch 2.4 on
+_FUSED_CPU = hasattr(torch, "_fused_adam_") and TorchVersion(torch.__version__) >= "2.4"
 
 
 class FusedClippedAdam(PyroOptim):
@@ -43,7 +48,7 @@ class FusedClippedAdam(PyroOptim):
 
     def __call__(self, params: Any, *args: Any, **kwargs: Any) -> None:
         params = list(params)
-        if not hasattr(torch, "_fused_adam_"):  # pragma: no cover - torch < 2.4
+        if not _FUSED_CPU:  # pragma: no cover - torch < 2.4 has no fused Adam on the CPU
             return super().__call__(params, *args, **kwargs)
         groups: dict[tuple, list[torch.Tensor]] = defaultdict(list)
         fallback = []
@@ -56,7 +61,8 @@ class FusedClippedAdam(PyroOptim):
             group["lr"] *= group["lrd"]  # as ClippedAdam.step does, whether or not the parameter has a gradient
             if p.grad is None:
                 continue
-            if group.get("centered_variance") or len(optimizer.param_groups) != 1 or p.grad.is_sparse:
+            if (group.get("centered_variance") or len(optimizer.param_groups) != 1 or p.grad.is_sparse
+                    or p.device.type not in ("cpu", "cuda")):
                 group["lr"] /= group["lrd"]  # Pyro's own step applies it
                 fallback.append(p)
                 continue

@@ -69,3 +69,12 @@ def test_state_round_trip_continues_identically():
         p.grad = gr.clone()
     resumed(params)
     assert all(torch.equal(p, u) for p, u in zip(params, uninterrupted, strict=True))
+
+
+def test_without_the_fused_kernel_it_is_pyros_step(monkeypatch):
+    import pyro_attention.inference.optim as module
+
+    want, _ = _run(ClippedAdam)
+    monkeypatch.setattr(module, "_FUSED_CPU", False)
+    got, _ = _run(FusedClippedAdam)
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
