@@ -63,7 +63,7 @@ Log = Callable[[str], None]
 ROW_FIELDS = (
     "label", "pair", "estimator", "output", "attention_type", "train_pairs", "val_ppl", "test_ppl", "ppl_exact",
     "ppl_method", "bleu", "bleu_signature", "bleu_tok_none", "bleu_kmax5", "prior_entropy", "epochs", "best_epoch",
-    "stopped_early", "wall_s", "tokens_per_s", "device", "threads",
+    "stopped_early", "wall_s", "tokens_per_s", "device", "threads", "decode_sentences_per_s",
 )  # fmt: skip
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=,+-]*$")
 
@@ -217,6 +217,7 @@ def evaluate_row(config: TranslationConfig, folder: Path, label: str, bleu: bool
         "train_pairs": _train_pairs(config), "val_ppl": val["ppl"], "test_ppl": test["ppl"],
         "ppl_exact": bool(test["ppl_exact"]), "ppl_method": test["ppl_method"], "test_kmax5_ppl": test["kmax_ppl"],
         "bleu": None, "bleu_signature": None, "bleu_tok_none": None, "bleu_kmax5": None,
+        "decode_sentences_per_s": None,
         "prior_entropy": test["prior_entropy"], "epochs": trained["epochs"], "best_epoch": trained["best_epoch"],
         "stopped_early": trained["stopped_early"], "wall_s": trained["wall_s"],
         "tokens_per_s": trained["target_tokens"] / max(trained["wall_s"], 1e-9),
@@ -226,7 +227,9 @@ def evaluate_row(config: TranslationConfig, folder: Path, label: str, bleu: bool
         data = load_split(config, "test", size=config.test_size, references=True)
         rule = "marginal" if categorical else "soft"
         row["decode_rule"] = rule
+        started = time.perf_counter()
         hyps = _decode(ckpt, data.source, 5, rule, 5, 0.0, None, False)
+        row["decode_sentences_per_s"] = len(hyps) / max(time.perf_counter() - started, 1e-9)
         scored = metrics.bleu([metrics.detokenize(h, config.tgt) for h in hyps], data.references,
                               lowercase=config.lowercased)
         row["bleu"], row["bleu_signature"] = scored.score, scored.signature

@@ -34,7 +34,7 @@ model = "marginal"
 output = "product"
 attention_type = "general"
 """
-TIMING = {"wall_s", "tokens_per_s"}
+TIMING = {"wall_s", "tokens_per_s", "decode_sentences_per_s"}
 
 
 def _write(tmp_path: Path, text: str = TINY) -> Path:
