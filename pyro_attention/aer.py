@@ -182,20 +182,74 @@ def union(a, b):
     return [set(x) | set(y) for x, y in zip(a, b, strict=True)]
 
 
+#: the symmetrisation heuristics of :func:`symmetrize`
+SYMMETRIZATIONS = ("intersection", "union", "grow-diag", "grow-diag-final", "grow-diag-final-and")
+_NEIGHBOURS = ((-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1))
+
+
+def grow_diag(forward: set, backward: set, final: str | None = None) -> set:
+    """Koehn et al. (2005)'s heuristics on one sentence pair's ``(source, target)`` link sets.
+
+    Start from ``forward ∩ backward``; *grow-diag*: sweep over the current links in sorted order and add every
+    link of ``forward ∪ backward`` that neighbours one of them (horizontally, vertically or diagonally) and whose
+    source or target word is still unaligned, until a sweep adds nothing.  ``final="or"`` (*grow-diag-final*):
+    then add the remaining links of ``forward``, then of ``backward`` (each in sorted order), whose source *or*
+    target word is unaligned; ``final="and"`` (*grow-diag-final-and*): whose source *and* target word are.
+    """
+    if final not in (None, "or", "and"):
+        raise ValueError(f"grow_diag: final must be None, 'or' or 'and', got {final!r}")
+    links = set(forward) & set(backward)
+    both = set(forward) | set(backward)
+    src = {s for s, _ in links}
+    tgt = {t for _, t in links}
+
+    def add(link: tuple[int, int]) -> None:
+        links.add(link)
+        src.add(link[0])
+        tgt.add(link[1])
+
+    grown = True
+    while grown:
+        grown = False
+        for s, t in sorted(links):
+            for ds, dt in _NEIGHBOURS:
+                new = (s + ds, t + dt)
+                if new in both and new not in links and (new[0] not in src or new[1] not in tgt):
+                    add(new)
+                    grown = True
+    if final is not None:
+        for side in (forward, backward):
+            for new in sorted(side):
+                free = (new[0] not in src, new[1] not in tgt)
+                if new not in links and (any(free) if final == "or" else all(free)):
+                    add(new)
+    return links
+
+
 def symmetrize(forward, backward, method: str = "intersection"):
     """Combine the links of the two translation directions.
 
     Convention: ``forward`` comes from the source -> target model and holds ``(source_pos, target_pos)`` links;
     ``backward`` comes from the model of the reverse direction (the target language as *its* source), so its
     links are ``(target_pos, source_pos)``, exactly as :func:`links_from_probs` returns them for that model.
-    ``backward`` is inverted to ``(source_pos, target_pos)`` and then intersected with ``forward`` (high
-    precision), or united with it (``method="union"``, high recall).
+    ``backward`` is inverted to ``(source_pos, target_pos)`` and then combined with ``forward`` by ``method``, one
+    of :data:`SYMMETRIZATIONS`: ``"intersection"`` (high precision), ``"union"`` (high recall), or Koehn et al.
+    (2005)'s ``"grow-diag"``, ``"grow-diag-final"`` and ``"grow-diag-final-and"`` (:func:`grow_diag`).
 
     Works on one pair (two link sets) or a corpus (two equally long sequences of link sets).
     """
-    if method not in ("intersection", "union"):
-        raise ValueError(f"symmetrize: unknown method {method!r}; allowed: 'intersection', 'union'")
-    combine = intersect if method == "intersection" else union
+    if method not in SYMMETRIZATIONS:
+        raise ValueError(f"symmetrize: unknown method {method!r}; allowed: {', '.join(map(repr, SYMMETRIZATIONS))}")
+    final = {"grow-diag": None, "grow-diag-final": "or", "grow-diag-final-and": "and"}
+    if method in final:
+        def combine(a, b):  # noqa: ANN001, ANN202 - link sets or sequences of them
+            if _is_link_set(a):
+                return grow_diag(a, b, final[method])
+            if len(a) != len(b):
+                raise ValueError(f"symmetrize: {len(a)} and {len(b)} alignments")
+            return [grow_diag(x, y, final[method]) for x, y in zip(a, b, strict=True)]
+    else:
+        combine = intersect if method == "intersection" else union
     if _is_link_set(backward):
         return combine(forward, invert(backward))
     return combine(forward, [invert(x) for x in backward])

@@ -11,7 +11,8 @@ precision and recall (Och & Ney 2003, :mod:`pyro_attention.aer`):
 * ``soft``: the attention weights of a :class:`~pyro_attention.models.SoftAttention` model.
 
 With ``both_directions`` a second set of models is trained target -> source and each source's links are also
-reported for the reverse direction and for the intersection of the two (the usual symmetrisation).
+reported for the reverse direction and for every symmetrisation of the two (intersection, union, grow-diag,
+grow-diag-final, grow-diag-final-and: :data:`pyro_attention.aer.SYMMETRIZATIONS`).
 
 Corpora (from ``--data-dir`` / ``$PYRO_ATTENTION_DATA``): ``enfr`` -- English-French Hansards (NAACL 2003; 447
 pairs, 1-indexed Pharaoh with possible links), extra text Multi30k en-fr train; ``csen`` -- Czech-English WSJ
@@ -28,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from pyro_attention.aer import AERResult, alignment_error_rate, links_from_probs, symmetrize
+from pyro_attention.aer import SYMMETRIZATIONS, AERResult, alignment_error_rate, links_from_probs, symmetrize
 from pyro_attention.data.alignments import GoldAlignments, read_bitext, read_naacl, read_pharaoh
 from pyro_attention.data.text import data_dir as resolve_data_dir
 from pyro_attention.data.text import multi30k_paths, read_parallel
@@ -204,8 +205,9 @@ def run_align(config: AlignConfig, log: Callable[[str], None] = print) -> list[A
                 reverse = backward[name]
                 inverted = [{(s, t) for t, s in links} for links in reverse]
                 rows.append(AlignRow(model, label, "reverse", alignment_error_rate(inverted, corpus.gold)))
-                both = symmetrize(predicted, reverse)
-                rows.append(AlignRow(model, label, "intersection", alignment_error_rate(both, corpus.gold)))
+                for method in SYMMETRIZATIONS:
+                    both = symmetrize(predicted, reverse, method)
+                    rows.append(AlignRow(model, label, method, alignment_error_rate(both, corpus.gold)))
     return rows
 
 

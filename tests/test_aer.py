@@ -251,7 +251,7 @@ def test_symmetrize_intersect_union():
     with pytest.raises(ValueError, match="1 and 2 alignments"):
         intersect([set()], [set(), set()])
     with pytest.raises(ValueError, match="unknown method"):
-        symmetrize(forward, backward, method="grow-diag")
+        symmetrize(forward, backward, method="grow")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -332,3 +332,47 @@ def test_real_cs_en_swapped_naacl(gold_dir):
     assert sum(len(g.possible_only) for g in gold) == 4510
     # The first column is English: read unswapped, links fall outside the (Czech) source sentences.
     assert read_naacl(folder / "czen.wal", source_lengths=czech, target_lengths=english).report
+
+
+def _inv(links):
+    return {(t, s) for s, t in links}
+
+
+def test_grow_diag_adds_union_neighbours_of_unaligned_words_only():
+    # one grid (source rows 0..3, target columns 0..3); forward F and the reverse model's links, inverted
+    #        t: 0 1 2 3            F = {(0,0), (1,1), (2,1), (0,1), (3,3)}
+    #   s 0:   F B F .             B = {(0,0), (1,1), (1,2)}
+    #   s 1:   . F B B             F ∩ B = {(0,0), (1,1)}
+    #   s 2:   . F . .
+    #   s 3:   . . . F
+    forward = {(0, 0), (1, 1), (2, 1), (0, 1), (3, 3)}
+    backward = {(0, 0), (1, 1), (1, 2)}
+    # grow-diag: (2,1) and (1,2) neighbour (1,1) and bring a new source / target word; (0,1) neighbours too but
+    # both its words are aligned; (3,3) neighbours nothing aligned
+    assert symmetrize(forward, _inv(backward), "grow-diag") == {(0, 0), (1, 1), (2, 1), (1, 2)}
+    # final: (3,3) aligns two unaligned words, so both final variants add it; (0,1) joins two aligned words
+    want = {(0, 0), (1, 1), (2, 1), (1, 2), (3, 3)}
+    assert symmetrize(forward, _inv(backward), "grow-diag-final") == want
+    assert symmetrize(forward, _inv(backward), "grow-diag-final-and") == want
+
+
+def test_final_or_against_final_and():
+    # (3,0): source word 3 unaligned, target word 0 aligned: grow-diag-final adds it, grow-diag-final-and does not
+    forward, backward = {(0, 0), (2, 2), (3, 0)}, {(0, 0), (2, 2)}
+    assert symmetrize(forward, _inv(backward), "grow-diag") == {(0, 0), (2, 2)}
+    assert symmetrize(forward, _inv(backward), "grow-diag-final") == {(0, 0), (2, 2), (3, 0)}
+    assert symmetrize(forward, _inv(backward), "grow-diag-final-and") == {(0, 0), (2, 2)}
+    # a chain grows link by link from the intersection along the union's diagonal
+    chain_f, chain_b = {(0, 0), (1, 1), (2, 2), (3, 3)}, {(0, 0)}
+    assert symmetrize(chain_f, _inv(chain_b), "grow-diag") == chain_f
+    # sequences of sentence pairs, and the heuristics between intersection and union
+    pairs = symmetrize([forward, chain_f], [_inv(backward), _inv(chain_b)], "grow-diag-final")
+    assert pairs == [{(0, 0), (2, 2), (3, 0)}, chain_f]
+    for f, b in ((forward, backward), (chain_f, chain_b)):
+        inter, uni = symmetrize(f, _inv(b)), symmetrize(f, _inv(b), "union")
+        for method in ("grow-diag", "grow-diag-final", "grow-diag-final-and"):
+            assert inter <= symmetrize(f, _inv(b), method) <= uni
+    with pytest.raises(ValueError, match="final must be None, 'or' or 'and'"):
+        from pyro_attention.aer import grow_diag
+
+        grow_diag(set(), set(), "maybe")

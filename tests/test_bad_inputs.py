@@ -570,9 +570,10 @@ CATALOGUE: list[Mistake] = [
     ),
     Mistake(
         "unknown-symmetrize-method", NAMES, "an unknown symmetrisation heuristic",
-        lambda: symmetrize([{(0, 0)}], [{(0, 0)}], "grow-diag"),
-        ValueError, r"symmetrize: unknown method 'grow-diag'; allowed: 'intersection', 'union'",
-        "Use `intersection` or `union`.",
+        lambda: symmetrize([{(0, 0)}], [{(0, 0)}], "grow-diagonal"),
+        ValueError, r"symmetrize: unknown method 'grow-diagonal'; allowed: 'intersection', 'union', 'grow-diag', "
+        r"'grow-diag-final', 'grow-diag-final-and'",
+        "Use one of the listed heuristics.",
     ),
     Mistake(
         "kmax-non-categorical", NAMES, "K-max likelihood of a pair without a categorical alignment",
