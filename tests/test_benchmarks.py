@@ -167,3 +167,11 @@ def test_run_outputs_section_tiny(tmp_path, capsys) -> None:
     assert saved["mode"] == "outputs"
     block = (tmp_path / "performance.md").read_text()
     assert "<!-- benchmark:outputs:begin -->" in block and "| product /soft |" in block
+
+
+def test_micro_tiny(capsys) -> None:
+    micro = _load("micro")
+    result = micro.main(micro.make_parser().parse_args(["--tiny", "--repeats", "2"]))
+    assert set(result) == {"log_prob", "optimiser", "matmul"}
+    assert all(t > 0 for section in result.values() for t in section.values())
+    assert "FusedClippedAdam" in capsys.readouterr().out
