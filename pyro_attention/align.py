@@ -37,6 +37,10 @@ from pyro_attention.data.translation import collate
 from pyro_attention.inference import alignment_posterior
 
 CORPORA = ("enfr", "csen")
+#: ``--links-format`` values: Pharaoh ``i-j`` / ``ipj`` 0- or 1-indexed, NAACL ``SNUM i j [S|P]``
+LINK_FORMATS = ("pharaoh0", "pharaoh1", "naacl")
+#: ``--links-order``: which side a link's first number counts on
+LINK_ORDERS = ("source-target", "target-source")
 
 
 @dataclass
@@ -59,10 +63,36 @@ class AlignConfig:
     threads: int = 1
     out: str = "runs/align"
     models: list[str] = field(default_factory=lambda: ["soft", "variational"])
+    #: a user's gold set instead of ``corpus``: ``source ||| target`` lines (``gold_text``) or two parallel files
+    gold_text: str | None = None
+    gold_src: str | None = None
+    gold_tgt: str | None = None
+    gold_links: str | None = None
+    links_format: str = "pharaoh1"
+    links_order: str = "source-target"
+    #: unlabelled training text besides the gold sentences (two parallel files), instead of Multi30k
+    extra_src: str | None = None
+    extra_tgt: str | None = None
+    lowercase: bool = True
 
     def __post_init__(self) -> None:
         if self.corpus not in CORPORA:
             raise ValueError(f"corpus must be one of {CORPORA}, got {self.corpus!r}")
+        if self.links_format not in LINK_FORMATS:
+            raise ValueError(f"links_format must be one of {', '.join(LINK_FORMATS)}, got {self.links_format!r}")
+        if self.links_order not in LINK_ORDERS:
+            raise ValueError(f"links_order must be one of {', '.join(LINK_ORDERS)}, got {self.links_order!r}")
+        own = (self.gold_text, self.gold_src, self.gold_tgt, self.gold_links)
+        if any(x is not None for x in own):
+            if self.gold_links is None:
+                raise ValueError("gold_links: a user's gold set needs the links file (--gold-links)")
+            if (self.gold_text is None) == (self.gold_src is None and self.gold_tgt is None):
+                raise ValueError("gold_text / gold_src + gold_tgt: give the sentence pairs either as one 'source ||| "
+                                 "target' file (--gold-text) or as two parallel files (--gold-src and --gold-tgt)")
+            if self.gold_text is None and (self.gold_src is None or self.gold_tgt is None):
+                raise ValueError("gold_src / gold_tgt: two parallel files need both --gold-src and --gold-tgt")
+        if (self.extra_src is None) != (self.extra_tgt is None):
+            raise ValueError("extra_src / extra_tgt: extra training text needs both --extra-src and --extra-tgt")
         from pyro_attention.registry import ALL_PAIRS
 
         unknown = [m for m in self.models if m not in ALL_PAIRS]
@@ -84,8 +114,59 @@ def _lower(sentences: list[list[str]]) -> list[list[str]]:
     return [[w.lower() for w in s] for s in sentences]
 
 
+def load_user_gold(config: AlignConfig, log: Callable[[str], None] = print) -> GoldCorpus:
+    """A user's gold set (``gold_text`` or ``gold_src`` + ``gold_tgt``, ``gold_links`` in ``links_format`` and
+    ``links_order``) and extra text (``extra_src`` / ``extra_tgt``; none without them).
+
+    :raises ValueError: naming the file (and line) for unequal line counts, malformed lines or links; links
+        outside a sentence are reported and dropped.
+    """
+    if config.gold_text is not None:
+        source, target = read_bitext(config.gold_text)
+        where = config.gold_text
+    else:
+        source, target = _read_side(config.gold_src), _read_side(config.gold_tgt)
+        if len(source) != len(target):
+            raise ValueError(f"{config.gold_src} has {len(source)} sentences but {config.gold_tgt} has {len(target)}: "
+                             "the two sides must be line-aligned")
+        where = f"{config.gold_src} / {config.gold_tgt}"
+    swap = config.links_order == "target-source"
+    if config.links_format == "naacl":
+        gold = read_naacl(config.gold_links, num_pairs=len(source), swap=swap, source_lengths=source,
+                          target_lengths=target)
+    else:
+        first, second = (target, source) if swap else (source, target)
+        gold = read_pharaoh(config.gold_links, one_indexed=config.links_format == "pharaoh1",
+                            source_lengths=first, target_lengths=second)
+        if swap:  # the file's (target, source) links as (source, target)
+            gold = GoldAlignments([g.inverted() for g in gold], gold.report, gold.path)
+    for dropped in gold.report:
+        log(f"gold: dropped {dropped}")
+    extra_src, extra_tgt = [], []
+    if config.extra_src is not None:
+        extra = read_parallel(config.extra_src, config.extra_tgt, max_len=config.max_len)
+        extra_src, extra_tgt = extra.source, extra.target
+    lower = _lower if config.lowercase else (lambda x: x)
+    return GoldCorpus(lower(source), lower(target), gold, lower(extra_src), lower(extra_tgt),
+                      f"user gold set {where} ({config.links_format}, {config.links_order})")
+
+
+def _read_side(path: str | None) -> list[list[str]]:
+    from pyro_attention.data.text import read_lines
+
+    out = []
+    for number, line in enumerate(read_lines(path), start=1):
+        tokens = line.split()
+        if not tokens:
+            raise ValueError(f"{path}:{number}: empty sentence (every line of a gold set must hold one)")
+        out.append(tokens)
+    return out
+
+
 def load_gold_corpus(config: AlignConfig, log: Callable[[str], None] = print) -> GoldCorpus:
     """The gold sentence pairs, their links (out-of-range links reported and dropped) and the extra text."""
+    if config.gold_links is not None:
+        return load_user_gold(config, log)
     root = resolve_data_dir(config.data_dir)
     gold_dir = root / "gold-alignments"
     if config.corpus == "enfr":

@@ -571,6 +571,7 @@ def make_parser() -> argparse.ArgumentParser:
     al.add_argument("--corpus", default="enfr", choices=["enfr", "csen"])
     al.add_argument("--data-dir", default=None, help="data folder (default: $PYRO_ATTENTION_DATA)")
     al.add_argument("--extra-size", type=_int_at_least(0), default=5000, help="extra Multi30k training pairs")
+    from pyro_attention.align import LINK_FORMATS, LINK_ORDERS
     from pyro_attention.registry import ALL_PAIRS
 
     al.add_argument("--models", nargs="+", default=["soft", "variational"], choices=tuple(ALL_PAIRS))
@@ -580,7 +581,23 @@ def make_parser() -> argparse.ArgumentParser:
     al.add_argument("--max-len", type=_int_at_least(1), default=60)
     for name, default in (("embedding", 64), ("encoder", 64), ("decoder", 128), ("attention", 64)):
         al.add_argument(f"--{name}", type=_int_at_least(1), default=default)
-    al.add_argument("--both-directions", action="store_true", help="also train target->source; report intersection")
+    al.add_argument("--both-directions", action="store_true",
+                    help="also train target->source; report every symmetrisation (intersection, union, grow-diag, "
+                    "grow-diag-final, grow-diag-final-and)")
+    g = al.add_argument_group("a gold set of your own (instead of --corpus)")
+    g.add_argument("--gold-text", default=None, help="'source ||| target' sentence pairs, one per line")
+    g.add_argument("--gold-src", default=None, help="the source sentences, one per line (with --gold-tgt)")
+    g.add_argument("--gold-tgt", default=None, help="the target sentences, line-aligned with --gold-src")
+    g.add_argument("--gold-links", default=None, help="the gold links, in --links-format")
+    g.add_argument("--links-format", default="pharaoh1", choices=LINK_FORMATS,
+                   help="pharaoh0 / pharaoh1: 'i-j' sure and 'ipj' possible links per line, 0- or 1-indexed; naacl: "
+                   "'SNUM i j [S|P]' per link, 1-indexed (default pharaoh1)")
+    g.add_argument("--links-order", default="source-target", choices=LINK_ORDERS,
+                   help="which sentence a link's first number counts in (default source-target)")
+    g.add_argument("--extra-src", default=None, help="more unlabelled training text, source side (with --extra-tgt)")
+    g.add_argument("--extra-tgt", default=None, help="its target side, line-aligned")
+    g.add_argument("--no-lowercase", dest="lowercase", action="store_false",
+                   help="keep the case of a gold set of your own (default: lower-case it)")
     al.add_argument("--seed", type=int, default=0)
     al.add_argument("--threads", type=_int_at_least(1), default=1)
     al.add_argument("--out", default="runs/align")

@@ -83,3 +83,95 @@ def test_align_any_pair(tmp_path):
         ("segmentation", "weights"), ("rws", "prior"), ("rws", "posterior"), ("rws", "q"),
     }
     assert all(0.0 <= r.result.aer <= 1.0 for r in rows)
+
+
+# -- a gold set of the user's own ---------------------------------------------------------------------------------
+PAIRS = ["the house is small ||| das haus ist klein", "the cat ||| die katze", "a small cat ||| eine kleine katze"]
+# 1-indexed Pharaoh, source (English) first; pair 2's "3-3" lies outside the sentence
+PHARAOH1 = ["1-1 2-2 3-3 4-4", "1-1 2-2 3-3", "1-1 2p2 3-3"]
+
+
+def _swap_to_0(link: str) -> str:
+    """A 1-indexed source-first Pharaoh link as a 0-indexed target-first one: ``2p3`` -> ``2p1``."""
+    sep = "p" if "p" in link else "-"
+    i, j = link.split(sep)
+    return f"{int(j) - 1}{sep}{int(i) - 1}"
+
+
+def _files(tmp_path: Path) -> dict[str, Path]:
+    files = {"text": tmp_path / "gold.txt", "src": tmp_path / "gold.en", "tgt": tmp_path / "gold.de",
+             "pharaoh1": tmp_path / "gold.p1", "pharaoh0-swapped": tmp_path / "gold.p0", "naacl": tmp_path / "gold.wa"}
+    files["text"].write_text("\ufeff" + "\n".join(PAIRS) + "\n", encoding="utf-8")  # with a byte-order mark
+    files["src"].write_text("".join(p.split(" ||| ")[0] + "\n" for p in PAIRS))
+    files["tgt"].write_text("".join(p.split(" ||| ")[1] + "\n" for p in PAIRS))
+    files["pharaoh1"].write_text("\n".join(PHARAOH1) + "\n")
+    swapped = [" ".join(_swap_to_0(link) for link in line.split()) for line in PHARAOH1]
+    files["pharaoh0-swapped"].write_text("\n".join(swapped) + "\n")
+    naacl = []
+    for n, line in enumerate(PHARAOH1, 1):
+        for link in line.split():
+            i, j = link.replace("p", "-").split("-")
+            naacl.append(f"{n} {j} {i} {'P' if 'p' in link else 'S'}")  # target first
+    files["naacl"].write_text("\n".join(naacl) + "\n")
+    return files
+
+
+def test_a_users_gold_set_in_every_format_reads_the_same(tmp_path):
+    from pyro_attention.align import load_user_gold
+
+    f = _files(tmp_path)
+    logs: list[str] = []
+    base = AlignConfig(gold_text=str(f["text"]), gold_links=str(f["pharaoh1"]))
+    reference = load_user_gold(base, logs.append)
+    assert reference.source[0] == ["the", "house", "is", "small"]  # the BOM is gone
+    assert reference.gold[1].sure == {(0, 0), (1, 1)} and reference.gold[2].possible_only == {(1, 1)}
+    assert any(m.startswith("gold: dropped") and "3-3" in m for m in logs)  # pair 2 has 2 words a side
+    for config in (
+        AlignConfig(gold_src=str(f["src"]), gold_tgt=str(f["tgt"]), gold_links=str(f["pharaoh1"])),
+        AlignConfig(gold_text=str(f["text"]), gold_links=str(f["pharaoh0-swapped"]), links_format="pharaoh0",
+                    links_order="target-source"),
+        AlignConfig(gold_text=str(f["text"]), gold_links=str(f["naacl"]), links_format="naacl",
+                    links_order="target-source"),
+    ):
+        corpus = load_user_gold(config, lambda _: None)
+        assert corpus.source == reference.source and corpus.target == reference.target
+        assert [(g.sure, g.possible) for g in corpus.gold] == [(g.sure, g.possible) for g in reference.gold]
+
+
+def test_a_users_gold_set_mistakes_name_the_file(tmp_path):
+    from pyro_attention.align import load_user_gold
+
+    f = _files(tmp_path)
+    short = tmp_path / "short.de"
+    short.write_text("das haus ist klein\ndie katze\n")
+    with pytest.raises(ValueError, match=r"gold.en has 3 sentences but .*short.de has 2"):
+        load_user_gold(AlignConfig(gold_src=str(f["src"]), gold_tgt=str(short), gold_links=str(f["pharaoh1"])))
+    blank = tmp_path / "blank.en"
+    blank.write_text("the house is small\n\na small cat\n")
+    with pytest.raises(ValueError, match=r"blank.en:2: empty sentence"):
+        load_user_gold(AlignConfig(gold_src=str(blank), gold_tgt=str(f["tgt"]), gold_links=str(f["pharaoh1"])))
+    few = tmp_path / "few.p1"
+    few.write_text("1-1\n")
+    with pytest.raises(ValueError, match="few.p1"):
+        load_user_gold(AlignConfig(gold_text=str(f["text"]), gold_links=str(few)))
+    with pytest.raises(ValueError, match="needs the links file"):
+        AlignConfig(gold_text=str(f["text"]))
+    with pytest.raises(ValueError, match="either as one 'source \\|\\|\\| target' file"):
+        AlignConfig(gold_text=str(f["text"]), gold_src=str(f["src"]), gold_tgt=str(f["tgt"]),
+                    gold_links=str(f["pharaoh1"]))
+    with pytest.raises(ValueError, match="links_format must be one of pharaoh0, pharaoh1, naacl"):
+        AlignConfig(gold_text=str(f["text"]), gold_links=str(f["pharaoh1"]), links_format="giza")
+
+
+def test_align_a_users_gold_set_from_the_command_line(tmp_path, capsys):
+    f = _files(tmp_path)
+    extra_src, extra_tgt = tmp_path / "more.en", tmp_path / "more.de"
+    extra_src.write_text("the house\nthe small house\n" * 4)
+    extra_tgt.write_text("das haus\ndas kleine haus\n" * 4)
+    code = cli.main(["align", "--gold-text", str(f["text"]), "--gold-links", str(f["pharaoh1"]),
+                     "--extra-src", str(extra_src), "--extra-tgt", str(extra_tgt), "--models", "marginal",
+                     "--epochs", "1", "--both-directions", "--out", str(tmp_path / "runs"),
+                     *[x for k, v in TINY.items() for x in (f"--{k}", str(v))]])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "user gold set" in printed and "grow-diag-final-and" in printed and "posterior" in printed
