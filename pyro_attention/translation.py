@@ -1079,8 +1079,9 @@ def _train(
         check_compatible(saved, config, src_vocab, tgt_vocab)
         changed = [k for k, v in config.to_dict().items() if saved["config"].get(k) != v and k not in ("epochs",)]
         if changed:
-            log("note: changed since the checkpoint: " + ", ".join(
-                f"{k} {saved['config'].get(k)!r} -> {getattr(config, k)!r}" for k in changed))
+            log("note: changed since the checkpoint, applied from here on: " + ", ".join(
+                f"{k} {saved['config'].get(k)!r} -> {getattr(config, k)!r}" for k in changed)
+                + (" (the learning rate restarts at the new --lr)" if "lr" in changed else ""))
     log(f"vocabularies: source {len(src_vocab)}, target {len(tgt_vocab)} (min_freq {config.min_freq}, "
         f"max_vocab {config.max_vocab})")
     train_batches = make_batches(corpora.train, src_vocab, tgt_vocab, config.batch_size)
@@ -1105,9 +1106,14 @@ def _train(
         if hasattr(pair, "set_step"):  # KL annealing continues where it stopped
             pair.set_step(step)
     broadcast_parameters()
+    if saved is not None and saved["config"].get("lr") != config.lr:
+        lr = config.lr  # a new --lr replaces the saved (possibly decayed) one
     optim = FusedClippedAdam({"lr": lr, "clip_norm": config.clip_norm})
     if optim_state is not None:
         optim.set_state(optim_state)
+        for state in optim._state_waiting_to_be_consumed.values():  # the optimiser's own copies of the settings
+            for group in state["param_groups"]:
+                group["lr"], group["clip_norm"] = lr, config.clip_norm
     elbo = pair.elbo()
     svi = DataParallelSVI(pair.model, pair.guide, optim, elbo)
     warm = DataParallelSVI(pair.model, pair.warmup_guide, optim, elbo) if config.warmup_steps else None

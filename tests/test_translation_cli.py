@@ -511,3 +511,15 @@ def test_a_second_writer_into_the_same_folder_is_refused_with_the_holders_pid(tm
         with pytest.raises(FileExistsError, match=r"being written by another training process \(PID 4242"):
             train(config, progress=False, log=None)
     assert train(config, progress=False, log=None).epoch == 1
+
+
+def test_resume_with_a_new_lr_applies_it_and_says_so(tmp_path, capsys):
+    out = tmp_path / "lr"
+    assert _train(out, "--epochs", "1", "--patience", "0") == 0
+    assert _train(out, "--epochs", "2", "--patience", "0", "--lr", "0.01", "--clip-norm", "2", "--resume") == 0
+    printed = capsys.readouterr().out
+    assert "changed since the checkpoint, applied from here on: " in printed and "lr 0.003 -> 0.01" in printed
+    state = torch.load(out / "last.pt", weights_only=True)
+    groups = [g for s in state["optim"].values() for g in s["param_groups"]]
+    assert groups and all(g["clip_norm"] == 2 for g in groups)
+    assert all(g["lr"] in (0.01, 0.01 * 0.5) for g in groups) and state["lr"] in (0.01, 0.005)
