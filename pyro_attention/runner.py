@@ -74,9 +74,9 @@ def read_experiment(path: str | os.PathLike) -> tuple[dict[str, Any], list[dict[
     :raises ValueError: naming the file and the row for a missing, duplicate or unsafe label, an unknown key
         or a bad value.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such experiment file")
+    from pyro_attention.data.text import require_file
+
+    path = require_file(path, "experiment file")
     text = path.read_text(encoding="utf-8")
     try:
         raw = json.loads(text) if path.suffix.lower() == ".json" else _toml().loads(text)

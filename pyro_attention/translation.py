@@ -68,6 +68,7 @@ from pyro_attention.data.text import (
     multi30k_paths,
     read_lines,
     read_parallel,
+    require_file,
 )
 from pyro_attention.data.translation import SPECIALS, TranslationBatch
 from pyro_attention.inference.distributed import (
@@ -370,9 +371,7 @@ def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
     :raises ValueError: for an unknown key (naming the file and listing the allowed keys), a file that is not
         a flat table, or a suffix other than ``.json`` / ``.toml``.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such config file")
+    path = require_file(path, "config file")
     suffix = path.suffix.lower()
     if suffix not in (".json", ".toml"):
         raise ValueError(f"{path}: a config file must end in .json or .toml, got {suffix or 'no suffix'!r}")

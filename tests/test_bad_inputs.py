@@ -253,6 +253,19 @@ FILES, DIRS, VOCAB, GOLD, NAMES, CONFIG, CKPT, TENSORS, SIZES = (
 CATALOGUE: list[Mistake] = [
     # -- corpus and text files -----------------------------------------------------------------------------------
     Mistake(
+        "corpus-old-mac-line-endings", FILES, "a corpus with old-Mac `\\r` line endings (it trained on 1 pair instead "
+        "of 3)",
+        lambda: read_parallel(*_parallel("mac", "ein hund\reine katze\rein haus\r", "a dog\ra cat\ra house\r")),
+        ValueError, r"mac\.src: line 1 holds a carriage return \(\\r\) inside it: the file has old-Mac line endings",
+        "Convert the line endings to `\\n` (`tr '\\r' '\\n'`).",
+    ),
+    Mistake(
+        "directory-for-a-file", FILES, "a directory given where a file belongs (it was called 'no such file')",
+        lambda: _cli("train", "--config", str(_WORK[0])),
+        SystemExit, r"exit status [12]: .*: is a directory, not a config file",
+        "Give the file inside the directory.",
+    ),
+    Mistake(
         "corpus-line-counts", FILES, "source and target files of a parallel corpus have different numbers of lines",
         lambda: read_parallel(*_parallel("counts", "ein hund\neine katze\n", "a dog\n")),
         ValueError, r"counts\.src has 2 lines, .*counts\.tgt has 1 lines",

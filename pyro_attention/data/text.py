@@ -75,13 +75,11 @@ def read_lines(path: str | os.PathLike) -> list[str]:
     file; other whitespace is kept.  Lines are split on ``\\n`` only (not on the Unicode line separators that
     ``str.splitlines`` honours), so line numbers agree with ``wc -l`` / ``sed -n``.
 
-    :raises FileNotFoundError: if the file does not exist.
-    :raises ValueError: naming the file and the 1-based line number of a line that is not valid UTF-8, or a
-        ``.gz`` file that is not gzip.
+    :raises FileNotFoundError: if the file does not exist (or is a directory).
+    :raises ValueError: naming the file and the 1-based line number of a line that is not valid UTF-8 or holds a
+        carriage return inside it (old-Mac ``\\r`` line endings), or a ``.gz`` file that is not gzip.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
+    path = require_file(path)
     opener = gzip.open if path.suffix == ".gz" else open
     lines: list[str] = []
     number = 0
@@ -99,6 +97,12 @@ def read_lines(path: str | os.PathLike) -> list[str]:
                     ) from None
                 if number == 1 and line.startswith("\ufeff"):
                     line = line[1:]
+                if "\r" in line:
+                    raise ValueError(
+                        f"{path}: line {number} holds a carriage return (\\r) inside it: the file has old-Mac line "
+                        f"endings (or stray \\r characters), so several sentences would be read as one; convert "
+                        f"them to \\n first (e.g. tr '\\r' '\\n' < {path.name} > fixed.txt)"
+                    )
                 lines.append(line)
     except (gzip.BadGzipFile, EOFError) as e:
         where = f" after line {number}" if number else ""
@@ -418,8 +422,16 @@ def _corpus_dir(root: str | os.PathLike, name: str, marker: str) -> Path:
 
 
 def _check_file(path: Path) -> Path:
+    return require_file(path)
+
+
+def require_file(path: str | os.PathLike, what: str = "file") -> Path:
+    """``path`` as a ``Path`` if it is a file; else ``FileNotFoundError`` saying whether it is missing or a folder."""
+    path = Path(path)
+    if path.is_dir():
+        raise FileNotFoundError(f"{path}: is a directory, not a {what}")
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
+        raise FileNotFoundError(f"{path}: no such {what}")
     return path
 
 
