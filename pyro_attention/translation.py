@@ -758,8 +758,23 @@ def _read_checkpoint(path: Path) -> dict[str, Any]:
         raise ValueError(f"{path}: cannot be read as a checkpoint ({type(e).__name__}: {e})") from None
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"{path}: not a {CHECKPOINT_FORMAT} file")
+    missing = [key for key in _REQUIRED_KEYS if key not in state]
+    if missing:
+        raise ValueError(f"{path}: a damaged checkpoint: the entries {missing} are missing (a partial or edited copy; "
+                         "use another checkpoint of the run, e.g. best.pt or last.pt)")
+    if not isinstance(state["network"], dict):
+        raise ValueError(f"{path}: a damaged checkpoint: 'network' is a {type(state['network']).__name__}, not weights")
+    bad = [name for name, t in state["network"].items()
+           if isinstance(t, torch.Tensor) and t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    if bad:
+        raise ValueError(f"{path}: the weights {bad[:5]}{' ...' if len(bad) > 5 else ''} hold NaN or infinite values "
+                         "(training diverged before this checkpoint was written); use an earlier checkpoint")
     state["_path"] = str(path)
     return state
+
+
+#: what every checkpoint holds (the rest has defaults for older formats)
+_REQUIRED_KEYS = ("config", "src_vocab", "tgt_vocab", "network", "epoch", "step")
 
 
 def load_checkpoint(path: str | os.PathLike) -> Checkpoint:

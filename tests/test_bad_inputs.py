@@ -203,9 +203,15 @@ def _damaged_checkpoint(kind: str) -> Path:
         path = _path("foreign.pt")
         torch.save({"model": {"weight": torch.zeros(2)}}, path)
         return path
-    state = torch.load(last, weights_only=True)  # "weights": a network weight of another shape
+    state = torch.load(last, weights_only=True)
+    if kind == "missing-entry":
+        del state["tgt_vocab"]
+        return save_checkpoint(state, _path("missing-entry.pt"))
     key = next(k for k in state["network"] if k.endswith("tgt_embed.weight"))
-    state["network"][key] = torch.zeros(3, 3)
+    if kind == "nan":
+        state["network"][key][1, 0] = float("nan")
+        return save_checkpoint(state, _path("nan.pt"))
+    state["network"][key] = torch.zeros(3, 3)  # "weights": a network weight of another shape
     return save_checkpoint(state, _path("reshaped.pt"))
 
 
@@ -710,6 +716,18 @@ CATALOGUE: list[Mistake] = [
         lambda: load_checkpoint(_damaged_checkpoint("foreign")),
         ValueError, r"foreign\.pt: not a pyro_attention\.translation\.checkpoint file",
         "Give a checkpoint written by `pyro-attention train`.",
+    ),
+    Mistake(
+        "checkpoint-missing-entry", CKPT, "a checkpoint with an entry removed (it was a bare `KeyError`)",
+        lambda: load_checkpoint(_damaged_checkpoint("missing-entry")),
+        ValueError, r"missing-entry\.pt: a damaged checkpoint: the entries \['tgt_vocab'\] are missing",
+        "Use another checkpoint of the run (`best.pt` or `last.pt`).",
+    ),
+    Mistake(
+        "checkpoint-nan-weights", CKPT, "a checkpoint whose weights hold NaN (it translated to garbage with exit 0)",
+        lambda: _cli("translate", str(_damaged_checkpoint("nan")), str(_file("in.txt", "3 4 5\n"))),
+        SystemExit, r"exit status 1: .*nan\.pt: the weights \['tgt_embed\.weight'\] hold NaN or infinite values",
+        "Training diverged: use an earlier checkpoint, a lower `--lr`.",
     ),
     Mistake(
         "checkpoint-weights-do-not-fit", CKPT, "a checkpoint whose weights do not fit the network of its config",
