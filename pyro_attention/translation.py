@@ -990,7 +990,9 @@ def _stop_requests(enabled: bool):  # noqa: ANN202 - a context manager
             raise KeyboardInterrupt(f"second {signal.Signals(signum).name}: abandoned without saving the step")
         flag["signal"] = signal.Signals(signum).name
 
-    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    # a signal the process ignores stays ignored (a shell starts background jobs with SIGINT ignored)
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)
+           if signal.getsignal(sig) is not signal.SIG_IGN}
     try:
         yield flag
     finally:

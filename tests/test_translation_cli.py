@@ -523,3 +523,22 @@ def test_resume_with_a_new_lr_applies_it_and_says_so(tmp_path, capsys):
     groups = [g for s in state["optim"].values() for g in s["param_groups"]]
     assert groups and all(g["clip_norm"] == 2 for g in groups)
     assert all(g["lr"] in (0.01, 0.01 * 0.5) for g in groups) and state["lr"] in (0.01, 0.005)
+
+
+def test_an_ignored_sigint_stays_ignored(tmp_path, monkeypatch):
+    """A background job started by a shell ignores SIGINT: training must not start catching it."""
+    import signal
+
+    seen = {}
+    monkeypatch.setattr(signal, "getsignal", lambda sig: signal.SIG_IGN if sig == signal.SIGINT else None)
+    real = signal.signal
+
+    def recording(sig, handler):  # noqa: ANN001, ANN202
+        seen.setdefault(sig, handler)
+        return real(sig, handler)
+
+    monkeypatch.setattr(signal, "signal", recording)
+    config = TranslationConfig.from_dict(dict(train_size=16, val_size=8, batch_size=8, embedding=8, encoder=8,
+                                              decoder=16, attention=8, epochs=1, out=str(tmp_path / "r")))
+    train(config, progress=False, log=None)
+    assert signal.SIGINT not in seen and signal.SIGTERM in seen
