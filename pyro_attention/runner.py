@@ -279,6 +279,7 @@ def plot_curves(runs: Path, labels: Sequence[str], path: Path) -> Path | None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for label, (xs, ys) in curves.items():
@@ -286,7 +287,9 @@ def plot_curves(runs: Path, labels: Sequence[str], path: Path) -> Path | None:
     ax.set_xlabel("training wall-clock time [min] (validation included)")
     ax.set_ylabel("validation perplexity (exact; relaxed: bound)")
     ax.set_yscale("log")
-    ax.grid(True, alpha=0.3)
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+    ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title(f"validation perplexity per epoch: {runs.name}")
     fig.tight_layout()
