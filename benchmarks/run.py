@@ -700,16 +700,23 @@ def main(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, A
         result["curves"] = run_curves(args, lengths, repeats, warmup) if lengths else None
     finally:
         torch.set_num_threads(old_threads)
+    args.out.mkdir(parents=True, exist_ok=True)
+    result["plots"] = [] if args.no_plots else plot(result, args.out / "performance", mode, args.out)
+    return _write_results(args, result, mode, markdown, started)
+
+
+def _write_results(args: argparse.Namespace, result: dict[str, Any], mode: str,
+                   render: Callable[[dict[str, Any]], str], started: float) -> dict[str, Any]:
+    """Stamp ``result``, write ``performance-<mode>.json`` and its markdown block, print the block."""
     result["seconds"] = time.perf_counter() - started
     result["date"] = time.strftime("%Y-%m-%d")
     args.out.mkdir(parents=True, exist_ok=True)
-    md = args.out / "performance.md"
-    result["plots"] = [] if args.no_plots else plot(result, args.out / "performance", mode, args.out)
-    (args.out / f"performance-{mode}.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
-    block = markdown(result)
+    md, data = args.out / "performance.md", args.out / f"performance-{mode}.json"
+    data.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    block = render(result)
     write_markdown(md, mode, block)
     print(block)
-    print(f"wrote {md} and {args.out / f'performance-{mode}.json'} in {result['seconds']:.0f} s")
+    print(f"wrote {md} and {data} in {result['seconds']:.0f} s")
     return result
 
 
@@ -747,16 +754,7 @@ def main_outputs(args: argparse.Namespace, argv: list[str] | None, started: floa
         result["outputs"] = run_outputs(args, sizes, repeats, warmup)
     finally:
         torch.set_num_threads(old_threads)
-    result["seconds"] = time.perf_counter() - started
-    result["date"] = time.strftime("%Y-%m-%d")
-    args.out.mkdir(parents=True, exist_ok=True)
-    md = args.out / "performance.md"
-    (args.out / "performance-outputs.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
-    block = outputs_markdown(result)
-    write_markdown(md, "outputs", block)
-    print(block)
-    print(f"wrote {md} and {args.out / 'performance-outputs.json'} in {result['seconds']:.0f} s")
-    return result
+    return _write_results(args, result, "outputs", outputs_markdown, started)
 
 
 if __name__ == "__main__":
