@@ -51,6 +51,7 @@ from pyro_attention.translation import (
     TranslationConfig,
     _decode,
     _normalise_keys,
+    _read_checkpoint,
     _toml,
     evaluate,
     load_checkpoint,
@@ -169,7 +170,7 @@ def _train_row(config: TranslationConfig, folder: Path, max_epochs: int | None, 
     resume = (folder / "last.pt").is_file()
     done = 0
     if resume:
-        done = int(load_checkpoint(folder / "last.pt").state["epoch"])
+        done = int(_read_checkpoint(folder / "last.pt")["epoch"])  # no network built just to read a counter
     target = config.epochs if max_epochs is None else min(config.epochs, done + max_epochs)
     log(f"[{label}] {'resuming at epoch ' + str(done) if resume else 'training'} (this sitting: up to epoch "
         f"{target} of {config.epochs})")

@@ -421,10 +421,6 @@ def _corpus_dir(root: str | os.PathLike, name: str, marker: str) -> Path:
     raise FileNotFoundError(f"{root / name}: no such directory (expected the {name} corpus under {root})")
 
 
-def _check_file(path: Path) -> Path:
-    return require_file(path)
-
-
 def require_file(path: str | os.PathLike, what: str = "file") -> Path:
     """``path`` as a ``Path`` if it is a file; else ``FileNotFoundError`` saying whether it is missing or a folder."""
     path = Path(path)
@@ -458,7 +454,7 @@ def multi30k_paths(
         paths = tuple(root / "tok" / f"{split}.lc.norm.tok.{lang}.gz" for lang in (src, tgt))
     else:
         paths = tuple(root / "raw" / f"{split}.{lang}.gz" for lang in (src, tgt))
-    return _check_file(paths[0]), _check_file(paths[1])
+    return require_file(paths[0]), require_file(paths[1])
 
 
 def iwslt14_paths(
@@ -479,7 +475,7 @@ def iwslt14_paths(
         raise ValueError(f"source and target language are both {src!r}")
     root = _corpus_dir(data_dir, "iwslt14-de-en", "valid.de.gz")
     suffix = ".bpe.gz" if bpe else ".gz"
-    return _check_file(root / f"{split}.{src}{suffix}"), _check_file(root / f"{split}.{tgt}{suffix}")
+    return require_file(root / f"{split}.{src}{suffix}"), require_file(root / f"{split}.{tgt}{suffix}")
 
 
 # ----------------------------------------------------------------------------------------------------------------

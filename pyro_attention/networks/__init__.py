@@ -3,6 +3,7 @@
 from pyro_attention.networks.base import (
     AttentionNetwork,
     Encoded,
+    HeadNetwork,
     expected_context,
     gather_context,
     mask_scores,
@@ -10,4 +11,7 @@ from pyro_attention.networks.base import (
 from pyro_attention.networks.region_qa import RegionQA
 from pyro_attention.networks.seq2seq import Seq2Seq
 
-__all__ = ["AttentionNetwork", "Encoded", "RegionQA", "Seq2Seq", "expected_context", "gather_context", "mask_scores"]
+__all__ = [
+    "AttentionNetwork", "Encoded", "HeadNetwork", "RegionQA", "Seq2Seq", "expected_context", "gather_context",
+    "mask_scores",
+]

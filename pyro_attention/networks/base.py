@@ -174,3 +174,47 @@ class AttentionNetwork(nn.Module):
         logits = self.output_logits(enc, gather_context(enc.values, index))  # (s, B, T, V)
         picked = logits.gather(-1, enc.target.unsqueeze(-1).expand(logits.shape[:-1] + (1,))).squeeze(-1)
         return (picked - torch.logsumexp(logits, dim=-1)).permute(1, 2, 0)
+
+
+class HeadNetwork(AttentionNetwork):
+    """A task network whose output layer is an :class:`~pyro_attention.networks.output.OutputLayer` at ``self.head``,
+    with the layer's per-position part :meth:`OutputLayer.query` kept in ``enc.state["query"]``.
+
+    The output methods delegate to the head; :meth:`aligned_log_likelihood` uses the head's own kernel where it
+    has one (the product of experts), else the fused or chunked path of :class:`AttentionNetwork`.
+    """
+
+    head: nn.Module
+
+    def output_logits(self, enc: Encoded, context: Tensor) -> Tensor:
+        return self.head.logits(enc.state["query"], context)
+
+    def output_hidden(self, enc: Encoded, context: Tensor) -> Tensor | None:
+        """The input of the final layer :attr:`output_layer` (``tanh(W [h; c] + b)`` for ``"tanh"``)."""
+        return self.head.hidden(enc.state["query"], context)
+
+    @property
+    def output_layer(self) -> nn.Linear | None:
+        return self.head.layer
+
+    def aligned_log_likelihood(self, enc: Encoded) -> Tensor:
+        """``log p(y_t | x, z_t = s)`` ``(B, T, S)``: the output layer's own kernel (``"product"``: one
+        ``(T x V) (V x S)`` product per example), else the fused or chunked path of the base class."""
+        own = self._owns("aligned_log_likelihood")
+        table = self.head.aligned_log_likelihood(enc.state["query"], enc.values, enc.target) if own else None
+        return super().aligned_log_likelihood(enc) if table is None else table
+
+
+def rename_legacy_keys(module: nn.Module, renames: dict[str, str]) -> None:
+    """Let ``module.load_state_dict`` read weights saved under older parameter names: a key whose name below the
+    module starts with an old prefix (``"att_h."``) is loaded as the new one (``"score.att_h."``)."""
+
+    def hook(state_dict: dict, prefix: str, *args: Any) -> None:
+        for key in list(state_dict):
+            if key.startswith(prefix):
+                rest = key[len(prefix):]
+                old = next((o for o in renames if rest.startswith(o)), None)
+                if old is not None:
+                    state_dict[prefix + renames[old] + rest[len(old):]] = state_dict.pop(key)
+
+    module._register_load_state_dict_pre_hook(hook)

@@ -18,11 +18,11 @@ import torch
 from torch import Tensor, nn
 
 from pyro_attention.data.region_qa import PAD, RegionBatch
-from pyro_attention.networks.base import AttentionNetwork, Encoded
+from pyro_attention.networks.base import Encoded, HeadNetwork, rename_legacy_keys
 from pyro_attention.networks.output import ConcatTanhOutput, OutputLayer, ProductOfExperts, check_output
 
 
-class RegionQA(AttentionNetwork):
+class RegionQA(HeadNetwork):
     """Region question answering network.
 
     :param feature_size: region feature size ``F``.
@@ -75,7 +75,7 @@ class RegionQA(AttentionNetwork):
         self.post_answer = nn.Embedding(num_answers, H)
         self.post_key = nn.Linear(feature_size, H, bias=False)
         self.post_v = nn.Linear(H, 1, bias=False)
-        self._register_load_state_dict_pre_hook(_rename_legacy_keys)
+        rename_legacy_keys(self, {"out_hidden.": "head.out_hidden.", "out.": "head.out."})
 
     def _question(self, batch: RegionBatch, embed: nn.Module) -> Tensor:
         q = batch.question
@@ -108,23 +108,6 @@ class RegionQA(AttentionNetwork):
             batch=batch,
         )
 
-    def output_logits(self, enc: Encoded, context: Tensor) -> Tensor:
-        return self.head.logits(enc.state["query"], context)
-
-    def output_hidden(self, enc: Encoded, context: Tensor) -> Tensor | None:
-        """The input of the final layer :attr:`output_layer` (``tanh(W_o [q; c] + b_o)`` for ``"tanh"``)."""
-        return self.head.hidden(enc.state["query"], context)
-
-    @property
-    def output_layer(self) -> nn.Linear | None:
-        return self.head.layer
-
-    def aligned_log_likelihood(self, enc: Encoded) -> Tensor:
-        """``log p(y | x, z = s)`` ``(B, 1, S)``: the output layer's own kernel where it has one."""
-        own = self._owns("aligned_log_likelihood")
-        table = self.head.aligned_log_likelihood(enc.state["query"], enc.values, enc.target) if own else None
-        return super().aligned_log_likelihood(enc) if table is None else table
-
     def posterior_scores(self, enc: Encoded) -> Tensor:
         batch: RegionBatch = enc.batch
         q = self._question(batch, self.post_embed)
@@ -132,10 +115,3 @@ class RegionQA(AttentionNetwork):
         scores = self.post_v(torch.tanh(qy.unsqueeze(1) + self.post_key(enc.state["regions"]))).squeeze(-1)
         return scores.unsqueeze(1)  # (B, 1, S)
 
-
-def _rename_legacy_keys(state_dict: dict, prefix: str, *args) -> None:  # noqa: ANN002 - torch's hook signature
-    """Load weights saved before the output layer was an object (``out.weight`` -> ``head.out.weight``)."""
-    for key in list(state_dict):
-        rest = key[len(prefix):] if key.startswith(prefix) else None
-        if rest is not None and rest.split(".")[0] in ("out_hidden", "out"):
-            state_dict[prefix + "head." + rest] = state_dict.pop(key)

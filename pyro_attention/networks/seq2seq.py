@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from pyro_attention.data.translation import PAD, SPECIALS, TranslationBatch
 from pyro_attention.networks.attention import ATTENTION_SCORES
-from pyro_attention.networks.base import AttentionNetwork, Encoded, mask_scores
+from pyro_attention.networks.base import Encoded, HeadNetwork, mask_scores, rename_legacy_keys
 from pyro_attention.networks.output import OUTPUT_LAYERS, OutputLayer, TanhOutput, check_output
 
 #: parameter names before the attention score and the output layer became objects -> their names now
@@ -45,7 +45,7 @@ class SourceEncoding:
     source_mask: Tensor  # (B, S)
 
 
-class Seq2Seq(AttentionNetwork):
+class Seq2Seq(HeadNetwork):
     """Attentional LSTM encoder-decoder for translation.
 
     :param source_vocab: source vocabulary size.
@@ -126,7 +126,7 @@ class Seq2Seq(AttentionNetwork):
         self.q_src = nn.LSTM(embedding_size, encoder_size, batch_first=True, bidirectional=True)
         self.q_tgt = nn.LSTM(embedding_size, encoder_size, batch_first=True, bidirectional=True)
         self.q_bilinear = nn.Linear(D, D, bias=False)
-        self._register_load_state_dict_pre_hook(_rename_legacy_keys)
+        rename_legacy_keys(self, _LEGACY_KEYS)
 
     # -- encoder ----------------------------------------------------------------------------------------------
     def _bilstm(self, lstm: nn.LSTM, embedded: Tensor, mask: Tensor) -> Tensor:
@@ -190,17 +190,6 @@ class Seq2Seq(AttentionNetwork):
             batch=batch,
         )
 
-    def output_logits(self, enc: Encoded, context: Tensor) -> Tensor:
-        return self.head.logits(enc.state["query"], context)
-
-    def output_hidden(self, enc: Encoded, context: Tensor) -> Tensor | None:
-        """The input of the final layer :attr:`output_layer` (``tanh(W_o [h_t; c] + b)`` for ``"tanh"``)."""
-        return self.head.hidden(enc.state["query"], context)
-
-    @property
-    def output_layer(self) -> nn.Linear | None:
-        return self.head.layer
-
     def aligned_hidden(self, enc: Encoded) -> Tensor:
         """``tanh(W_o h_t + W_c x_s + b)`` for every ``(s, b, t)``, ``(S, B, T, H)``: ``W_c x_s`` is computed once
         per source position rather than once per target position (same values; with active dropout, which
@@ -208,13 +197,6 @@ class Seq2Seq(AttentionNetwork):
         if self.training and self.dropout.p > 0:
             return super().aligned_hidden(enc)
         return self.head.aligned_hidden(enc.state["query"], enc.values)
-
-    def aligned_log_likelihood(self, enc: Encoded) -> Tensor:
-        """``log p(y_t | x, z_t = s)`` ``(B, T, S)``: the output layer's own kernel (``"product"``: one
-        ``(T x V) (V x S)`` product per example), else the fused or chunked path of the base class."""
-        own = self._owns("aligned_log_likelihood")
-        table = self.head.aligned_log_likelihood(enc.state["query"], enc.values, enc.target) if own else None
-        return super().aligned_log_likelihood(enc) if table is None else table
 
     def step_logits(self, h: Tensor, context: Tensor) -> Tensor:
         """Output logits for decoder states ``h`` ``(N, H)`` and contexts ``(..., N, D)`` (decoding)."""
@@ -227,14 +209,3 @@ class Seq2Seq(AttentionNetwork):
         u = self._bilstm(self.q_tgt, self.q_tgt_embed(batch.target), batch.target_mask)  # (B, T, D)
         return torch.einsum("btd,bsd->bts", self.q_bilinear(u), v)
 
-
-def _rename_legacy_keys(state_dict: dict, prefix: str, *args) -> None:  # noqa: ANN002 - torch's hook signature
-    """Load weights saved before the score and output layer were objects (``att_h.weight`` is now
-    ``score.att_h.weight``)."""
-    for key in list(state_dict):
-        if key.startswith(prefix):
-            rest = key[len(prefix):]
-            for old, new in _LEGACY_KEYS.items():
-                if rest.startswith(old):
-                    state_dict[prefix + new + rest[len(old):]] = state_dict.pop(key)
-                    break
