@@ -128,7 +128,7 @@ def _beam(
     dead rows (a hypothesis that finished, or a sentence that stopped) have score ``-inf``."""
     net = pair.network
     B = source.shape[0]
-    src = _expand_rows(net.encode_source(source, mask), beam)
+    src = net.encode_source(source, mask).repeat_rows(beam)
     state, fed = net.initial_state(src)
     tokens = torch.full((B * beam, 1), BOS, dtype=torch.long, device=source.device)
     scores = torch.full((B, beam), float("-inf"), device=source.device)
@@ -172,11 +172,6 @@ def _beam(
         state = [(hh[rows], cc[rows]) for hh, cc in state]
         fed = fed[rows]
     return [max(f, key=lambda item: item[0])[1] for f in finished]
-
-
-def _expand_rows(src: Any, n: int) -> Any:
-    """Every sentence's source encoding repeated ``n`` times (row ``b * n + j``)."""
-    return type(src)(*(t.repeat_interleave(n, dim=0) for t in (src.values, src.keys, src.source_mask)))
 
 
 @torch.no_grad()

@@ -164,6 +164,7 @@ def _positive_float(text: str) -> float:
 def _add_train_options(p: argparse.ArgumentParser) -> None:
     from pyro_attention.networks.attention import ATTENTION_SCORES
     from pyro_attention.networks.output import OUTPUT_LAYERS
+    from pyro_attention.networks.seq2seq import BRIDGES, INPUT_FEEDS
     from pyro_attention.registry import ALL_PAIRS, PAIR_ESTIMATORS
     from pyro_attention.translation import DATA_KINDS
 
@@ -243,6 +244,26 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
         default=S,
         help="output layer: tanh (U tanh(W[h; c]), the paper's; default) or product (product of experts "
         "exp(u_t + v_s): exact enumeration at about the cost of a soft step)",
+    )
+    g.add_argument(
+        "--input-feed",
+        choices=INPUT_FEEDS,
+        default=S,
+        help="what the decoder is fed with the previous word: context (the prior's soft context; default) or "
+        "attentional (Luong's attentional state tanh(W[h; c]), as OpenNMT-py)",
+    )
+    g.add_argument(
+        "--bridge",
+        choices=BRIDGES,
+        default=S,
+        help="decoder initial state: mean (tanh(W mean_s x_s); default) or final (the encoder's final states, "
+        "as OpenNMT-py; needs --decoder = 2 x --encoder)",
+    )
+    g.add_argument(
+        "--init",
+        type=_float_in(0, 1),
+        default=S,
+        help="0: torch's default initialisation (default); e.g. 0.1: every parameter uniform in +-0.1 (OpenNMT-py)",
     )
     g.add_argument("--layers", type=pos, default=S, help="LSTM layers (1)")
     g.add_argument("--dropout", type=_float_in(0, 1, high_open=True), default=S, help="dropout (0)")

@@ -83,6 +83,7 @@ from pyro_attention.inference.optim import FusedClippedAdam
 from pyro_attention.networks import Seq2Seq
 from pyro_attention.networks.attention import ATTENTION_SCORES
 from pyro_attention.networks.output import OUTPUT_LAYERS
+from pyro_attention.networks.seq2seq import BRIDGES, INPUT_FEEDS
 from pyro_attention.pair import AlignmentPair
 from pyro_attention.registry import ALL_PAIRS, PAIR_ESTIMATORS, check_options, make_pair
 
@@ -112,7 +113,7 @@ DATA_KINDS = ("synthetic", "multi30k", "iwslt14", "parallel")
 ESTIMATOR_PAIRS = tuple(PAIR_ESTIMATORS)
 #: config keys that must agree between a checkpoint and the run that resumes it (with the vocabularies)
 STRUCTURAL_KEYS = ("model", "estimator", "options", "embedding", "encoder", "decoder", "attention", "layers", "output",
-                   "attention_type")
+                   "attention_type", "input_feed", "bridge", "init")
 CHECKPOINT_FORMAT = "pyro_attention.translation.checkpoint"
 SPLITS = ("train", "val", "test")
 #: synthetic corpus sizes used when ``train_size`` / ``val_size`` / ``test_size`` are not given
@@ -152,7 +153,11 @@ class TranslationConfig:
     (``chunk_size=0``: no chunking of the enumerated output layer); ``output`` its output layer (``"tanh"``, the
     paper's, or ``"product"``, the product of experts whose exact enumeration costs about a soft step),
     ``attention_type`` its prior's score (``"mlp"``, the paper's; Luong's ``"general"`` or ``"dot"``) and
-    ``attention`` the MLP score's size.
+    ``attention`` the MLP score's size; ``input_feed`` what the decoder is fed (``"context"``, the prior's soft
+    context, or ``"attentional"``, Luong's attentional state as OpenNMT-py feeds it), ``bridge`` its initial
+    state (``"mean"`` of the source values, or the encoder's ``"final"`` states as OpenNMT-py; needs ``decoder`` =
+    2 x ``encoder``) and ``init`` the initialisation (``0``: torch's defaults; ``0.1``: every parameter uniform in
+    +-0.1, OpenNMT-py's ``param_init``).
 
     Optimisation: ``epochs``, ``batch_size`` (sentences), ``lr``, ``clip_norm`` (per parameter, ClippedAdam),
     ``lr_decay`` (factor applied when validation perplexity does not improve), ``patience`` (epochs without
@@ -199,6 +204,9 @@ class TranslationConfig:
     chunk_size: int = 8
     output: str = "tanh"
     attention_type: str = "mlp"
+    input_feed: str = "context"
+    bridge: str = "mean"
+    init: float = 0.0
     # optimisation
     epochs: int = 10
     batch_size: int = 32
@@ -221,6 +229,15 @@ class TranslationConfig:
         _choice("data", self.data, DATA_KINDS)
         _choice("output", self.output, tuple(OUTPUT_LAYERS))
         _choice("attention_type", self.attention_type, tuple(ATTENTION_SCORES))
+        _choice("input_feed", self.input_feed, INPUT_FEEDS)
+        _choice("bridge", self.bridge, BRIDGES)
+        if self.bridge == "final" and self.decoder != 2 * self.encoder:
+            raise ValueError(
+                f"bridge 'final' needs decoder = 2 x encoder (the encoder's final states, both directions), got "
+                f"decoder {self.decoder} and encoder {self.encoder}; use bridge 'mean', or change the sizes"
+            )
+        if not 0.0 <= self.init <= 1.0:
+            raise ValueError(f"init must be in [0, 1] (0: torch's defaults; 0.1: OpenNMT-py's), got {self.init}")
         if self.attention_type == "dot" and self.decoder != 2 * self.encoder:
             raise ValueError(
                 f"attention_type 'dot' needs decoder = 2 x encoder (the values' size), got decoder {self.decoder} "
@@ -655,6 +672,9 @@ def build_pair(config: TranslationConfig, src_vocab: Vocab, tgt_vocab: Vocab) ->
         chunk_size=config.chunk_size or None,
         output=config.output,
         attention=config.attention_type,
+        input_feed=config.input_feed,
+        bridge=config.bridge,
+        init=config.init,
     )
     pair = make_pair(config.model, network, config.estimator, **(config.options or {}))
     return network, pair
@@ -843,10 +863,11 @@ def check_compatible(state: dict[str, Any], config: TranslationConfig, src_vocab
             f"is {__version__}: resuming across versions is refused (evaluate and translate still read it; use "
             "another --out, or --overwrite to start afresh)"
         )
+    defaults = {f.name: f.default for f in dataclasses.fields(TranslationConfig)}
     diffs = [
-        f"{key}: checkpoint {old.get(key)!r}, this run {getattr(config, key)!r}"
+        f"{key}: checkpoint {old.get(key, defaults[key])!r}, this run {getattr(config, key)!r}"
         for key in STRUCTURAL_KEYS
-        if old.get(key) != getattr(config, key)
+        if old.get(key, defaults[key]) != getattr(config, key)
     ]
     for what, saved, new in (("source vocabulary", state["src_vocab"], src_vocab),
                              ("target vocabulary", state["tgt_vocab"], tgt_vocab)):

@@ -204,3 +204,88 @@ def test_batched_beam_equals_one_sentence_at_a_time(rule, alpha):
     assert together == alone and len(alone) == 5
     with pytest.raises(ValueError, match="batch_size >= 1"):
         translate(pair, batch.source, batch.source_mask, batch_size=0)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# OpenNMT-py's decoder choices: attentional input feeding, the encoder's final states as bridge, uniform init
+
+TOOLKIT = dict(input_feed="attentional", bridge="final", init=0.1)
+
+
+def _toolkit_net(output: str = "tanh", seed: int = 0, **kw) -> Seq2Seq:
+    torch.manual_seed(seed)
+    options = {**TOOLKIT, **kw}
+    return Seq2Seq(12, 12, embedding_size=8, encoder_size=4, decoder_size=8, attention_size=6, output=output,
+                   **options)
+
+
+@pytest.mark.parametrize("output", ["tanh", "product"])
+@pytest.mark.parametrize("name", ["marginal", "variational"])
+def test_toolkit_decoder_stays_exact_and_padding_free(float64, output, name):
+    """Feeding the attentional state keeps the recurrence free of the sampled alignment: the exact likelihood is
+    still a brute-force sum over alignments, and padding changes nothing."""
+    net = _toolkit_net(output)
+    net.double()
+    pair = PAIRS[name](net)
+    batch = collate([([4, 3, 4], [3, 4]), ([3, 4], [4])])
+    ll = log_likelihood(pair, batch)
+    assert ll.exact
+    assert torch.allclose(ll.per_example, log_likelihood(pair, _pad(batch)).per_example, atol=1e-10)
+    one = batch[0:1]
+    T, S = one.target.shape[1], one.source.shape[1]
+    joints = [poutine.trace(poutine.condition(pair.model, {"align": torch.tensor(z).view(1, T)})).get_trace(one)
+              .log_prob_sum() for z in itertools.product(range(S), repeat=T)]
+    assert torch.allclose(torch.logsumexp(torch.stack(joints), 0), ll.per_example[0], atol=1e-10)
+
+
+def test_toolkit_bridge_is_the_encoders_final_states():
+    """``bridge="final"``: the decoder starts from the encoder's last states (forward at the last real word,
+    backward at the first), per layer, whatever the padding."""
+    net = _toolkit_net(layers=2)
+    net.eval()
+    batch = collate([([4, 5, 6], [5]), ([7, 8], [4])])
+    src = net.encode_source(batch.source, batch.source_mask)
+    state, fed = net.initial_state(src)
+    assert len(state) == 2 and fed.shape == (2, 8) and (fed == 0).all()
+    alone = net.encode_source(batch.source[1:, :2], batch.source_mask[1:, :2])
+    assert torch.allclose(src.final_h[1], alone.final_h[0], atol=1e-6)
+    h_top, _ = state[1]
+    assert torch.allclose(h_top[1, :4], alone.values[0, -1, :4], atol=1e-6)  # forward direction, last word
+    assert torch.allclose(h_top[1, 4:], alone.values[0, 0, 4:], atol=1e-6)  # backward direction, first word
+
+
+def test_toolkit_attentional_state_is_the_output_layers_hidden_vector():
+    net = _toolkit_net()
+    net.eval()
+    batch = collate([([4, 5, 6], [5, 6])])
+    src = net.encode_source(batch.source, batch.source_mask)
+    state, fed = net.initial_state(src)
+    h, a, state, fed = net.decoder_step(src, batch.target_in[:, 0], state, fed)
+    weights = torch.softmax(a, -1)
+    context = weights @ src.values[0]
+    assert torch.allclose(fed, net.head.hidden(net.head.query(h), context), atol=1e-6)
+    assert net.feed_proj is None and _toolkit_net("product").feed_proj is not None
+
+
+def test_toolkit_uniform_init_and_errors():
+    net = _toolkit_net()
+    for name, p in net.named_parameters():
+        assert p.abs().max() <= 0.1, name
+    assert (net.src_embed.weight[PAD] == 0).all() and (net.tgt_embed.weight[PAD] == 0).all()
+    with pytest.raises(ValueError, match="input_feed must be one of"):
+        Seq2Seq(12, 12, input_feed="state")
+    with pytest.raises(ValueError, match="bridge 'final' needs decoder_size = 2 x encoder_size"):
+        Seq2Seq(12, 12, encoder_size=4, decoder_size=6, bridge="final")
+    with pytest.raises(ValueError, match="init must be >= 0"):
+        Seq2Seq(12, 12, init=-0.1)
+
+
+@pytest.mark.parametrize("rule", ["soft", "marginal"])
+def test_toolkit_batched_beam_equals_one_sentence_at_a_time(rule):
+    net = _toolkit_net(seed=1)
+    pairs = [([4, 5, 6, 7, 8], [5]), ([8, 9], [4]), ([10, 11, 4], [7]), ([5], [6])]
+    batch = collate(pairs)
+    pair = MarginalLikelihood(net)
+    kw = dict(beam_size=3, rule=rule, k=2, max_len=6)
+    alone = translate(pair, batch.source, batch.source_mask, batch_size=1, **kw)
+    assert translate(pair, batch.source, batch.source_mask, batch_size=4, **kw) == alone

@@ -407,6 +407,28 @@ def test_product_output_checkpoint_round_trip(tmp_path, attention_type):
         train(TranslationConfig.from_dict({**ckpt.config.to_dict(), "output": "tanh", "epochs": 2}), resume=True)
 
 
+def test_toolkit_decoder_options_checkpoint_round_trip(tmp_path):
+    """``--input-feed attentional --bridge final --init 0.1`` (OpenNMT-py's decoder) train, are stored in the
+    checkpoint, come back exactly, and resuming with another choice is refused naming it."""
+    out = tmp_path / "toolkit"
+    extra = ("--epochs", "1", "--encoder", "8", "--decoder", "16", "--input-feed", "attentional", "--bridge", "final",
+             "--init", "0.1")
+    assert _train(out, *extra) == 0
+    ckpt = load_checkpoint(out / "last.pt")
+    assert (ckpt.config.input_feed, ckpt.config.bridge, ckpt.config.init) == ("attentional", "final", 0.1)
+    assert (ckpt.network.input_feed, ckpt.network.bridge) == ("attentional", "final")
+    res = evaluate(out / "last.pt", "val", kmax=0, bleu=False)
+    state = torch.load(out / "last.pt", weights_only=True)
+    assert res["ppl"] == pytest.approx(state["val"]["ppl"], rel=1e-5)
+    with pytest.raises(ValueError, match="input_feed: checkpoint 'attentional', this run 'context'"):
+        train(TranslationConfig.from_dict({**ckpt.config.to_dict(), "input_feed": "context", "epochs": 2}),
+              resume=True)
+    with pytest.raises(ValueError, match="bridge 'final' needs decoder = 2 x encoder"):
+        TranslationConfig(encoder=8, decoder=12, bridge="final")
+    with pytest.raises(ValueError, match="init must be in"):
+        TranslationConfig(init=2.0)
+
+
 def test_old_checkpoint_parameter_names_still_load():
     """Weights saved before the score and output layer were objects (``att_h.*``, ``out.*``) load unchanged."""
     from pyro_attention.networks import RegionQA, Seq2Seq

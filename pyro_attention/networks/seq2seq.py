@@ -1,10 +1,15 @@
 """``Seq2Seq``: an attentional encoder-decoder whose decoder is fed the *prior's soft context*.
 
 * encoder: embeddings and a bidirectional LSTM -> values ``x_s`` ``(B, S, D)`` with ``D = 2 * encoder_size``;
-* decoder: an LSTM whose input at step ``t`` is ``[e(y_{t-1}); c_{t-1}]`` (input feeding), where
-  ``c_{t-1} = sum_s p(z_{t-1} = s) x_s`` is the prior's soft context.  The recurrence never depends on a
-  *sampled* alignment, so the target positions stay conditionally independent given ``(x, y_<t)`` -- a Pyro
-  plate -- and the alignment can be enumerated per token (Deng et al. 2018, Section 5);
+* decoder: an LSTM whose input at step ``t`` is ``[e(y_{t-1}); f_{t-1}]`` (input feeding).  With
+  ``input_feed="context"`` (default) ``f_{t-1} = c_{t-1} = sum_s p(z_{t-1} = s) x_s`` is the prior's soft
+  context; with ``input_feed="attentional"`` it is Luong et al.'s (2015) attentional state, the output layer's
+  hidden vector at the soft context, ``tanh(W_o [h_{t-1}; c_{t-1}] + b)`` (OpenNMT-py's ``input_feed 1``).
+  Either way the recurrence never depends on a *sampled* alignment, so the target positions stay conditionally
+  independent given ``(x, y_<t)`` -- a Pyro plate -- and the alignment can be enumerated per token (Deng et al.
+  2018, Section 5).  Its initial state (``bridge=``) is ``tanh(W mean_s x_s)`` with cell 0 (``"mean"``, default)
+  or the encoder's final states, both directions concatenated (``"final"``, OpenNMT-py's, which needs
+  ``decoder_size = 2 * encoder_size``);
 * prior scores (``attention=``, :mod:`~pyro_attention.networks.attention`): ``"mlp"``
   ``a_{t,s} = w^T tanh(W_h h_t + W_x x_s)`` (the paper's, default), Luong's ``"general"`` ``h_t^T W_a x_s``
   or ``"dot"`` ``h_t^T x_s``;
@@ -16,7 +21,8 @@
   target, and a bilinear score ``b_{t,s} = u_t^T W v_s``, so ``q(z_t | x, y)`` sees every target token.
 
 The paper's sizes (IWSLT14): ``embedding 512, encoder 2 layers x 512 per direction, decoder 2 layers x 768,
-attention 512``.  The defaults here are CPU-sized (``64 / 64 / 128 / 64``, one layer).
+attention 512``.  The defaults here are CPU-sized (``64 / 64 / 128 / 64``, one layer).  ``init=0.1`` draws every
+parameter uniformly in ``[-0.1, 0.1]`` (OpenNMT-py's ``param_init 0.1``) instead of torch's defaults.
 """
 
 from __future__ import annotations
@@ -31,6 +37,10 @@ from pyro_attention.networks.attention import ATTENTION_SCORES
 from pyro_attention.networks.base import Encoded, HeadNetwork, mask_scores, rename_legacy_keys
 from pyro_attention.networks.output import OUTPUT_LAYERS, OutputLayer, TanhOutput, check_output
 
+#: ``input_feed=`` values: what the decoder is fed besides the previous word
+INPUT_FEEDS = ("context", "attentional")
+#: ``bridge=`` values: the decoder's initial state
+BRIDGES = ("mean", "final")
 #: parameter names before the attention score and the output layer became objects -> their names now
 _LEGACY_KEYS = {"att_h.": "score.att_h.", "att_x.": "score.att_x.", "att_v.": "score.att_v.",
                 "out_h.": "head.out_h.", "out_c.": "head.out_c.", "out.": "head.out."}
@@ -43,6 +53,13 @@ class SourceEncoding:
     values: Tensor  # (B, S, D)
     keys: Tensor  # (B, S, A): W_x x_s, precomputed
     source_mask: Tensor  # (B, S)
+    final_h: Tensor | None = None  # (B, layers, D): the encoder's final states (``bridge="final"`` only)
+    final_c: Tensor | None = None  # (B, layers, D)
+
+    def repeat_rows(self, n: int) -> SourceEncoding:
+        """Every sentence's encoding repeated ``n`` times (row ``b * n + j``), for beam search."""
+        return SourceEncoding(*(None if t is None else t.repeat_interleave(n, dim=0) for t in
+                                (self.values, self.keys, self.source_mask, self.final_h, self.final_c)))
 
 
 class Seq2Seq(HeadNetwork):
@@ -62,6 +79,12 @@ class Seq2Seq(HeadNetwork):
         ``"tanh"`` (default) or ``"product"``.
     :param attention: the prior's score, a key of :data:`~pyro_attention.networks.attention.ATTENTION_SCORES`:
         ``"mlp"`` (default), ``"general"`` or ``"dot"``.
+    :param input_feed: what the decoder is fed besides the previous word, a key of :data:`INPUT_FEEDS`:
+        ``"context"`` (the prior's soft context, default) or ``"attentional"`` (Luong's attentional state).
+    :param bridge: the decoder's initial state, a key of :data:`BRIDGES`: ``"mean"`` (default) or ``"final"``
+        (the encoder's final states; needs ``decoder_size == 2 * encoder_size``).
+    :param init: ``> 0``: every parameter uniform in ``[-init, init]`` (padding embeddings zero); ``0`` (default):
+        torch's default initialisation.
     """
 
     def __init__(
@@ -77,6 +100,9 @@ class Seq2Seq(HeadNetwork):
         chunk_size: int | None = 8,
         output: str = "tanh",
         attention: str = "mlp",
+        input_feed: str = "context",
+        bridge: str = "mean",
+        init: float = 0.0,
     ) -> None:
         super().__init__()
         for name, size, low in (
@@ -91,7 +117,18 @@ class Seq2Seq(HeadNetwork):
         check_output("Seq2Seq", output)
         if attention not in ATTENTION_SCORES:
             raise ValueError(f"Seq2Seq: attention must be one of {tuple(ATTENTION_SCORES)}, got {attention!r}")
+        for name, value, allowed in (("input_feed", input_feed, INPUT_FEEDS), ("bridge", bridge, BRIDGES)):
+            if value not in allowed:
+                raise ValueError(f"Seq2Seq: {name} must be one of {allowed}, got {value!r}")
+        if bridge == "final" and decoder_size != 2 * encoder_size:
+            raise ValueError(
+                f"Seq2Seq: bridge 'final' needs decoder_size = 2 x encoder_size (the encoder's final states, both "
+                f"directions), got decoder_size {decoder_size} and encoder_size {encoder_size}; use bridge 'mean'"
+            )
+        if not 0.0 <= init < float("inf"):
+            raise ValueError(f"Seq2Seq: init must be >= 0 (0: torch's defaults), got {init}")
         self.output, self.attention = output, attention
+        self.input_feed, self.bridge = input_feed, bridge
         self.num_classes = target_vocab
         self.source_vocab = source_vocab
         self.chunk_size = chunk_size
@@ -108,10 +145,12 @@ class Seq2Seq(HeadNetwork):
             bidirectional=True,
             dropout=dropout if layers > 1 else 0.0,
         )
+        fed_size = D if input_feed == "context" else decoder_size
         self.decoder = nn.ModuleList(
-            nn.LSTMCell(embedding_size + D if i == 0 else decoder_size, decoder_size) for i in range(layers)
+            nn.LSTMCell(embedding_size + fed_size if i == 0 else decoder_size, decoder_size) for i in range(layers)
         )
-        self.init_h = nn.Linear(D, decoder_size * layers)
+        if bridge == "mean":
+            self.init_h = nn.Linear(D, decoder_size * layers)
         try:
             self.score = ATTENTION_SCORES[attention](decoder_size, D, attention_size)
         except ValueError as e:
@@ -120,33 +159,58 @@ class Seq2Seq(HeadNetwork):
             self.head: OutputLayer = TanhOutput(decoder_size, D, decoder_size, target_vocab, dropout)
         else:
             self.head = OUTPUT_LAYERS[output](decoder_size, D, target_vocab, dropout)
+        self.feed_proj: nn.Linear | None = None
+        if input_feed == "attentional" and self.head.layer is None:
+            # an output layer without a hidden vector (the product of experts): the state gets its own layer
+            self.feed_proj = nn.Linear(decoder_size + D, decoder_size)
         # inference network q(z | x, y)
         self.q_src_embed = nn.Embedding(source_vocab, embedding_size, padding_idx=PAD)
         self.q_tgt_embed = nn.Embedding(target_vocab, embedding_size, padding_idx=PAD)
         self.q_src = nn.LSTM(embedding_size, encoder_size, batch_first=True, bidirectional=True)
         self.q_tgt = nn.LSTM(embedding_size, encoder_size, batch_first=True, bidirectional=True)
         self.q_bilinear = nn.Linear(D, D, bias=False)
+        if init > 0:
+            with torch.no_grad():
+                for p in self.parameters():
+                    p.uniform_(-init, init)
+                for embed in (self.src_embed, self.tgt_embed, self.q_src_embed, self.q_tgt_embed):
+                    embed.weight[PAD].zero_()
         rename_legacy_keys(self, _LEGACY_KEYS)
 
     # -- encoder ----------------------------------------------------------------------------------------------
     def _bilstm(self, lstm: nn.LSTM, embedded: Tensor, mask: Tensor) -> Tensor:
+        return self._bilstm_states(lstm, embedded, mask)[0]
+
+    @staticmethod
+    def _bilstm_states(lstm: nn.LSTM, embedded: Tensor, mask: Tensor) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        """Outputs ``(B, S, 2E)`` and the final states ``(h, c)``, each ``(B, layers, 2E)`` (both directions)."""
         lengths = mask.sum(-1).cpu()
         packed = nn.utils.rnn.pack_padded_sequence(embedded, lengths, batch_first=True, enforce_sorted=False)
-        out, _ = lstm(packed)
+        out, (h_n, c_n) = lstm(packed)
         out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=mask.shape[1])
-        return out
+        B = embedded.shape[0]
+        finals = tuple(s.view(lstm.num_layers, 2, B, lstm.hidden_size).permute(2, 0, 1, 3).reshape(
+            B, lstm.num_layers, 2 * lstm.hidden_size) for s in (h_n, c_n))
+        return out, finals
 
     def encode_source(self, source: Tensor, source_mask: Tensor) -> SourceEncoding:
-        values = self._bilstm(self.encoder, self.dropout(self.src_embed(source)), source_mask)
-        return SourceEncoding(values, self.score.keys(values), source_mask)
+        values, (final_h, final_c) = self._bilstm_states(self.encoder, self.dropout(self.src_embed(source)),
+                                                         source_mask)
+        if self.bridge != "final":
+            final_h = final_c = None
+        return SourceEncoding(values, self.score.keys(values), source_mask, final_h, final_c)
 
     # -- decoder ----------------------------------------------------------------------------------------------
     def initial_state(self, src: SourceEncoding) -> tuple[list[tuple[Tensor, Tensor]], Tensor]:
-        """Decoder LSTM states and the first fed context (zeros), from the mean of the source values."""
+        """Decoder LSTM states (``bridge``) and the first fed vector (zeros)."""
+        B = src.values.shape[0]
+        fed = src.values.new_zeros(B, self.decoder[0].input_size - self.tgt_embed.embedding_dim)
+        if self.bridge == "final":
+            return [(src.final_h[:, i], src.final_c[:, i]) for i in range(len(self.decoder))], fed
         mask = src.source_mask.unsqueeze(-1).to(src.values.dtype)
         mean = (src.values * mask).sum(1) / mask.sum(1)
         h0 = torch.tanh(self.init_h(mean)).chunk(len(self.decoder), dim=-1)
-        return [(h, torch.zeros_like(h)) for h in h0], torch.zeros_like(mean)
+        return [(h, torch.zeros_like(h)) for h in h0], fed
 
     def decoder_step(
         self, src: SourceEncoding, y_prev: Tensor, state: list[tuple[Tensor, Tensor]], fed: Tensor
@@ -154,7 +218,8 @@ class Seq2Seq(HeadNetwork):
         """One decoder step.
 
         :returns: ``h_t`` ``(N, H)``, prior scores ``a_t`` ``(N, S)`` (unmasked), the new LSTM states, and the
-            prior's soft context ``c_t`` ``(N, D)`` to feed to the next step.
+            vector to feed to the next step: the prior's soft context ``c_t`` ``(N, D)`` or, with
+            ``input_feed="attentional"``, the attentional state ``(N, H)``.
         """
         inp = torch.cat([self.dropout(self.tgt_embed(y_prev)), fed], dim=-1)
         new_state = []
@@ -166,7 +231,15 @@ class Seq2Seq(HeadNetwork):
         scores = self.score.scores(h, src.keys)
         weights = torch.softmax(mask_scores(scores.unsqueeze(1), src.source_mask).squeeze(1), dim=-1)
         context = torch.einsum("ns,nsd->nd", weights, src.values)
+        if self.input_feed == "attentional":
+            context = self._attentional_state(h, context)
         return h, scores, new_state, context
+
+    def _attentional_state(self, h: Tensor, context: Tensor) -> Tensor:
+        """``tanh(W_o [h; c] + b)``: the output layer's hidden vector, or its own layer when the head has none."""
+        if self.feed_proj is not None:
+            return torch.tanh(self.feed_proj(torch.cat([self.dropout(h), self.dropout(context)], dim=-1)))
+        return self.head.hidden(self.head.query(h), context)
 
     def encode(self, batch: TranslationBatch) -> Encoded:
         if not isinstance(batch, TranslationBatch):
