@@ -38,6 +38,22 @@ from torch.torch_version import TorchVersion
 #: torch's fused Adam kernel runs on CPU tensors from torch 2.4 on
 _FUSED_CPU = hasattr(torch, "_fused_adam_") and TorchVersion(torch.__version__) >= "2.4"
 
+#: the largest learning rate accepted where a user gives one (``--lr``, config files, ``fit``, ``train``): Adam
+#: moves every weight by about ``lr`` per step, so a rate above 1 only diverges (1e30 overflowed the perplexity)
+MAX_LR = 1.0
+#: the allowed range of a learning rate, as the messages print it
+LR_RANGE = f"(0, {MAX_LR:g}]"
+
+
+def check_lr(lr: Any, name: str = "lr") -> float:
+    """``lr`` as a float when it is a number in ``(0, MAX_LR]``; else a ``ValueError`` naming ``name`` and the range."""
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0.0 < lr <= MAX_LR:
+        raise ValueError(
+            f"{name} must be a learning rate in {LR_RANGE} (Adam's step: about how far every weight moves per step; "
+            f"1e-3 to 3e-3 is typical), got {lr!r}"
+        )
+    return float(lr)
+
 
 class FusedClippedAdam(PyroOptim):
     """Drop-in for ``pyro.optim.ClippedAdam(optim_args)``: the same ``PyroOptim`` of

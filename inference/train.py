@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 from pyro_attention.inference.distributed import DataParallelSVI
 from pyro_attention.inference.evaluate import log_likelihood
-from pyro_attention.inference.optim import FusedClippedAdam
+from pyro_attention.inference.optim import FusedClippedAdam, check_lr
 from pyro_attention.pair import AlignmentPair
 
 
@@ -95,11 +95,15 @@ def fit(
     :param log_csv: also write one CSV row per step (``kind=step``: epoch, step, loss per token, tokens, seconds)
         and per validation (``kind=val``: ``val_nll``) to this file, flushed as it goes.
     """
-    if num_epochs < 0 or batch_size < 1 or not 0 < lr < math.inf or warmup_steps < 0:
+    if num_epochs < 0 or batch_size < 1 or warmup_steps < 0:
         raise ValueError(
-            f"fit: need num_epochs >= 0, batch_size >= 1, 0 < lr < inf, warmup_steps >= 0; got "
-            f"num_epochs={num_epochs}, batch_size={batch_size}, lr={lr}, warmup_steps={warmup_steps}"
+            f"fit: need num_epochs >= 0, batch_size >= 1, warmup_steps >= 0; got "
+            f"num_epochs={num_epochs}, batch_size={batch_size}, warmup_steps={warmup_steps}"
         )
+    try:
+        lr = check_lr(lr)
+    except ValueError as e:
+        raise ValueError(f"fit: {e}") from None
     if warmup_steps and not hasattr(pair, "warmup_guide"):
         raise ValueError(f"fit: warmup_steps={warmup_steps} but {type(pair).__name__} has no warmup_guide")
     pyro.clear_param_store()
@@ -124,7 +128,10 @@ def fit(
                 step = warm if (warm is not None and result.steps < warmup_steps) else svi
                 loss = step.step(batch) / max(tokens, 1)
                 if not math.isfinite(loss):
-                    raise FloatingPointError(f"fit: non-finite loss {loss} at step {result.steps} (epoch {epoch})")
+                    raise FloatingPointError(
+                        f"fit: training diverged: non-finite loss {loss} at step {result.steps} (epoch {epoch + 1}); "
+                        f"lower lr (it is {lr:g})"
+                    )
                 result.losses.append(loss)
                 result.steps += 1
                 seen += tokens

@@ -161,6 +161,13 @@ def _positive_float(text: str) -> float:
     return _float_in(0.0, float("inf"), low_open=True)(text)
 
 
+def _learning_rate(text: str) -> float:
+    """``--lr``: a number in ``(0, MAX_LR]`` (as ``TranslationConfig`` and ``fit`` check it)."""
+    from pyro_attention.inference.optim import MAX_LR
+
+    return _float_in(0.0, MAX_LR, low_open=True)(text)
+
+
 def _add_train_options(p: argparse.ArgumentParser) -> None:
     from pyro_attention.networks.attention import ATTENTION_SCORES
     from pyro_attention.networks.output import OUTPUT_LAYERS
@@ -276,7 +283,7 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("optimisation")
     g.add_argument("--epochs", type=pos, default=S, help="epochs in all, counting resumed ones (10)")
     g.add_argument("--batch-size", type=pos, default=S, help="sentences per batch (32)")
-    g.add_argument("--lr", type=_positive_float, default=S, help="Adam learning rate (3e-3)")
+    g.add_argument("--lr", type=_learning_rate, default=S, help="Adam learning rate, in (0, 1] (3e-3)")
     g.add_argument("--clip-norm", type=_positive_float, default=S, help="per-parameter gradient norm clip (5)")
     g.add_argument(
         "--lr-decay",
@@ -307,11 +314,16 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-def _config_error(parser: argparse.ArgumentParser, error: Exception) -> None:
-    """``parser.error`` naming the flag when the message starts with a config key."""
-    from pyro_attention.translation import TranslationConfig
+def _config_error(
+    parser: argparse.ArgumentParser, error: Exception, from_file: dict | None = None, path: str | None = None
+) -> None:
+    """``parser.error`` naming the flag when the message starts with a config key, or the config file ``path``
+    when the key's value came from the file (``from_file``) and not from a flag."""
+    from pyro_attention.translation import TranslationConfig, _message_key
 
     message = str(error)
+    if from_file and _message_key(message) in from_file:
+        parser.error(f"{path}: {message}")
     for key in sorted(TranslationConfig.keys(), key=len, reverse=True):
         if message.startswith(key + ":"):
             message = f"argument --{key.replace('_', '-')}: {message[len(key) + 1 :].lstrip()}"
@@ -338,9 +350,12 @@ def _translation_config(args: argparse.Namespace, parser: argparse.ArgumentParse
     from pyro_attention.translation import TranslationConfig, _read_checkpoint, read_config_file
 
     keys = set(TranslationConfig.keys())
+    from_file: dict = {}
     try:
-        given = {**(read_config_file(args.config) if args.config else {})}
-        given.update({k: v for k, v in vars(args).items() if k in keys})
+        from_file = read_config_file(args.config) if args.config else {}
+        flags = {k: v for k, v in vars(args).items() if k in keys}
+        from_file = {k: v for k, v in from_file.items() if k not in flags}  # a flag wins over the file
+        given = {**from_file, **flags}
         if isinstance(given.get("options"), list):  # --option KEY=VALUE flags
             try:
                 given["options"] = parse_options(given["options"])
@@ -353,7 +368,7 @@ def _translation_config(args: argparse.Namespace, parser: argparse.ArgumentParse
             config = TranslationConfig.from_dict(given, base=saved)
         return config
     except (ValueError, FileNotFoundError) as e:
-        _config_error(parser, e)
+        _config_error(parser, e, from_file, args.config)
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -371,7 +386,7 @@ def _train(args: argparse.Namespace) -> int:
         )
     try:
         train(config, progress=not args.quiet, resume=args.resume, overwrite=args.overwrite)
-    except (ValueError, FileNotFoundError, FileExistsError) as e:
+    except (ValueError, FileNotFoundError, FileExistsError, FloatingPointError) as e:
         _fail(parser, e)
     except TrainingInterrupted as stop:
         argv = list(getattr(args, "argv", None) or ["train"])
@@ -598,7 +613,7 @@ def make_parser() -> argparse.ArgumentParser:
     al.add_argument("--models", nargs="+", default=["soft", "variational"], choices=tuple(ALL_PAIRS))
     al.add_argument("--epochs", type=_int_at_least(1), default=5)
     al.add_argument("--batch-size", type=_int_at_least(1), default=32)
-    al.add_argument("--lr", type=_positive_float, default=3e-3)
+    al.add_argument("--lr", type=_learning_rate, default=3e-3)
     al.add_argument("--max-len", type=_int_at_least(1), default=60)
     for name, default in (("embedding", 64), ("encoder", 64), ("decoder", 128), ("attention", 64)):
         al.add_argument(f"--{name}", type=_int_at_least(1), default=default)

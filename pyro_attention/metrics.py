@@ -9,6 +9,7 @@ trained on lower-cased text and the references are cased.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -29,7 +30,8 @@ def perplexity(total_log_likelihood: float, num_tokens: int) -> float:
     """``exp(-sum log p / tokens)``; raises for an empty count."""
     if num_tokens <= 0:
         raise ValueError(f"perplexity needs a positive token count, got {num_tokens}")
-    return math.exp(-total_log_likelihood / num_tokens)
+    nll = -total_log_likelihood / num_tokens
+    return math.exp(nll) if nll < math.log(sys.float_info.max) else math.inf  # a diverged model: inf, no OverflowError
 
 
 def prior_entropy(prior: Tensor, target_mask: Tensor) -> tuple[float, int]:

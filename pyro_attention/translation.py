@@ -39,6 +39,7 @@ import json
 import math
 import os
 import platform
+import re
 import signal
 import tempfile
 import threading
@@ -79,7 +80,7 @@ from pyro_attention.inference.distributed import (
     init_from_env,
     shard,
 )
-from pyro_attention.inference.optim import FusedClippedAdam
+from pyro_attention.inference.optim import FusedClippedAdam, check_lr
 from pyro_attention.networks import Seq2Seq
 from pyro_attention.networks.attention import ATTENTION_SCORES
 from pyro_attention.networks.output import OUTPUT_LAYERS
@@ -277,9 +278,9 @@ class TranslationConfig:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
-        for name in ("lr", "clip_norm"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        self.lr = check_lr(self.lr)
+        if not 0 < self.clip_norm < math.inf:
+            raise ValueError(f"clip_norm must be > 0 and finite, got {self.clip_norm}")
         if not 0.0 < self.lr_decay <= 1.0:
             raise ValueError(f"lr_decay must be in (0, 1], got {self.lr_decay}")
         if self.warmup_steps and not hasattr(ALL_PAIRS[self.model], "warmup_guide"):
@@ -343,8 +344,18 @@ class TranslationConfig:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike, **overrides: Any) -> TranslationConfig:
-        """Read a JSON (``.json``) or TOML (``.toml``) file of flat ``key = value`` pairs; ``overrides`` win."""
-        return cls.from_dict({**read_config_file(path), **_normalise_keys(overrides)})
+        """Read a JSON (``.json``) or TOML (``.toml``) file of flat ``key = value`` pairs; ``overrides`` win.
+
+        :raises ValueError: for a bad value, naming the file when the value came from it.
+        """
+        overrides = _normalise_keys(overrides)
+        values = {k: v for k, v in read_config_file(path).items() if k not in overrides}
+        try:
+            return cls.from_dict({**values, **overrides})
+        except ValueError as e:
+            if _message_key(str(e)) in values:
+                raise ValueError(f"{path}: {e}") from None
+            raise
 
     def replace(self, **changes: Any) -> TranslationConfig:
         """A copy with ``changes`` applied (validated)."""
@@ -449,6 +460,18 @@ def _choice(name: str, value: Any, allowed: Sequence[str]) -> None:
 def _at_least(name: str, value: int, low: int) -> None:
     if value < low:
         raise ValueError(f"{name} must be >= {low}, got {value}")
+
+
+def _message_key(message: str) -> str | None:
+    """The config key an error message is about (``"lr must be ..."``, ``"options: ..."``,
+    ``"config key 'epochs' must be ..."``), or ``None``."""
+    quoted = re.match(r"config key '(\w+)'", message)
+    if quoted:
+        return quoted.group(1)
+    for key in sorted(TranslationConfig.keys(), key=len, reverse=True):
+        if message.startswith((key + ":", key + " ")):
+            return key
+    return None
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -919,7 +942,11 @@ def validate(pair: AlignmentPair, batches: Iterable[TranslationBatch], num_sampl
     finally:
         net.train(was_training)
     nll = -total / max(tokens, 1)
-    return Validation(nll, math.exp(nll), exact, method, tokens)
+    return Validation(nll, math.exp(nll) if nll < _MAX_EXP else math.inf, exact, method, tokens)
+
+
+#: ``math.exp`` overflows above this (a diverged model's perplexity is infinite, not an ``OverflowError``)
+_MAX_EXP = math.log(torch.finfo(torch.float64).max)
 
 
 @dataclass
@@ -1232,7 +1259,11 @@ def _train(
                 runner = warm if warm is not None and step < config.warmup_steps else svi
                 loss = runner.step(shard(batch, rank, world_size)) / tokens
                 if not math.isfinite(loss):
-                    raise FloatingPointError(f"non-finite loss {loss} at step {step} (epoch {epoch})")
+                    raise FloatingPointError(
+                        f"training diverged: non-finite loss {loss} at step {step + 1} (epoch {epoch + 1}) with lr "
+                        f"{lr:g}; lower --lr (or --clip-norm) and start again with --overwrite, or --resume from "
+                        f"{last_path} with the lower --lr"
+                    )
                 step += 1
                 position += 1
                 seen += tokens

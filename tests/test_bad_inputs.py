@@ -215,6 +215,19 @@ def _damaged_checkpoint(kind: str) -> Path:
     return save_checkpoint(state, _path("reshaped.pt"))
 
 
+def _diverging_run() -> None:
+    """``pyro-attention train`` whose first step returns a NaN loss (as a far too high learning rate does)."""
+    from pyro_attention.inference.distributed import DataParallelSVI
+
+    with mock.patch.object(DataParallelSVI, "step", return_value=float("nan")):
+        _cli("train", "--quiet", "--out", _path("diverged"), *_tiny_flags())
+
+
+def _tiny_flags() -> list[str]:
+    """``TINY`` as command-line flags."""
+    return [a for k, v in TINY.items() for a in (f"--{k.replace('_', '-')}", str(v))]
+
+
 def _old_version_run() -> Path:
     state = torch.load(_run() / "last.pt", weights_only=True)
     state["package_version"] = "0.0.1"
@@ -1050,7 +1063,7 @@ CATALOGUE: list[Mistake] = [
     Mistake(
         "fit-infinite-lr", SIZES, "training with an infinite learning rate (it returned all-NaN weights)",
         lambda: fit(SoftAttention(_region()[0]), [_region()[1]], lr=float("inf"), progress=False),
-        ValueError, r"fit: need .*0 < lr < inf.*lr=inf",
+        ValueError, r"fit: lr must be a learning rate in \(0, 1\] .*got inf",
         "Use a finite learning rate > 0 (1e-3 to 3e-3 is typical).",
     ),
     Mistake(
@@ -1080,6 +1093,42 @@ CATALOGUE: list[Mistake] = [
         lambda: links_from_probs(torch.rand(2, 2, 3, 4)),
         ValueError, r"links_from_probs: probs must be \(T, S\) or \(B, T, S\), got shape \(2, 2, 3, 4\)",
         "Give (T, S) for one sentence or (B, T, S) for a batch.",
+    ),
+    # -- issue #17: learning rates ------------------------------------------------------------------------------
+    Mistake(
+        "cli-lr-out-of-range", CONFIG, "`pyro-attention train --lr 1e30` (it ended in an `OverflowError` traceback "
+        "after an epoch)",
+        lambda: _cli("train", "--lr", "1e30", "--quiet", "--out", _path("lr-run")),
+        SystemExit, r"exit status 2: pyro-attention train: error: argument --lr: must be a number in \(0, 1\], "
+        r"got '1e30'",
+        "Use a learning rate in (0, 1]; 1e-3 to 3e-3 is typical for Adam.",
+    ),
+    Mistake(
+        "config-file-lr-out-of-range", CONFIG, "a config file with `lr = 1e30`",
+        lambda: _cli("train", "--config", _file("lr.json", json.dumps({"lr": 1e30})), "--quiet"),
+        SystemExit, r"exit status 2: pyro-attention train: error: .*lr\.json: lr must be a learning rate in "
+        r"\(0, 1\] .*got 1e\+30",
+        "Fix the value in the file (the message names it).",
+    ),
+    Mistake(
+        "config-lr-out-of-range", CONFIG, "`TranslationConfig(lr=1e30)` (or `train` with it, from Python)",
+        lambda: TranslationConfig(lr=1e30),
+        ValueError, r"lr must be a learning rate in \(0, 1\] .*got 1e\+30",
+        "Use a learning rate in (0, 1].",
+    ),
+    Mistake(
+        "fit-lr-out-of-range", SIZES, "`fit(..., lr=1e30)`",
+        lambda: fit(SoftAttention(_region()[0]), [_region()[1]], lr=1e30, progress=False),
+        ValueError, r"fit: lr must be a learning rate in \(0, 1\] .*got 1e\+30",
+        "Use a learning rate in (0, 1].",
+    ),
+    Mistake(
+        "training-diverged", CONFIG, "a run whose loss becomes NaN or infinite (too high a learning rate; it was a "
+        "`FloatingPointError` traceback)",
+        lambda: _diverging_run(),
+        SystemExit, r"exit status 1: pyro-attention train: error: training diverged: non-finite loss nan at step 1 "
+        r"\(epoch 1\) with lr 0\.003; lower --lr",
+        "Lower `--lr` (or `--clip-norm`) and start again with `--overwrite`, or `--resume` with the lower `--lr`.",
     ),
 ]  # fmt: skip
 
