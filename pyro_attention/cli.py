@@ -296,6 +296,7 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--num-samples", type=pos, default=S, help="importance samples of the relaxed bound (20)")
     g.add_argument("--seed", type=nonneg, default=S, help="seed of weights, sampling and batch order (0)")
     g.add_argument("--threads", type=nonneg, default=S, help="torch threads (1; 0: torch's choice)")
+    g.add_argument("--device", default=S, help="cpu (default), cuda, cuda:N or mps: where the network trains")
     g.add_argument("--out", default=S, help="output folder (default runs/<model>-<estimator>)")
     g.add_argument(
         "--checkpoint-every",
@@ -446,6 +447,7 @@ def _evaluate(args: argparse.Namespace) -> int:
             bleu=not args.no_bleu,
             lowercase=args.lowercase_bleu,
             progress=not args.quiet,
+            device=args.device,
         )
     except (ValueError, FileNotFoundError) as e:
         _fail(args.parser, e)
@@ -478,6 +480,7 @@ def _translate(args: argparse.Namespace) -> int:
             tokenize=args.tokenize,
             lowercase=args.lowercase,
             progress=args.progress,
+            device=args.device,
         )
     except (ValueError, FileNotFoundError) as e:
         _fail(args.parser, e)
@@ -507,6 +510,7 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
         help="longest translation (default 2 x source length + 10)",
     )
     p.add_argument("--threads", type=_int_at_least(0), default=1, help="torch threads (1; 0: torch's choice)")
+    p.add_argument("--device", default=None, help="cpu (default), cuda, cuda:N or mps: where the model runs")
 
 
 def _add_translation_commands(sub) -> None:  # noqa: ANN001
@@ -660,6 +664,10 @@ def make_parser() -> argparse.ArgumentParser:
     ex.add_argument("--max-epochs", type=_int_at_least(1), default=None,
                     help="train at most N epochs per row in this call, then move on (default: to the end)")
     ex.add_argument("--no-bleu", action="store_true", help="skip decoding (perplexities and entropies only)")
+    ex.add_argument("--device", default=None,
+                    help="train and evaluate every row here: cpu, cuda, cuda:N or mps (default: the file's, else cpu)")
+    ex.add_argument("--threads", type=_int_at_least(0), default=None,
+                    help="torch threads for every row (default: the file's; 0: torch's choice)")
     ex.add_argument("--quiet", action="store_true", help="no progress bars")
     ex.set_defaults(func=_experiment, parser=ex)
     return parser
@@ -670,8 +678,9 @@ def _experiment(args: argparse.Namespace) -> int:
     from pyro_attention.translation import TrainingInterrupted
 
     try:
+        overrides = {k: v for k, v in (("device", args.device), ("threads", args.threads)) if v is not None}
         table = run_experiment(args.config, args.out, only=args.rows, max_epochs=args.max_epochs,
-                               progress=not args.quiet, bleu=not args.no_bleu)
+                               progress=not args.quiet, bleu=not args.no_bleu, overrides=overrides)
     except (FileNotFoundError, FileExistsError, ValueError) as error:
         _fail(args.parser, error)
         return 1

@@ -110,10 +110,12 @@ def read_experiment(path: str | os.PathLike) -> tuple[dict[str, Any], list[dict[
     return shared, rows
 
 
-def row_config(shared: dict[str, Any], row: dict[str, Any], runs: Path) -> TranslationConfig:
-    """The row's ``TranslationConfig``, writing to ``runs / label``."""
+def row_config(shared: dict[str, Any], row: dict[str, Any], runs: Path,
+               overrides: dict[str, Any] | None = None) -> TranslationConfig:
+    """The row's ``TranslationConfig``, writing to ``runs / label``; ``overrides`` (e.g. ``{"device": "cuda"}``)
+    win over the file's shared and row settings."""
     settings = {k: v for k, v in row.items() if k != "label"}
-    return TranslationConfig.from_dict({**shared, **settings, "out": str(runs / row["label"])})
+    return TranslationConfig.from_dict({**shared, **settings, **(overrides or {}), "out": str(runs / row["label"])})
 
 
 def run_experiment(
@@ -125,11 +127,14 @@ def run_experiment(
     progress: bool = True,
     log: Log | None = print,
     bleu: bool = True,
+    overrides: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Train, evaluate and tabulate every row of the experiment file ``path`` in ``runs`` (see the module doc).
 
     :param only: labels of the rows to work on (default: all); the table lists every finished row.
     :param max_epochs: train at most this many epochs per row in this call (``None``: to the end).
+    :param overrides: settings that win over the file's for every row, e.g. ``{"device": "cuda", "threads": 4}``
+        (only settings a row may change when it resumes; a structural one is refused as ``train --resume`` does).
     :returns: the finished rows (``table.json``'s content).
     """
     log = log or (lambda _: None)
@@ -144,7 +149,7 @@ def run_experiment(
     for row in rows:
         if only and row["label"] not in only:
             continue
-        config = row_config(shared, row, runs)
+        config = row_config(shared, row, runs, overrides)
         folder = config.out_dir
         if (folder / "result.json").is_file():
             log(f"[{row['label']}] finished: {folder / 'result.json'}")
@@ -208,9 +213,9 @@ def evaluate_row(config: TranslationConfig, folder: Path, label: str, bleu: bool
 
     trained = json.loads((folder / "trained.json").read_text())
     best = folder / "best.pt"
-    val = evaluate(best, "val", kmax=0, bleu=False)
-    test = evaluate(best, "test", kmax=5, bleu=False)
-    ckpt = load_checkpoint(best)
+    val = evaluate(best, "val", kmax=0, bleu=False, device=config.device)
+    test = evaluate(best, "test", kmax=5, bleu=False, device=config.device)
+    ckpt = load_checkpoint(best, device=config.device)
     categorical = ckpt.pair.latent == "categorical"
     row: dict[str, Any] = {
         "label": label, "pair": config.model, "estimator": config.estimator, "output": config.output,
@@ -222,7 +227,7 @@ def evaluate_row(config: TranslationConfig, folder: Path, label: str, bleu: bool
         "prior_entropy": test["prior_entropy"], "epochs": trained["epochs"], "best_epoch": trained["best_epoch"],
         "stopped_early": trained["stopped_early"], "wall_s": trained["wall_s"],
         "tokens_per_s": trained["target_tokens"] / max(trained["wall_s"], 1e-9),
-        "device": "cpu", "threads": config.threads, "config": config.to_dict(),
+        "device": config.device, "threads": config.threads, "config": config.to_dict(),
     }
     if bleu:
         data = load_split(config, "test", size=config.test_size, references=True)

@@ -164,7 +164,10 @@ class TranslationConfig:
     ``lr_decay`` (factor applied when validation perplexity does not improve), ``patience`` (epochs without
     improvement before stopping; 0: never stop early), ``warmup_steps`` (Dirichlet pair: steps with the prior as
     guide), ``num_samples`` (importance samples of the Dirichlet pair's validation bound), ``seed``, ``threads``
-    (torch threads; 0 leaves torch's choice) and ``out`` (default ``runs/<model>-<estimator>``).
+    (torch threads; 0 leaves torch's choice), ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``: where
+    the network, its optimiser state and the batches live; checkpoints are stored device-free, so a run trained on
+    a GPU resumes or evaluates on a CPU and back; several processes under torchrun each take ``cuda:LOCAL_RANK``)
+    and ``out`` (default ``runs/<model>-<estimator>``).
     """
 
     # data
@@ -219,6 +222,7 @@ class TranslationConfig:
     num_samples: int = 20
     seed: int = 0
     threads: int = 1
+    device: str = "cpu"
     out: str | None = None
     checkpoint_every: int = 0
     tensorboard: bool | None = None
@@ -230,6 +234,7 @@ class TranslationConfig:
         _choice("data", self.data, DATA_KINDS)
         _choice("output", self.output, tuple(OUTPUT_LAYERS))
         _choice("attention_type", self.attention_type, tuple(ATTENTION_SCORES))
+        resolve_device(self.device)
         _choice("input_feed", self.input_feed, INPUT_FEEDS)
         _choice("bridge", self.bridge, BRIDGES)
         if self.bridge == "final" and self.decoder != 2 * self.encoder:
@@ -375,6 +380,42 @@ class TranslationConfig:
     def lowercased(self) -> bool:
         """Whether the corpus is lower-cased (Multi30k's and IWSLT14's prepared files are)."""
         return self.data in ("multi30k", "iwslt14")
+
+
+def resolve_device(name: str, local_rank: int | None = None) -> torch.device:
+    """``torch.device(name)`` if this machine has it, else a ``ValueError`` naming the device and what is here.
+
+    ``local_rank`` (several processes): a bare ``"cuda"`` becomes ``cuda:local_rank``.
+    """
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device: {name!r} is not a device name; use cpu, cuda, cuda:N or mps") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device: {name!r} is not available on this machine (torch {torch.__version__} sees no "
+                             "CUDA GPU; a CPU build of torch, or no driver); use device cpu")
+        if device.index is None and local_rank is not None:
+            device = torch.device("cuda", local_rank)
+        if (device.index or 0) >= torch.cuda.device_count():
+            raise ValueError(f"device: {name!r} does not exist here: this machine has "
+                             f"{torch.cuda.device_count()} CUDA device(s)")
+    elif device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device: {name!r} is not available on this machine; use device cpu")
+    elif device.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"device: {name!r} is not supported for training; use cpu, cuda, cuda:N or mps")
+    return device
+
+
+def _on_cpu(value: Any) -> Any:
+    """``value`` with every tensor (in nested dicts, lists and tuples) moved to the CPU: checkpoints are device-free."""
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
+    if isinstance(value, dict):
+        return {k: _on_cpu(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_on_cpu(v) for v in value)
+    return value
 
 
 def _normalise_keys(values: dict[str, Any]) -> dict[str, Any]:
@@ -751,11 +792,14 @@ def _rng_state() -> dict[str, Any]:
     import random
 
     name, keys, pos, has_gauss, cached = np.random.get_state()
-    return {
+    state = {
         "torch": torch.get_rng_state(),
         "python": random.getstate(),
         "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(cached)],
     }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = [s.cpu() for s in torch.cuda.get_rng_state_all()]
+    return state
 
 
 def _set_rng_state(state: dict[str, Any]) -> None:
@@ -766,6 +810,8 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     random.setstate((version, tuple(keys), gauss))
     name, keys, pos, has_gauss, cached = state["numpy"]
     np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    if state.get("cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 @dataclass
@@ -820,15 +866,20 @@ def _read_checkpoint(path: Path) -> dict[str, Any]:
 _REQUIRED_KEYS = ("config", "src_vocab", "tgt_vocab", "network", "epoch", "step")
 
 
-def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
-    """Load a checkpoint file (or a run folder: its ``best.pt``, else ``last.pt``) into a ready pair."""
+def load_checkpoint(path: str | os.PathLike, device: str | None = None) -> Checkpoint:
+    """Load a checkpoint file (or a run folder: its ``best.pt``, else ``last.pt``) into a ready pair, on ``device``
+    (default: the CPU, whatever device it was trained on)."""
     state = _read_checkpoint(Path(path))
-    config = TranslationConfig.from_dict(state["config"])
+    config = TranslationConfig.from_dict({**state["config"], "device": "cpu"})
     src_vocab, tgt_vocab = Vocab.from_json(state["src_vocab"]), Vocab.from_json(state["tgt_vocab"])
     network, pair = build_pair(config, src_vocab, tgt_vocab)
     _load_weights(pair, state)
+    checkpoint = Checkpoint(Path(state["_path"]), config, src_vocab, tgt_vocab, network, pair, state)
+    if device is not None:
+        _move(checkpoint, device)
+        checkpoint.config = config.replace(device=device)
     network.eval()
-    return Checkpoint(Path(state["_path"]), config, src_vocab, tgt_vocab, network, pair, state)
+    return checkpoint
 
 
 def _load_weights(pair: AlignmentPair, state: dict[str, Any]) -> None:
@@ -843,7 +894,7 @@ def _check_param_store(state: dict[str, Any]) -> None:
     """Every parameter the checkpoint's param store held is back (restored through the pair's modules)."""
     live = dict(pyro.get_param_store().named_parameters())
     for name, value in state.get("param_store", {}).items():
-        if name not in live or not torch.equal(live[name].detach(), value):
+        if name not in live or not torch.equal(live[name].detach().cpu(), value.cpu()):
             raise ValueError(
                 f"{state.get('_path', 'checkpoint')}: Pyro parameter {name!r} of the checkpoint is not restored by "
                 "the pair's modules (a pyro.param outside pair.modules()?)"
@@ -1121,6 +1172,7 @@ def _train(
     log: Log | None,
 ) -> TrainResult:
     rank, world_size = init_from_env()
+    device = resolve_device(config.device, int(os.environ.get("LOCAL_RANK", rank)) if world_size > 1 else None)
     log = (log or (lambda _: None)) if rank == 0 else (lambda _: None)  # only process 0 logs and writes
     if config.threads:
         torch.set_num_threads(config.threads)
@@ -1148,13 +1200,14 @@ def _train(
                 + (" (the learning rate restarts at the new --lr)" if "lr" in changed else ""))
     log(f"vocabularies: source {len(src_vocab)}, target {len(tgt_vocab)} (min_freq {config.min_freq}, "
         f"max_vocab {config.max_vocab})")
-    train_batches = make_batches(corpora.train, src_vocab, tgt_vocab, config.batch_size)
-    val_batches = make_batches(corpora.val, src_vocab, tgt_vocab, max(config.batch_size, 64))
+    train_batches = [b.to(device) for b in make_batches(corpora.train, src_vocab, tgt_vocab, config.batch_size)]
+    val_batches = [b.to(device) for b in make_batches(corpora.val, src_vocab, tgt_vocab, max(config.batch_size, 64))]
 
     pyro.clear_param_store()
     pyro.set_rng_seed(config.seed)
     network, pair = build_pair(config, src_vocab, tgt_vocab)
     for name, module in pair.modules().items():  # every parameter in the store before the first step
+        module.to(device)
         pyro.module(name, module)
     epoch, step, best, best_epoch, bad, lr = 0, 0, math.inf, -1, 0, config.lr
     position, epoch_loss, epoch_tokens = 0, 0.0, 0  # batches done in the current epoch (mid-epoch checkpoints)
@@ -1213,10 +1266,10 @@ def _train(
             "config": config.to_dict(),
             "src_vocab": src_vocab.to_json(),
             "tgt_vocab": tgt_vocab.to_json(),
-            "network": network.state_dict(),
-            "pair_modules": {name: m.state_dict() for name, m in pair.owned_modules().items()},
-            "param_store": {name: p.detach().clone() for name, p in pyro.get_param_store().named_parameters()},
-            "optim": optim.get_state(),
+            "network": _on_cpu(network.state_dict()),
+            "pair_modules": {name: _on_cpu(m.state_dict()) for name, m in pair.owned_modules().items()},
+            "param_store": {name: p.detach().cpu().clone() for name, p in pyro.get_param_store().named_parameters()},
+            "optim": _on_cpu(optim.get_state()),
             "rng": rng_ranks[0],
             "rng_ranks": rng_ranks if world_size > 1 else None,
             "world_size": world_size,
@@ -1350,6 +1403,12 @@ def _as_checkpoint(checkpoint: Checkpoint | str | os.PathLike) -> Checkpoint:
     return checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
 
 
+def _move(ckpt: Checkpoint, device: str) -> None:
+    where = resolve_device(device)
+    for module in ckpt.pair.modules().values():
+        module.to(where)
+
+
 def _default_rule(pair: AlignmentPair, rule: str | None) -> str:
     from pyro_attention.inference.decode import DECODE_RULES
 
@@ -1382,7 +1441,8 @@ def _decode(
         rows = order[start : start + chunk]
         ids = [ckpt.src_vocab.encode(sources[i]) for i in rows]
         width = max(len(x) for x in ids)
-        source = torch.tensor([x + [0] * (width - len(x)) for x in ids], dtype=torch.long)
+        source = torch.tensor([x + [0] * (width - len(x)) for x in ids], dtype=torch.long,
+                              device=next(ckpt.network.parameters()).device)
         limits = [max_decode_len or 2 * len(sources[i]) + 10 for i in rows]
         hyps = translate(ckpt.pair, source, source != 0, beam, rule, k, limits, length_penalty, batch_size=chunk)
         for i, hyp in zip(rows, hyps, strict=True):
@@ -1413,6 +1473,7 @@ def evaluate(
     lowercase: bool | None = None,
     seed: int | None = 0,
     progress: bool = False,
+    device: str | None = None,
 ) -> dict[str, Any]:
     """Perplexity, K-max perplexity, prior entropy and BLEU of a checkpoint on a split or on given files.
 
@@ -1427,6 +1488,7 @@ def evaluate(
     :param lowercase: case-insensitive BLEU (default: when the corpus is lower-cased, Multi30k and IWSLT14).
     :param seed: seeds Pyro's RNGs first (``pyro.set_rng_seed``) so that the Dirichlet pair's sampled bound is
         reproducible; ``None`` leaves them alone.
+    :param device: where to evaluate (default: where the loaded checkpoint's network is, the CPU for a path).
     :returns: a dict with ``ppl`` (+ ``ppl_exact``, ``ppl_method``, ``nll``, ``tokens``), ``kmax_ppl``,
         ``prior_entropy`` (mean nats per target token), ``bleu`` and ``bleu_signature``, ``hypotheses``, ...
     """
@@ -1434,6 +1496,8 @@ def evaluate(
     from pyro_attention.inference import alignment_posterior, kmax_log_likelihood, log_likelihood
 
     ckpt = _as_checkpoint(checkpoint)
+    if device is not None:
+        _move(ckpt, device)
     if seed is not None:
         pyro.set_rng_seed(seed)
     config = ckpt.config if data_dir is None else ckpt.config.replace(data_dir=data_dir)
@@ -1446,7 +1510,8 @@ def evaluate(
     data = load_split(
         config, split, size=size, src_file=src_file, tgt_file=tgt_file, ref_file=ref_file, references=bleu
     )
-    batches = make_batches(data, ckpt.src_vocab, ckpt.tgt_vocab, batch_size)
+    where = next(ckpt.network.parameters()).device
+    batches = [b.to(where) for b in make_batches(data, ckpt.src_vocab, ckpt.tgt_vocab, batch_size)]
     ckpt.network.eval()
     samples = num_samples or config.num_samples
     total, tokens, exact, method = 0.0, 0, True, ""
@@ -1525,6 +1590,7 @@ def translate_lines(
     tokenize: str = "none",
     lowercase: bool | None = None,
     progress: bool = False,
+    device: str | None = None,
 ) -> list[str]:
     """Detokenised translations of ``lines`` (one sentence each; an empty line gives an empty line).
 
@@ -1533,6 +1599,7 @@ def translate_lines(
         BPE corpora need BPE-segmented input.
     :param lowercase: lower-case the input (default: when the training corpus is lower-cased).
     :param max_decode_len: at most this many target tokens (default ``2 * source length + 10``).
+    :param device: where to decode (default: where a loaded checkpoint's network is, the CPU for a path).
     """
     from pyro_attention.metrics import detokenize
 
@@ -1542,6 +1609,8 @@ def translate_lines(
             f"{lines[:40]!r}; wrap a single sentence in a list: [{lines[:40]!r}]"
         )
     ckpt = _as_checkpoint(checkpoint)
+    if device is not None:
+        _move(ckpt, device)
     rule = _default_rule(ckpt.pair, rule)
     split = _tokenizer(tokenize, ckpt.config.src)
     lc = ckpt.config.lowercased if lowercase is None else lowercase

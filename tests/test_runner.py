@@ -88,9 +88,11 @@ def test_validation_curve_runs_on_across_sittings(tmp_path):
 def test_only_some_rows_and_the_cli(tmp_path, capsys):
     path = _write(tmp_path)
     assert cli.main(["experiment", "--config", str(path), "--out", str(tmp_path / "r"), "--rows", "soft",
-                     "--no-bleu", "--quiet"]) == 0
+                     "--no-bleu", "--quiet", "--device", "cpu", "--threads", "1"]) == 0
     printed = capsys.readouterr().out
     assert "| soft | soft |" in printed and "marginal-product" not in printed
+    row = json.loads((tmp_path / "r" / "soft" / "result.json").read_text())
+    assert row["device"] == "cpu" and row["threads"] == 1
     with pytest.raises(SystemExit) as e:
         cli.main(["experiment", "--config", str(path), "--out", str(tmp_path / "r"), "--rows", "hard"])
     assert e.value.code == 1

@@ -564,3 +564,33 @@ def test_an_ignored_sigint_stays_ignored(tmp_path, monkeypatch):
                                               decoder=16, attention=8, epochs=1, out=str(tmp_path / "r")))
     train(config, progress=False, log=None)
     assert signal.SIGINT not in seen and signal.SIGTERM in seen
+
+
+def test_device_option(tmp_path):
+    """``--device``: checked where it enters, naming what this machine has; the run's tensors live there and its
+    checkpoints are device-free (a GPU run resumes and evaluates on a CPU)."""
+    from pyro_attention.runner import row_config
+    from pyro_attention.translation import resolve_device
+
+    assert resolve_device("cpu") == torch.device("cpu")
+    with pytest.raises(ValueError, match="'gpu' is not a device name; use cpu, cuda, cuda:N or mps"):
+        resolve_device("gpu")
+    with pytest.raises(ValueError, match="device: 'meta' is not supported for training"):
+        TranslationConfig(device="meta")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="'cuda' is not available on this machine"):
+            TranslationConfig(device="cuda")
+        with pytest.raises(SystemExit):
+            _train(tmp_path / "cuda", "--device", "cuda")
+    out = tmp_path / "cpu"
+    assert _train(out, "--device", "cpu", "--epochs", "1") == 0
+    state = torch.load(out / "last.pt", weights_only=True)
+    assert state["config"]["device"] == "cpu"
+    tensors = [t for t in state["network"].values()] + list(state["param_store"].values())
+    assert all(t.device.type == "cpu" for t in tensors)
+    ckpt = load_checkpoint(out / "last.pt", device="cpu")
+    assert next(ckpt.network.parameters()).device.type == "cpu"
+    res = evaluate(ckpt, "val", kmax=0, bleu=False, device="cpu")
+    assert res["ppl"] == pytest.approx(state["val"]["ppl"], rel=1e-5)
+    config = row_config({"data": "synthetic", "device": "cpu"}, {"label": "a"}, tmp_path, {"threads": 2})
+    assert config.threads == 2 and config.out_dir == tmp_path / "a"

@@ -44,6 +44,13 @@ class TranslationBatch:
             None if self.gold is None else self.gold[index],
         )
 
+    def to(self, device: torch.device | str) -> TranslationBatch:
+        """The same batch with every tensor on ``device``."""
+        return TranslationBatch(
+            *(None if t is None else t.to(device) for t in
+              (self.source, self.source_mask, self.target_in, self.target, self.target_mask, self.gold))
+        )
+
     def validate(self, source_vocab: int | None = None, target_vocab: int | None = None) -> None:
         """Raise ``ValueError`` naming the offending tensor and shape for malformed input."""
         s, sm, ti, t, tm = self.source, self.source_mask, self.target_in, self.target, self.target_mask
