@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from pyro_attention.inference.distributed import DataParallelSVI
 from pyro_attention.inference.evaluate import log_likelihood
 from pyro_attention.inference.optim import FusedClippedAdam, check_lr
+from pyro_attention.outputs import writing
 from pyro_attention.pair import AlignmentPair
 
 
@@ -66,8 +67,9 @@ CSV_FIELDS = ("kind", "epoch", "step", "loss", "tokens", "val_nll", "seconds")
 def _write(log: tuple[csv.DictWriter, Any] | None, **values: Any) -> None:
     """One CSV row, flushed (so a crashed run keeps every row it wrote)."""
     if log is not None:
-        log[0].writerow({k: f"{v:.9g}" if isinstance(v, float) else v for k, v in values.items()})
-        log[1].flush()
+        with writing(log[1].name):  # a full disk: "cannot write PATH: No space left on device (errno 28)"
+            log[0].writerow({k: f"{v:.9g}" if isinstance(v, float) else v for k, v in values.items()})
+            log[1].flush()
 
 
 def fit(
@@ -117,7 +119,8 @@ def fit(
     start = time.perf_counter()
     bar = tqdm(total=None, disable=None if progress else True, desc=type(pair).__name__, unit="step", leave=False)
     seen = 0
-    log_file = None if log_csv is None else open(log_csv, "w", newline="", encoding="utf-8")  # closed below
+    with writing(log_csv or ""):
+        log_file = None if log_csv is None else open(log_csv, "w", newline="", encoding="utf-8")  # closed below
     log = None if log_file is None else (csv.DictWriter(log_file, CSV_FIELDS), log_file)
     if log is not None:
         log[0].writeheader()

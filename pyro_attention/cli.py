@@ -342,8 +342,23 @@ def _fail(parser: argparse.ArgumentParser, error: Exception) -> None:
     """
     if str(error).startswith("rule "):
         parser.error(f"argument --rule: {error}")
-    print(f"{parser.prog}: error: {error}", file=sys.stderr)
+    print(f"{parser.prog}: error: {_os_error_text(error)}", file=sys.stderr)
     raise SystemExit(1)
+
+
+def _os_error_text(error: BaseException, path: str | os.PathLike | None = None) -> str:
+    """An ``OSError`` straight from the system (``[Errno 13] Permission denied: 'x'``) as ``x: Permission denied
+    (errno 13)``, or ``cannot write PATH: ...`` when ``path`` is the file being written; any other error as it is
+    (this package's messages name their file already)."""
+    from pyro_attention.outputs import WriteError, write_error
+
+    if not isinstance(error, OSError) or isinstance(error, WriteError) or error.errno is None:
+        return str(error)
+    if path is not None:
+        return str(write_error(error.filename or path, error))
+    if error.filename:
+        return f"{error.filename}: {error.strerror} (errno {error.errno})"
+    return str(error)
 
 
 def _translation_config(args: argparse.Namespace, parser: argparse.ArgumentParser):  # noqa: ANN202
@@ -387,7 +402,7 @@ def _train(args: argparse.Namespace) -> int:
         )
     try:
         train(config, progress=not args.quiet, resume=args.resume, overwrite=args.overwrite)
-    except (ValueError, FileNotFoundError, FileExistsError, FloatingPointError) as e:
+    except (ValueError, OSError, FloatingPointError) as e:
         _fail(parser, e)
     except TrainingInterrupted as stop:
         argv = list(getattr(args, "argv", None) or ["train"])
@@ -424,6 +439,7 @@ def _print_scores(res: dict) -> None:
 def _evaluate(args: argparse.Namespace) -> int:
     import json
 
+    from pyro_attention.outputs import write_text
     from pyro_attention.translation import evaluate
 
     if args.threads:
@@ -449,15 +465,18 @@ def _evaluate(args: argparse.Namespace) -> int:
             progress=not args.quiet,
             device=args.device,
         )
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, OSError) as e:
         _fail(args.parser, e)
     _print_scores(res)
-    if args.hypotheses and res["hypotheses"] is not None:
-        Path(args.hypotheses).write_text("".join(h + "\n" for h in res["hypotheses"]), encoding="utf-8")
-        print(f"wrote {len(res['hypotheses'])} translations to {args.hypotheses}")
-    if args.json:
-        scores = {k: v for k, v in res.items() if k != "hypotheses"}
-        Path(args.json).write_text(json.dumps(scores, indent=2) + "\n", encoding="utf-8")
+    try:
+        if args.hypotheses and res["hypotheses"] is not None:
+            write_text(args.hypotheses, "".join(h + "\n" for h in res["hypotheses"]))
+            print(f"wrote {len(res['hypotheses'])} translations to {args.hypotheses}")
+        if args.json:
+            scores = {k: v for k, v in res.items() if k != "hypotheses"}
+            write_text(args.json, json.dumps(scores, indent=2) + "\n")
+    except OSError as e:
+        _fail(args.parser, e)
     return 0
 
 
@@ -482,7 +501,7 @@ def _translate(args: argparse.Namespace) -> int:
             progress=args.progress,
             device=args.device,
         )
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, OSError) as e:
         _fail(args.parser, e)
     for line in out:
         sys.stdout.write(line + "\n")
@@ -681,7 +700,7 @@ def _experiment(args: argparse.Namespace) -> int:
         overrides = {k: v for k, v in (("device", args.device), ("threads", args.threads)) if v is not None}
         table = run_experiment(args.config, args.out, only=args.rows, max_epochs=args.max_epochs,
                                progress=not args.quiet, bleu=not args.no_bleu, overrides=overrides)
-    except (FileNotFoundError, FileExistsError, ValueError) as error:
+    except (OSError, ValueError) as error:
         _fail(args.parser, error)
         return 1
     except TrainingInterrupted as stop:
@@ -706,7 +725,10 @@ def _inspect(args: argparse.Namespace) -> int:
             num_plots=args.num_plots,
             data_dir=args.data_dir,
         )
-    except (FileNotFoundError, ValueError) as error:
+    except OSError as error:  # the NetCDF file or a figure
+        _fail(args.parser, ValueError(_os_error_text(error, args.out)) if error.errno is not None else error)
+        return 1
+    except ValueError as error:
         _fail(args.parser, error)
         return 1
     print(result["table"])
@@ -737,7 +759,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = make_parser().parse_args(argv)
     args.argv = argv
-    return args.func(args)
+    try:
+        return args.func(args)
+    except OSError as error:  # a file that cannot be written (or read): one line naming it, not a traceback
+        if error.errno is None and not error.filename:
+            raise
+        prog = args.parser.prog if hasattr(args, "parser") else f"pyro-attention {args.command}"
+        print(f"{prog}: error: {_os_error_text(error)}", file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

@@ -85,6 +85,7 @@ from pyro_attention.networks import Seq2Seq
 from pyro_attention.networks.attention import ATTENTION_SCORES
 from pyro_attention.networks.output import OUTPUT_LAYERS
 from pyro_attention.networks.seq2seq import BRIDGES, INPUT_FEEDS
+from pyro_attention.outputs import write_error, writing
 from pyro_attention.pair import AlignmentPair
 from pyro_attention.registry import ALL_PAIRS, PAIR_ESTIMATORS, check_options, make_pair
 
@@ -751,24 +752,23 @@ def build_pair(config: TranslationConfig, src_vocab: Vocab, tgt_vocab: Vocab) ->
 def save_checkpoint(state: dict[str, Any], path: str | os.PathLike) -> Path:
     """Write ``state`` with ``torch.save`` atomically: a temporary file in the same folder, flushed and fsync-ed,
     then ``os.replace``-d onto ``path``.  On any failure the temporary file is removed and an existing ``path``
-    is left as it was.
+    is left as it was; a failure to write is a :class:`~pyro_attention.outputs.WriteError` naming ``path``.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual permissions
-        with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
+    with writing(path):  # a read-only folder, a full disk: "cannot write PATH: CAUSE", the old file intact
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual permissions
+            with os.fdopen(fd, "wb") as f:
+                torch.save(state, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
     try:  # make the rename itself durable (POSIX); not possible everywhere
         dir_fd = os.open(path.parent, os.O_RDONLY)
     except OSError:  # pragma: no cover - e.g. Windows
@@ -1048,11 +1048,17 @@ def _write_csv(path: Path, history: dict[str, Any]) -> None:
         rows.append(_csv_row("epoch", **{k: v[i] for k, v in epochs.items()}))
     rows.sort(key=lambda r: (r["step"], r["kind"] == "epoch"))
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, CSV_FIELDS)
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(tmp, path)
+    with writing(path):
+        try:
+            with open(tmp, "w", newline="", encoding="utf-8") as f:
+                writer = csv.DictWriter(f, CSV_FIELDS)
+                writer.writeheader()
+                writer.writerows(rows)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            raise
 
 
 def _csv_row(kind: str, **values: Any) -> dict[str, Any]:
@@ -1143,7 +1149,7 @@ def _run_lock(out: Path):  # noqa: ANN202 - a context manager
         out.mkdir(parents=True, exist_ok=True)
         handle = open(out / ".lock", "a+", encoding="utf-8")
     except OSError as e:
-        raise OSError(f"{out}: cannot create the run folder's lock file ({e.strerror or e})") from None
+        raise write_error(out / ".lock", e) from None
     try:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -1248,11 +1254,14 @@ def _train(
             + f", best validation {best:.4g}, lr {lr:.3g}"
         )
     if rank == 0:
-        out.mkdir(parents=True, exist_ok=True)
+        with writing(out):
+            out.mkdir(parents=True, exist_ok=True)
         for stale in out.glob(".*.pt.*.tmp"):  # a save that a crash interrupted (the checkpoint itself is intact)
-            stale.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                stale.unlink(missing_ok=True)
         _write_csv(csv_path, history)
-    board = _tensorboard(config, out) if rank == 0 else None
+    with writing(out / "tensorboard"):
+        board = _tensorboard(config, out) if rank == 0 else None
 
     def checkpoint(val: Validation | None) -> dict[str, Any]:
         rng_ranks = gather_objects(_rng_state())  # a collective: every process takes part
@@ -1297,7 +1306,8 @@ def _train(
         total=remaining, disable=not progress or rank != 0, unit="step", desc=f"{type(pair).__name__}",
         dynamic_ncols=True,
     )
-    csv_file = open(csv_path, "a", newline="", encoding="utf-8") if rank == 0 else None  # closed in the finally
+    with writing(csv_path):
+        csv_file = open(csv_path, "a", newline="", encoding="utf-8") if rank == 0 else None  # closed in the finally
     rows = csv.DictWriter(csv_file, CSV_FIELDS) if csv_file is not None else None
     start, seen = time.perf_counter(), 0
     stop_requests = _stop_requests(world_size == 1)  # several processes: the launcher's signal handling
@@ -1327,8 +1337,9 @@ def _train(
                 for key, value in values.items():
                     history["steps"][key].append(value)
                 if rows is not None:
-                    rows.writerow(_csv_row("step", **values))
-                    csv_file.flush()
+                    with writing(csv_path):
+                        rows.writerow(_csv_row("step", **values))
+                        csv_file.flush()
                 if board is not None:
                     board.add_scalar("train/loss_per_token", loss, step)
                     board.add_scalar("train/lr", lr, step)
@@ -1366,8 +1377,9 @@ def _train(
                 save_checkpoint(state, last_path)
                 if improved:
                     save_checkpoint(state, best_path)
-                rows.writerow(_csv_row("epoch", **values))
-                csv_file.flush()
+                with writing(csv_path):
+                    rows.writerow(_csv_row("epoch", **values))
+                    csv_file.flush()
             if board is not None:
                 board.add_scalar("val/nll_per_token", val.nll, step)
                 board.add_scalar("val/ppl", val.ppl, step)
@@ -1387,7 +1399,8 @@ def _train(
     finally:
         stop_requests.__exit__(None, None, None)
         if csv_file is not None:
-            csv_file.close()
+            with contextlib.suppress(OSError):  # every row was flushed (and checked) as it was written
+                csv_file.close()
         if board is not None:
             board.close()
         bar.close()

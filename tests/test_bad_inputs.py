@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import functools
 import gzip
 import io
@@ -61,6 +62,7 @@ from pyro_attention.inference.decode import greedy, translate
 from pyro_attention.metrics import bleu, perplexity
 from pyro_attention.models import MarginalLikelihood, RelaxedAttention, SoftAttention
 from pyro_attention.networks import RegionQA, Seq2Seq
+from pyro_attention.outputs import WriteError
 from pyro_attention.registry import make_pair, parse_options
 from pyro_attention.translation import (
     TranslationConfig,
@@ -215,6 +217,16 @@ def _damaged_checkpoint(kind: str) -> Path:
     return save_checkpoint(state, _path("reshaped.pt"))
 
 
+def _failing_checkpoint_write(error: BaseException | None = None) -> None:
+    """Save a checkpoint over an existing one while ``torch.save`` fails (by default as its zip writer does on a
+    full disk)."""
+    state = torch.load(_run() / "last.pt", weights_only=True)
+    path = save_checkpoint(state, _path("full/last.pt"))
+    error = error or RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+    with mock.patch.object(torch, "save", side_effect=error):
+        save_checkpoint(state, path)
+
+
 def _diverging_run() -> None:
     """``pyro-attention train`` whose first step returns a NaN loss (as a far too high learning rate does)."""
     from pyro_attention.inference.distributed import DataParallelSVI
@@ -257,7 +269,7 @@ class Mistake:
     fix: str  # what to do instead (for docs/troubleshooting.md)
 
 
-FILES, DIRS, VOCAB, GOLD, NAMES, CONFIG, CKPT, TENSORS, SIZES = (
+FILES, DIRS, VOCAB, GOLD, NAMES, CONFIG, CKPT, TENSORS, SIZES, WRITES = (
     "Corpus and text files",
     "Data directories and corpus layouts",
     "Vocabularies",
@@ -267,6 +279,7 @@ FILES, DIRS, VOCAB, GOLD, NAMES, CONFIG, CKPT, TENSORS, SIZES = (
     "Checkpoints and resuming",
     "Tensors: values, shapes, dtypes, padding",
     "Sizes and counts",
+    "Writing outputs: checkpoints, CSV, JSON, figures",
 )
 
 CATALOGUE: list[Mistake] = [
@@ -1129,6 +1142,43 @@ CATALOGUE: list[Mistake] = [
         SystemExit, r"exit status 1: pyro-attention train: error: training diverged: non-finite loss nan at step 1 "
         r"\(epoch 1\) with lr 0\.003; lower --lr",
         "Lower `--lr` (or `--clip-norm`) and start again with `--overwrite`, or `--resume` with the lower `--lr`.",
+    ),
+    # -- issue #17: writing outputs -------------------------------------------------------------------------------
+    Mistake(
+        "out-folder-not-writable", WRITES, "`pyro-attention train --out` where no folder can be made (under a file; "
+        "a read-only folder is the same: it was a raw `OSError` traceback)",
+        lambda: _cli("train", "--quiet", "--out", _file("a-file", "x\n") / "run", *_tiny_flags()),
+        SystemExit, r"exit status 1: pyro-attention train: error: cannot write .*a-file/run/\.lock: Not a directory "
+        r"\(errno 20\)",
+        "Choose an `--out` you can write to.",
+    ),
+    Mistake(
+        "checkpoint-write-fails", WRITES, "a checkpoint write that torch's zip writer cannot finish (a full disk; it "
+        "was `RuntimeError: [enforce fail at inline_container.cc]`)",
+        lambda: _failing_checkpoint_write(),
+        WriteError, r"cannot write .*full/last\.pt: torch could not write it \(unexpected pos 704 vs 598\); "
+        r"[\d.]+ MiB free on its disk",
+        "Free space on the disk (or use another `--out`); the previous checkpoint is intact.",
+    ),
+    Mistake(
+        "checkpoint-read-only", WRITES, "a checkpoint written into a read-only folder or file system",
+        lambda: _failing_checkpoint_write(OSError(errno.EROFS, os.strerror(errno.EROFS))),
+        WriteError, r"cannot write .*full/last\.pt: Read-only file system \(errno 30\)",
+        "Use an `--out` on a writable file system; the previous checkpoint is intact.",
+    ),
+    Mistake(
+        "evaluate-json-disk-full", WRITES, "`pyro-attention evaluate --json` onto a full disk (here `/dev/full`)",
+        lambda: _cli("evaluate", _run(), "--no-bleu", "--quiet", "--json", "/dev/full"),
+        SystemExit, r"exit status 1: pyro-attention evaluate: error: cannot write /dev/full: No space left on device "
+        r"\(errno 28\)",
+        "Free space on the disk, or write elsewhere.",
+    ),
+    Mistake(
+        "fit-log-csv-not-writable", WRITES, "`fit(log_csv=...)` where the file cannot be made",
+        lambda: fit(SoftAttention(_region()[0]), [_region()[1]], progress=False,
+                    log_csv=_file("c-file", "x\n") / "log.csv"),
+        WriteError, r"cannot write .*c-file/log\.csv: Not a directory \(errno 20\)",
+        "Give a path you can write to.",
     ),
 ]  # fmt: skip
 

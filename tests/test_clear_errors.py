@@ -1,0 +1,118 @@
+"""Issue #17, the classes that are not one bad value: failed writes, the command line's help, epoch numbering,
+progress bars in logs, degenerate models.  (Single mistakes and their messages: ``tests/test_bad_inputs.py``.)"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import io
+import os
+import stat
+from pathlib import Path
+from unittest import mock
+
+import pytest
+import torch
+
+from pyro_attention import cli
+from pyro_attention.outputs import WriteError, write_text
+from pyro_attention.translation import TranslationConfig, save_checkpoint, train
+
+TINY = dict(
+    train_size=16, val_size=8, batch_size=8, embedding=8, encoder=8, decoder=16, attention=8, epochs=1, threads=0
+)
+FLAGS = [a for k, v in TINY.items() for a in (f"--{k.replace('_', '-')}", str(v))]
+
+
+def _cli(*argv: object) -> tuple[int, str, str]:
+    """Run the command line: (exit status, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli.main([str(a) for a in argv])
+        except SystemExit as e:
+            code = e.code
+    return int(code or 0), out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    """A tiny soft-attention run (two epochs): its folder holds last.pt, best.pt and history.csv."""
+    out = tmp_path_factory.mktemp("run")
+    train(TranslationConfig(**{**TINY, "epochs": 2}, out=str(out)), progress=False, log=None)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Writing outputs: one error naming the file and the cause; the previous checkpoint intact
+
+
+@pytest.mark.parametrize(
+    "error, cause",
+    [
+        (RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598"),
+         r"torch could not write it \(unexpected pos 704 vs 598\)"),
+        (OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), r"No space left on device \(errno 28\)"),
+        (OSError(errno.EROFS, os.strerror(errno.EROFS)), r"Read-only file system \(errno 30\)"),
+    ],
+)
+@pytest.mark.parametrize("where", ["save", "replace"])
+def test_failed_checkpoint_write_names_the_file_and_keeps_the_old_one(run, tmp_path, error, cause, where):
+    if where == "replace" and isinstance(error, RuntimeError):
+        pytest.skip("os.replace raises OSError only")
+    state = torch.load(run / "last.pt", weights_only=True)
+    path = save_checkpoint(state, tmp_path / "last.pt")
+    before = path.read_bytes()
+    target = (torch, "save") if where == "save" else (os, "replace")
+    with mock.patch.object(*target, side_effect=error):
+        with pytest.raises(WriteError, match=f"cannot write {path}: {cause}"):
+            save_checkpoint({**state, "step": 12345}, path)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]  # no temporary file left behind
+
+
+def test_train_on_a_file_system_that_turns_read_only_exits_1_and_keeps_last_pt(run, tmp_path):
+    """The CLI: one ``error:`` line naming the file, exit status 1, ``last.pt`` as it was."""
+    out = tmp_path / "run"
+    assert _cli("train", "--quiet", "--out", out, *FLAGS)[0] == 0
+    before = (out / "last.pt").read_bytes()
+    real_replace = os.replace
+
+    def replace(src, dst):  # noqa: ANN001, ANN202 - checkpoints can no longer be written
+        if str(dst).endswith(".pt"):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+        return real_replace(src, dst)
+
+    with mock.patch.object(os, "replace", side_effect=replace):
+        code, _, err = _cli("train", "--quiet", "--out", out, "--resume", "--epochs", "2", *FLAGS[:-4])
+    assert code == 1, err
+    assert err.strip().splitlines()[-1] == (
+        f"pyro-attention train: error: cannot write {out / 'last.pt'}: Read-only file system (errno 30)"
+    )
+    assert "Traceback" not in err
+    assert (out / "last.pt").read_bytes() == before
+
+
+def test_read_only_out_folder(tmp_path):
+    """A real read-only folder (chmod; as root chmod does not stop writes, so this case is simulated above)."""
+    out = tmp_path / "ro"
+    out.mkdir()
+    out.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    try:
+        if os.access(out, os.W_OK):
+            pytest.skip("running as root: a chmod'ed folder stays writable")
+        code, _, err = _cli("train", "--quiet", "--out", out, *FLAGS)
+        assert code == 1
+        assert err.strip().splitlines()[-1].startswith(f"pyro-attention train: error: cannot write {out}/")
+        assert "Permission denied (errno 13)" in err and "Traceback" not in err
+    finally:
+        out.chmod(stat.S_IRWXU)
+
+
+def test_write_text_is_atomic(tmp_path):
+    path = write_text(tmp_path / "a.json", "old\n")
+    with mock.patch.object(os, "replace", side_effect=OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))):
+        with pytest.raises(WriteError, match=r"a\.json: No space left on device \(errno 28\)"):
+            write_text(path, "new\n")
+    assert path.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
