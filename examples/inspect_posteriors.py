@@ -6,8 +6,8 @@ and posterior alignment draws, the exact per-token log-likelihood and per-exampl
 posterior, the ELBO gap = KL, entropies of prior / posterior / q and how often their argmaxes agree).  For the
 Dirichlet pair, which has no exact posterior, NUTS on the alignment of a few held-out examples (two chains,
 R-hat and ESS from ``az.summary``) is the reference q is compared with.  The
-variational pair's data is written to ``--out`` as NetCDF, and ``az.plot_khat`` and a forest plot of the
-attention weights of one example are saved next to it.
+variational pair's data is written to ``--out`` as NetCDF, and its k-hat plot (where k-hat is defined) and a
+forest plot of the relaxed pair's draws of the attention weights of one example are saved next to it.
 
     python examples/inspect_posteriors.py --epochs 4 --out posterior.nc
 
@@ -22,6 +22,7 @@ import argparse
 import warnings
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from pyro_attention.data import make_region_qa
@@ -35,6 +36,7 @@ from pyro_attention.inference import (
     to_inference_data,
 )
 from pyro_attention.networks import RegionQA
+from pyro_attention.plots import khat_plot
 
 ROWS = [("marginal", None), ("hard", "enum"), ("variational", "enum"), ("variational", "sample"), ("relaxed", None)]
 
@@ -50,7 +52,7 @@ def main(args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
     train = make_region_qa(args.train_size, seed=args.seed)
     held_out = make_region_qa(args.val_size, seed=args.seed + 1)
-    rows, saved, nuts_rows = {}, None, []
+    rows, saved, relaxed, nuts_rows = {}, None, None, []
     for name, estimator in ROWS:
         torch.manual_seed(args.seed)
         net = RegionQA(train.feature_size, len(train.answers), vocab_size=len(train.vocab), hidden_size=args.hidden)
@@ -58,8 +60,12 @@ def main(args: argparse.Namespace) -> dict:
         fit(pair, train, num_epochs=args.epochs, lr=args.lr, seed=args.seed, progress=False)
         label = row_label(name, estimator)
         rows[label] = diagnostics(pair, held_out.data, num_samples=args.num_samples)
-        if name == "relaxed" and args.nuts:
-            nuts_rows = _nuts_check(pair, held_out, args)
+        if name == "relaxed":
+            relaxed = to_inference_data(
+                pair, held_out.data, num_samples=args.num_samples, source_labels=held_out.region_names
+            )
+            if args.nuts:
+                nuts_rows = _nuts_check(pair, held_out, args)
         if (name, estimator) == ("variational", "enum"):
             saved = to_inference_data(
                 pair, held_out.data, num_samples=args.num_samples, source_labels=held_out.region_names
@@ -78,18 +84,22 @@ def main(args: argparse.Namespace) -> dict:
     out.parent.mkdir(parents=True, exist_ok=True)
     saved.to_netcdf(str(out))
     print(f"wrote the InferenceData of variational (enum) to {out.resolve()}")
-    khat = saved.sample_stats["khat"].dropna("example")
-    if khat.size:
-        az.plot_khat(khat, show_bins=True)
-        plt.savefig(out.with_suffix(".khat.png"), dpi=100, bbox_inches="tight")
-        plt.close("all")
-        print(f"wrote {out.with_suffix('.khat.png')}")
+    khat = saved.sample_stats["khat"]
+    if np.isfinite(khat.values).any():
+        path = khat_plot(
+            khat, "PSIS k-hat of q per held-out scene: variational (enum), RegionQA", out.with_suffix(".khat.png")
+        )
+        print(f"wrote {path}")
     else:
         print(
             "k-hat is undefined for every example (q has fewer than 10 distinct importance weights: one region-QA "
             "target over a handful of regions); no k-hat plot"
         )
-    az.plot_forest(saved.posterior, var_names=["weights"], coords={"example": 0, "target": 0}, combined=True)
+    # draws exist for the continuous (Dirichlet) alignment only: its q over the regions of one held-out scene
+    real = relaxed.posterior.isel(example=0, target=0, source=slice(0, int(held_out.data.region_mask[0].sum())))
+    axes = az.plot_forest(real, var_names=["weights"], combined=True)
+    axes[0].set_title("relaxed (Dirichlet): draws from q of the attention weights, held-out scene 0", fontsize=9)
+    axes[0].set_xlabel("attention weight")
     plt.savefig(out.with_suffix(".forest.png"), dpi=100, bbox_inches="tight")
     plt.close("all")
     print(f"wrote {out.with_suffix('.forest.png')}")

@@ -1,6 +1,7 @@
 """Inference utilities that work for every pair: training, exact evaluation, posteriors and prediction."""
 
 from pyro_attention.inference.arviz import diagnostics, format_diagnostics, to_inference_data
+from pyro_attention.inference.comparison import compare, format_comparison
 from pyro_attention.inference.elbo import ReinforceKL_ELBO
 from pyro_attention.inference.evaluate import (
     LogLikelihood,
@@ -20,8 +21,10 @@ __all__ = [
     "LogLikelihood",
     "ReinforceKL_ELBO",
     "alignment_posterior",
+    "compare",
     "compare_to_guide",
     "diagnostics",
+    "format_comparison",
     "format_diagnostics",
     "entropy",
     "enumerated_log_joint",

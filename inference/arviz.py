@@ -4,19 +4,28 @@ Built on :func:`arviz.from_dict`, so it works with ArviZ 0.2x (``InferenceData``
 and with ArviZ >= 1.0 (``DataTree``).  ``arviz.from_pyro`` is not used: it accepts MCMC objects only and, for an
 enumerated model, fills ``log_likelihood`` with the likelihood at an alignment drawn from the prior.
 
-Groups (one chain; ``draw`` = independent draws, so R-hat is meaningless here -- it is an MCMC diagnostic):
+What is random, and what ArviZ is given.  The network parameters are a point estimate: there are no posterior
+draws of them.  The only unknowns with a distribution are the alignments ``z``, one per target token.  For a
+categorical alignment that distribution is *exact* and small (``S`` numbers per token), so it is stored exactly
+and not as Monte Carlo draws: 0/1 draws of a discrete variable are constant wherever the posterior is confident,
+and ArviZ's ``summary`` divides 0 by 0 on every constant column (one ``RuntimeWarning`` each).  Draws are exported
+only where they are the representation: a continuous alignment (the Dirichlet / simplex pairs, the Gaussian
+context), drawn from ``q`` (no exact posterior there) and split into ``num_chains`` chains of independent draws.
 
-* ``posterior`` -- ``align`` (chain, draw, example, target): source positions drawn from the exact posterior
-  ``p(z | x, y)`` (categorical pairs) or from ``q`` (the Dirichlet pair: ``weights`` holds the simplex draws);
-  ``weights`` (chain, draw, example, target, source): the same draws as one-hot / simplex vectors, so
-  ``az.summary`` reports posterior probabilities, not averages of position numbers;
-* ``prior`` -- the same two variables drawn from ``p(z | x)``;
+* ``posterior`` -- continuous alignments only: ``weights`` (chain, draw, example, target, source), simplex draws
+  from ``q``, or ``context`` (..., feature); padded targets and padded sources are ``NaN`` (not variables);
+* ``prior`` -- the same variable drawn from ``p(z | x)``;
 * ``observed_data`` -- ``y`` (example, target) and ``target_mask``;
 * ``constant_data`` -- ``prior_probs``, ``posterior_probs`` (exact, categorical pairs) and ``q_probs`` (the
   guide's probabilities or mean weights), each (example, target, source), and ``source_mask``;
-* ``log_likelihood`` -- ``y`` (chain, draw, token): the **exact** marginal ``log p(y_t | x, y_<t)`` of every
-  *real* target token (padding dropped; ``token_example`` / ``token_position`` coordinates say where each comes
-  from); for the Dirichlet pair an importance-weighted estimate (``attrs["log_likelihood_method"]``);
+* ``marginal_log_likelihood`` -- ``y`` (token): ``log p(y_t | x, y_<t)`` of every *real* target token with the
+  alignment summed out (padding dropped; ``token_example`` / ``token_position`` coordinates say where each comes
+  from); exact by enumeration, an importance-weighted estimate for the Dirichlet pair
+  (``attrs["log_likelihood_method"]``).  Not ArviZ's ``log_likelihood`` group, on purpose: ``az.loo`` needs
+  draws of the parameters (one per row of ``log_likelihood``) and here there is one point estimate, so PSIS-LOO
+  has nothing to importance-sample; without the group ``az.loo`` and ``az.compare`` stop at once with ArviZ's
+  "log likelihood not found" instead of an ``IndexError`` deep in ``psislw``.  Held-out comparison of pairs:
+  :func:`pyro_attention.inference.compare`;
 * ``sample_stats`` -- per example (dims ``example`` only): ``elbo`` and ``kl`` (``KL(q || p(z | x, y))``,
   exact for categorical pairs: ``log p - ELBO``) and PSIS ``khat`` of q (``nan`` where fewer than 10 distinct
   weights leave no tail to fit); and ``log_weight`` (chain, draw, example), ``log p(y, z | x) - log q(z | x, y)``
@@ -25,11 +34,11 @@ Groups (one chain; ``draw`` = independent draws, so R-hat is meaningless here --
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import pyro.distributions as dist
 import torch
 import xarray as xr
 from pyro import poutine
@@ -49,16 +58,14 @@ def _has_guide(pair: AlignmentPair, batch: Any) -> bool:
 
 
 def _draws(pair: AlignmentPair, batch: Any, probs: dict, num_samples: int) -> dict[str, torch.Tensor]:
-    """Prior draws of the alignment (``pair.prior`` for continuous alignments, the prior probabilities for
-    discrete ones) and, for pairs with a guide, draws from q with their log importance weights ``(N, B)``;
-    nothing for deterministic pairs."""
+    """Prior draws of a continuous alignment (``pair.prior``) and, for pairs with a guide, draws from q with
+    their log importance weights ``(N, B)``; nothing for deterministic pairs.  Categorical alignments get no
+    prior draws: their prior is exact (``prior_probs``)."""
     out = {}
     with torch.no_grad():
         enc = pair.network.encode(batch)
-        if pair.latent in ("simplex", "context"):
+        if pair.latent in CONTINUOUS:
             out["prior"] = pair.prior(enc).sample((num_samples,))
-        elif pair.latent != "none":
-            out["prior"] = dist.Categorical(probs=probs["prior"]).sample((num_samples,))
         if _has_guide(pair, batch):
             guided = [guide_draw(pair, batch) for _ in range(num_samples)]
             out["q"] = torch.stack([pair.alignment_weights(enc, z) for z, _ in guided])
@@ -83,8 +90,34 @@ def _khat(draws: dict) -> np.ndarray | None:
     return np.where(distinct >= MIN_DISTINCT_WEIGHTS, khat, np.nan)
 
 
-def _one_hot(z: torch.Tensor, S: int) -> torch.Tensor:
-    return torch.nn.functional.one_hot(z, S).to(torch.get_default_dtype()) if z.dtype == torch.long else z
+#: latent kinds whose alignment is continuous: the only ones exported as draws (``posterior`` / ``prior``)
+CONTINUOUS = ("simplex", "context")
+
+#: the group holding the pointwise ``log p(y_t | x)``; deliberately not ArviZ's ``log_likelihood`` (see module doc)
+LOG_LIKELIHOOD_GROUP = "marginal_log_likelihood"
+
+#: why ``az.loo`` / ``az.compare`` are not offered, stored in every group's attributes
+NO_LOO = (
+    "no PSIS-LOO: the network parameters are a point estimate (one 'draw'), so there is nothing to importance-"
+    "sample; the alignment is integrated out exactly in marginal_log_likelihood. Compare pairs on held-out data "
+    "with pyro_attention.inference.compare (exact held-out log predictive density per token, standard errors)."
+)
+
+
+def _chains(x: np.ndarray, num_chains: int) -> np.ndarray:
+    """``(N, ...)`` independent draws as ``(num_chains, N // num_chains, ...)`` (the remainder dropped)."""
+    per_chain = x.shape[0] // num_chains
+    return x[: per_chain * num_chains].reshape((num_chains, per_chain) + x.shape[1:])
+
+
+def _padded_nan(x: torch.Tensor, source_mask: torch.Tensor, target_mask: torch.Tensor, latent: str) -> np.ndarray:
+    """Draws ``(N, B, T, S | F)`` with padded targets (and, for simplex weights, padded sources) set to NaN:
+    they are not variables, and ArviZ skips NaN cells instead of dividing 0 by 0 on their constant zeros."""
+    out = _np(x).astype(np.float64)
+    out[:, ~_np(target_mask)] = np.nan
+    if latent == "simplex":
+        out[..., ~_np(source_mask)[:, None, :].repeat(out.shape[2], 1)] = np.nan
+    return out
 
 
 def to_inference_data(
@@ -94,28 +127,38 @@ def to_inference_data(
     source_labels: Sequence[Sequence[str]] | None = None,
     target_labels: Sequence[Sequence[str]] | None = None,
     num_importance_samples: int = 100,
+    num_chains: int = 4,
 ) -> Any:
     """An ArviZ ``InferenceData`` (or ``DataTree``) of ``pair``'s alignments on ``batch``.
 
-    :param num_samples: draws per group (posterior, prior, and the draws from q behind ``log_weight``).
+    :param num_samples: draws in all (split into ``num_chains`` chains of independent draws) for the ``posterior``
+        and ``prior`` groups of a continuous alignment, and the draws from q behind ``log_weight`` and k-hat.
     :param source_labels: optional per-example source tokens / region names, stored as ``source_label`` coords.
     :param target_labels: optional per-example target tokens, stored as ``target_label`` coords.
+    :param num_chains: chains the independent draws are split into, so that ArviZ's R-hat is defined (and ~1);
+        fewer where ``num_samples`` leaves less than 4 draws per chain.
     """
     import arviz as az
 
+    if num_chains < 1:
+        raise ValueError(f"num_chains must be >= 1, got {num_chains}")
     if num_samples < 2:
         raise ValueError(f"num_samples must be >= 2, got {num_samples}")
+    num_chains = min(num_chains, max(1, num_samples // 4))  # ArviZ's diagnostics need 4 draws per chain
     enc = pair.network.encode(batch)
     B, T, S = enc.shape
     probs = alignment_posterior(pair, batch)
     draws = _draws(pair, batch, probs, num_samples)
-    if "posterior" in probs:
-        post = dist.Categorical(probs=probs["posterior"]).sample((num_samples,))
+    continuous = pair.latent in CONTINUOUS
+    post = draws.get("q") if continuous else None
+    if continuous and post is not None:
+        posterior_source = "guide"
+    elif "posterior" in probs:
         posterior_source = "exact" if pair.latent != "simplex" else "exact-categorical"
-    elif "q" in draws:
-        post, posterior_source = draws["q"], "guide"
+    elif "guide" in probs:
+        posterior_source = "guide-probs"
     else:
-        post, posterior_source = None, "none"
+        posterior_source = "none"
     ll = log_likelihood(pair, batch, num_samples=num_importance_samples)
     mask = _np(enc.target_mask)
     ex_idx, pos_idx = np.nonzero(mask)
@@ -126,19 +169,25 @@ def to_inference_data(
         per_example["khat"] = khat
 
     def group(z: torch.Tensor | None) -> dict | None:
-        if z is None:
+        if z is None or not continuous:
             return None
-        if pair.latent == "context":  # the alignment is a context vector
-            return {"context": _np(z)[None]}
-        out = {"weights": _np(_one_hot(z, S))[None]}
-        if z.dtype == torch.long:
-            out["align"] = _np(z)[None]
-        return out
+        name = "context" if pair.latent == "context" else "weights"
+        return {name: _chains(_padded_nan(z, enc.source_mask, enc.target_mask, pair.latent), num_chains)}
+
+    posterior = group(post)
+    if posterior is None and not continuous:
+        # one draw: the parameters are a point estimate, and these probabilities are a function of them
+        name, value = ("align_probs", probs["posterior"]) if "posterior" in probs else ("attention_weights", None)
+        if value is None and pair.latent == "none":
+            value = probs["prior"]
+        if value is not None:
+            posterior = {name: _padded_nan(value[None], enc.source_mask, enc.target_mask, "simplex")[None]}
 
     coords = {"example": np.arange(B), "target": np.arange(T), "source": np.arange(S)}
     dims = {
-        "align": ["example", "target"],
         "weights": ["example", "target", "source"],
+        "align_probs": ["example", "target", "source"],
+        "attention_weights": ["example", "target", "source"],
         "context": ["example", "target", "feature"],
         "y": ["example", "target"],
         "target_mask": ["example", "target"],
@@ -146,9 +195,6 @@ def to_inference_data(
         "posterior_probs": ["example", "target", "source"],
         "q_probs": ["example", "target", "source"],
         "source_mask": ["example", "source"],
-        "elbo": ["example"],
-        "kl": ["example"],
-        "khat": ["example"],
         "log_weight": ["example"],
     }
     constant = {"prior_probs": _np(probs["prior"]), "source_mask": _np(enc.source_mask)}
@@ -156,12 +202,15 @@ def to_inference_data(
         constant["q_probs"] = _np(probs["guide"])
     if "posterior" in probs:
         constant["posterior_probs"] = _np(probs["posterior"])
+    log_weight = None
+    if "log_weight" in draws:
+        log_weight = {"log_weight": _chains(_np(draws["log_weight"]).astype(np.float64), num_chains)}
     idata = az.from_dict(
-        posterior=group(post),
+        posterior=posterior,
         prior=group(draws.get("prior")),
         observed_data={"y": _np(enc.target), "target_mask": mask},
         constant_data=constant,
-        sample_stats={"log_weight": _np(draws["log_weight"])[None]} if "log_weight" in draws else None,
+        sample_stats=log_weight,
         coords=coords,
         dims=dims,
     )
@@ -172,25 +221,33 @@ def to_inference_data(
         "log_likelihood_exact": int(ll.exact),
         "latent": pair.latent,
         "posterior_source": {
-            "exact": "exact posterior p(z|x,y)",
-            "exact-categorical": "exact posterior p(z|x,y) of the underlying categorical model (pair.categorical())",
-            "guide": "guide q(z|x,y)",
-            "none": "none (deterministic attention: prior_probs holds its weights)",
+            "exact": "exact posterior p(z|x,y): posterior.align_probs, one draw (the parameters are a point "
+            "estimate; the probabilities are exact, not sampled)",
+            "exact-categorical": "exact posterior p(z|x,y) of the underlying categorical model (pair.categorical()):"
+            " constant_data.posterior_probs",
+            "guide": "draws from the guide q(z|x,y) (no exact posterior)",
+            "guide-probs": "guide q(z|x,y): constant_data.q_probs",
+            "none": "none (deterministic attention: posterior.attention_weights, one draw, holds its soft "
+            "attention weights)",
         }[posterior_source],
+        "loo": NO_LOO,
     }
-    # one entry per *real* target token (padding dropped), with where it comes from as coordinates
+    # one entry per *real* target token (padding dropped), with where it comes from as coordinates; no chain /
+    # draw dimensions: it is one number per token, not a set of posterior draws
     tokens = {"token": np.arange(len(ex_idx)), "token_example": ("token", ex_idx), "token_position": ("token", pos_idx)}
-    values = _np(ll.per_token)[ex_idx, pos_idx][None, None]
-    log_lik = xr.Dataset({"y": (("chain", "draw", "token"), values)}, coords={"chain": [0], "draw": [0], **tokens})
-    idata.add_groups(log_likelihood=log_lik)
+    values = _np(ll.per_token)[ex_idx, pos_idx].astype(np.float64)
+    log_lik = xr.Dataset({"y": (("token",), values)}, coords=tokens)
+    with warnings.catch_warnings():  # "not defined in the InferenceData scheme": on purpose, see the module doc
+        warnings.simplefilter("ignore", UserWarning)
+        idata.add_groups({LOG_LIKELIHOOD_GROUP: log_lik})
     # per-example statistics have no draw dimension: added after from_dict, which would force (chain, draw)
     stats = xr.Dataset({k: (("example",), v) for k, v in per_example.items()}, coords={"example": np.arange(B)})
     if "sample_stats" in idata.groups():
         idata.sample_stats = idata.sample_stats.assign(stats)
     else:
         idata.add_groups(sample_stats=stats)
-    for group in idata.groups():
-        getattr(idata, group).attrs.update(attrs)
+    for group_name in idata.groups():
+        getattr(idata, group_name).attrs.update(attrs)
     for name, labels, dim in (("source_label", source_labels, "source"), ("target_label", target_labels, "target")):
         if labels is not None:
             table = np.full((B, S if dim == "source" else T), "", dtype=object)

@@ -55,7 +55,15 @@ def _demo(args: argparse.Namespace) -> int:
     examples = (ambiguous[:2] + [i for i in range(len(val)) if i not in ambiguous[:2]])[: args.num_plots]
     titles = [f"#{i}: {val.question_text(i)} -> {val.answers[int(val.data.answer[i])]}" for i in examples]
     path = alignment_heatmaps(
-        post, examples, val.region_names, titles, Path(args.out) / "alignments.png", gold=val.data.gold
+        post,
+        examples,
+        val.region_names,
+        titles,
+        Path(args.out) / "alignments.png",
+        gold=val.data.gold,
+        suptitle=f"{variational.name}, {type(variational.pair.network).__name__} network, synthetic region QA, "
+        "held-out split",
+        soft=variational.pair.latent == "none",
     )
     print(
         f"\nWrote the prior / posterior / q heatmaps of {variational.name} for {len(examples)} held-out "
@@ -103,7 +111,15 @@ def _demo_clevr(args: argparse.Namespace) -> int:
         post = alignment_posterior(variational.pair, val.data)
         titles = [f"#{i}: {val.questions[i].text} -> {val.answers[int(val.data.answer[i])]}" for i in examples]
         path = alignment_heatmaps(
-            post, examples, val.region_names, titles, Path(args.out) / "clevr_alignments.png", gold=val.data.gold
+            post,
+            examples,
+            val.region_names,
+            titles,
+            Path(args.out) / "clevr_alignments.png",
+            gold=val.data.gold,
+            suptitle=f"{variational.name}, {type(variational.pair.network).__name__} network, CLEVR, original "
+            "validation split",
+            soft=variational.pair.latent == "none",
         )
         print(f"\nWrote the prior / posterior / q heatmaps of {variational.name} to {path.resolve()}")
     print(f"Total time {time.perf_counter() - start:.1f} s")

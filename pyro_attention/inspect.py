@@ -3,8 +3,9 @@
 Loads a checkpoint written by ``pyro-attention train``, takes the first ``size`` pairs of a split, and writes
 :func:`~pyro_attention.inference.to_inference_data` as NetCDF (tokens as ``source_label`` / ``target_label``
 coordinates), one heatmap per sentence of prior / exact posterior / q (:func:`pyro_attention.plots.
-translation_heatmaps`), ArviZ's k-hat plot where k-hat is defined, and returns the diagnostics row
-(:func:`~pyro_attention.inference.diagnostics`).
+translation_heatmaps`), the k-hat plot (:func:`pyro_attention.plots.khat_plot`) where k-hat is defined, and
+returns the diagnostics row (:func:`~pyro_attention.inference.diagnostics`).  Every figure's title names the pair,
+the network and the split.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from pyro_attention.data.translation import collate
 from pyro_attention.inference import alignment_posterior, diagnostics, format_diagnostics, to_inference_data
-from pyro_attention.plots import translation_heatmaps
+from pyro_attention.plots import khat_plot, translation_heatmaps
 
 
 @torch.no_grad()
@@ -51,6 +53,8 @@ def inspect_checkpoint(
     idata.to_netcdf(str(out))
     row = diagnostics(pair, batch, num_samples=num_samples)
     figures = []
+    label = type(pair).__name__ + (f" ({pair.estimator})" if getattr(pair, "estimator", None) else "")
+    shows = f"{label}, {type(pair.network).__name__} network, {split} split"
     if plots is not None:
         probs = alignment_posterior(pair, batch)
         for i in range(min(num_plots, len(data))):
@@ -61,17 +65,14 @@ def inspect_checkpoint(
                     data.source[i],
                     targets[i],
                     Path(plots) / f"alignment_{i}.png",
-                    title=f"{type(pair).__name__}: {split} pair {i}",
+                    title=f"{shows}: sentence pair {i}",
+                    source_lang=getattr(config, "src", None),
+                    target_lang=getattr(config, "tgt", None),
+                    soft=pair.latent == "none",
                 )
             )
-        khat = idata.sample_stats["khat"].dropna("example") if "khat" in idata.sample_stats else None
-        if khat is not None and khat.size:
-            import arviz as az
-            import matplotlib.pyplot as plt
-
-            az.plot_khat(khat, show_bins=True)
-            figures.append(Path(plots) / "khat.png")
-            plt.savefig(figures[-1], dpi=100, bbox_inches="tight")
-            plt.close("all")
-    label = type(pair).__name__ + (f" ({pair.estimator})" if getattr(pair, "estimator", None) else "")
+        khat = idata.sample_stats["khat"] if "khat" in idata.sample_stats else None
+        if khat is not None and np.isfinite(khat.values).any():
+            title = f"PSIS k-hat of q per sentence pair: {shows}"
+            figures.append(khat_plot(khat, title, Path(plots) / "khat.png"))
     return {"idata": idata, "diagnostics": row, "table": format_diagnostics({label: row}), "figures": figures}

@@ -1,4 +1,5 @@
-"""ArviZ adapter: groups, dims and shapes; exact log-likelihood; padding dropped; NetCDF round trip."""
+"""ArviZ adapter: groups, dims and shapes; exact log-likelihood; padding dropped; NetCDF round trip; what
+``az.summary``, ``az.loo``, ``az.compare``, ``az.plot_khat`` and ``az.plot_posterior`` do on it."""
 
 from __future__ import annotations
 
@@ -29,48 +30,66 @@ def test_groups_dims_and_exact_log_likelihood(setup, tmp_path):
     pair = VariationalAttention(net)
     labels = [["a", "b", "c", "d"], ["e", "f", "g"], ["h", "i", "j"]]
     idata = to_inference_data(pair, batch, num_samples=40, source_labels=labels)
-    for group in ("posterior", "prior", "observed_data", "constant_data", "log_likelihood", "sample_stats"):
+    for group in ("posterior", "observed_data", "constant_data", "marginal_log_likelihood", "sample_stats"):
         assert group in idata.groups()
-    assert idata.posterior["align"].shape == (1, 40, 3, 3)
-    assert idata.posterior["weights"].dims == ("chain", "draw", "example", "target", "source")
-    assert idata.prior["weights"].shape == (1, 40, 3, 3, 4)
-    # the exact per-token marginal log-likelihood of real tokens only: 3 + 2 + 2 = 7 tokens
-    ll = log_likelihood(pair, batch)
-    y = idata.log_likelihood["y"]
-    assert y.dims == ("chain", "draw", "token") and y.shape == (1, 1, 7)
-    mask = net.encode(batch).target_mask
-    assert np.allclose(y.values[0, 0], ll.per_token[mask].numpy(), atol=1e-6)
-    assert list(idata.log_likelihood["token_example"].values) == [0, 0, 0, 1, 1, 2, 2]
-    # posterior draws never pick a padded source; constant_data holds the exact probabilities
-    assert (idata.posterior["weights"].values[..., 1:, :, 3] == 0).all()
+    # no ArviZ log_likelihood group (one point estimate: nothing for PSIS-LOO) and no draws of a discrete z
+    assert "log_likelihood" not in idata.groups() and "prior" not in idata.groups()
+    # the exact posterior, one draw (a function of the point-estimate parameters), NaN where padded
+    probs = idata.posterior["align_probs"]
+    assert probs.dims == ("chain", "draw", "example", "target", "source") and probs.shape == (1, 1, 3, 3, 4)
     post = alignment_posterior(pair, batch)
+    real = np.isfinite(probs.values[0, 0])
+    assert np.isnan(probs.values[0, 0, 1:, :, 3]).all() and np.isnan(probs.values[0, 0, 1:, 2]).all()
+    assert np.allclose(probs.values[0, 0][real], post["posterior"].numpy()[real], atol=1e-6)
+    # the exact per-token marginal log-likelihood of real tokens only: 3 + 2 + 2 = 7 tokens, no draw dimension
+    ll = log_likelihood(pair, batch)
+    y = idata.marginal_log_likelihood["y"]
+    assert y.dims == ("token",) and y.shape == (7,)
+    mask = net.encode(batch).target_mask
+    assert np.allclose(y.values, ll.per_token[mask].numpy(), atol=1e-6)
+    assert list(idata.marginal_log_likelihood["token_example"].values) == [0, 0, 0, 1, 1, 2, 2]
     assert np.allclose(idata.constant_data["posterior_probs"].values, post["posterior"].numpy(), atol=1e-6)
     assert idata.constant_data["source_label"].values[1, 3] == ""
-    # ELBO gap = KL, exact for a categorical pair
+    # ELBO gap = KL, exact for a categorical pair; the draws from q behind log_weight come in 4 chains
     stats = idata.sample_stats
     assert stats["elbo"].dims == ("example",) and stats["log_weight"].dims == ("chain", "draw", "example")
+    assert stats["log_weight"].shape == (4, 10, 3)
     assert np.allclose(stats["elbo"].values + stats["kl"].values, ll.per_example.numpy(), atol=1e-5)
     assert (stats["kl"].values >= -1e-6).all()
-    # NetCDF round trip
+    assert "az.loo" not in stats.attrs["loo"] and "pyro_attention.inference.compare" in stats.attrs["loo"]
+    # NetCDF round trip, the custom group included
     path = tmp_path / "posterior.nc"
     idata.to_netcdf(str(path))
     back = az.from_netcdf(str(path))
-    assert np.allclose(back.log_likelihood["y"].values, y.values)
+    assert np.allclose(back.marginal_log_likelihood["y"].values, y.values)
     assert back.posterior.attrs["log_likelihood_exact"] == 1
-    summary = az.summary(back.posterior["weights"].isel(example=0, target=0), kind="stats")
-    assert np.allclose(summary["mean"].sum(), 1.0)  # means of one-hot draws are probabilities
+
+
+def test_num_samples_and_chains_are_checked(setup):
+    net, batch = setup
+    with pytest.raises(ValueError, match="num_samples must be >= 2"):
+        to_inference_data(RelaxedAttention(net), batch, num_samples=1)
+    with pytest.raises(ValueError, match="num_chains must be >= 1"):
+        to_inference_data(RelaxedAttention(net), batch, num_samples=8, num_chains=0)
+    few = to_inference_data(RelaxedAttention(net), batch, num_samples=10, num_importance_samples=4)
+    assert few.posterior["weights"].shape[:2] == (2, 5)  # 4 draws per chain at least: 2 chains, not 4
 
 
 def test_dirichlet_pair_and_pairs_without_guide(setup):
     net, batch = setup
     idata = to_inference_data(RelaxedAttention(net), batch, num_samples=20, num_importance_samples=20)
-    assert "align" not in idata.posterior and idata.posterior["weights"].shape == (1, 20, 3, 3, 4)
+    weights = idata.posterior["weights"].values
+    assert weights.shape == (4, 5, 3, 3, 4) and idata.prior["weights"].shape == (4, 5, 3, 3, 4)
+    assert np.isnan(weights[:, :, 1:, :, 3]).all() and np.isnan(weights[:, :, 1:, 2]).all()  # padding: NaN
+    assert np.allclose(weights[:, :, 0].sum(-1), 1, atol=1e-5)
     assert idata.posterior.attrs["log_likelihood_exact"] == 0
+    assert idata.posterior.attrs["posterior_source"].startswith("draws from the guide")
     assert "khat" in idata.sample_stats
-    marginal = to_inference_data(MarginalLikelihood(net), batch, num_samples=10)
+    marginal = to_inference_data(MarginalLikelihood(net), batch, num_samples=16)
     assert "khat" not in marginal.sample_stats and np.allclose(marginal.sample_stats["kl"].values, 0)
-    soft = to_inference_data(SoftAttention(net), batch, num_samples=10)
-    assert "posterior" not in soft.groups() and "prior_probs" in soft.constant_data
+    assert "align_probs" in marginal.posterior
+    soft = to_inference_data(SoftAttention(net), batch, num_samples=16)
+    assert list(soft.posterior.data_vars) == ["attention_weights"] and "prior_probs" in soft.constant_data
     assert soft.observed_data.attrs["posterior_source"].startswith("none")
     assert np.allclose(soft.sample_stats["kl"].values, 0)
 
@@ -79,21 +98,119 @@ def test_dirichlet_pair_and_pairs_without_guide(setup):
 def test_every_pair_converts(setup, name):
     net, batch = setup
     pair = make_pair(name, net)
-    idata = to_inference_data(pair, batch, num_samples=8, num_importance_samples=8)
+    idata = to_inference_data(pair, batch, num_samples=8, num_importance_samples=8, num_chains=2)
     mask = net.encode(batch).target_mask
-    assert idata.log_likelihood["y"].shape == (1, 1, int(mask.sum()))
-    assert np.isfinite(idata.log_likelihood["y"].values).all()
+    assert idata.marginal_log_likelihood["y"].shape == (int(mask.sum()),)
+    assert np.isfinite(idata.marginal_log_likelihood["y"].values).all()
     assert np.isfinite(idata.sample_stats["elbo"].values).all()
     assert np.allclose(idata.constant_data["prior_probs"].values[1:, :, 3], 0)  # padded source: no weight
-    if pair.latent == "none":
-        assert "posterior" not in idata.groups()
-    elif pair.latent == "context":
+    if pair.latent == "context":
         assert idata.posterior["context"].dims == ("chain", "draw", "example", "target", "feature")
-    else:
+        assert idata.posterior["context"].shape[:2] == (2, 4)
+    elif pair.latent == "simplex":
         weights = idata.posterior["weights"].values
         real = mask.numpy()
-        assert (weights[..., 1:, :, 3] == 0).all() and np.allclose(weights.sum(-1)[..., real], 1, atol=1e-5)
-        assert np.allclose(idata.prior["weights"].values.sum(-1), 1, atol=1e-5)
+        assert np.isnan(weights[..., 1:, :, 3]).all() and np.allclose(np.nansum(weights, -1)[..., real], 1, atol=1e-5)
+        assert np.allclose(np.nansum(idata.prior["weights"].values, -1)[..., real], 1, atol=1e-5)
+    elif "posterior" in idata.groups():  # one draw of exact probabilities or deterministic weights
+        (var,) = idata.posterior.data_vars
+        values = idata.posterior[var].values
+        assert values.shape[:2] == (1, 1) and np.allclose(np.nansum(values, -1)[0, 0][mask.numpy()], 1, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The five ArviZ calls a user tries on what we export: a meaningful answer, or a clear, deliberate error
+
+
+def _runtime_warnings(fn):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = fn()
+    return result, [w for w in caught if issubclass(w.category, RuntimeWarning)]
+
+
+def test_az_summary_continuous_alignment_is_meaningful_and_quiet(setup):
+    """Draws of the Dirichlet pair's weights from q: means are q's mean weights, R-hat over 4 chains of
+    independent draws is ~1, padded cells are NaN rows -- and not one RuntimeWarning (there were 0/0 ones)."""
+    net, batch = setup
+    pair = RelaxedAttention(net)
+    idata = to_inference_data(pair, batch, num_samples=400, num_importance_samples=20)
+    summary, caught = _runtime_warnings(lambda: az.summary(idata))
+    assert caught == []
+    assert list(summary.columns[:4]) == ["mean", "sd", "hdi_3%", "hdi_97%"]
+    assert np.isnan(summary.loc["weights[1, 0, 3]", "mean"])  # a padded source: no number
+    q = alignment_posterior(pair, batch)["guide"].numpy()  # the mean weights of q
+    means = np.array([summary.loc[f"weights[0, {t}, {s}]", "mean"] for t in range(3) for s in range(4)])
+    assert np.allclose(means, q[0].ravel(), atol=0.03)
+    real = summary["r_hat"].dropna()
+    assert len(real) == 4 * 3 + 3 * 2 * 2 and (real < 1.1).all()
+
+
+def test_az_summary_categorical_is_the_exact_posterior(setup):
+    """A categorical pair's posterior is exact: one draw of the probabilities; summary's mean is p(z | x, y),
+    sd / ESS / R-hat are undefined (NaN) -- two numpy warnings for one draw, not one per cell."""
+    net, batch = setup
+    pair = VariationalAttention(net)
+    idata = to_inference_data(pair, batch, num_samples=16)
+    summary, caught = _runtime_warnings(lambda: az.summary(idata))
+    assert len(caught) <= 2  # "Degrees of freedom <= 0" for the sd of one draw; it was one per constant cell
+    post = alignment_posterior(pair, batch)["posterior"].numpy()
+    assert np.isclose(summary.loc["align_probs[0, 1, 2]", "mean"], post[0, 1, 2], atol=1e-3)
+    assert np.isnan(summary.loc["align_probs[2, 0, 3]", "mean"])  # padded
+    assert summary["r_hat"].isna().all()
+    big = to_inference_data(pair, make_toy_batch(B=12, S=6, T=4, seed=3), num_samples=16)
+    _, caught_big = _runtime_warnings(lambda: az.summary(big))
+    assert len(caught_big) == len(caught)  # does not grow with the number of cells
+
+
+def test_az_loo_and_compare_refuse_clearly(setup):
+    """One point estimate of the network = one draw: PSIS-LOO is undefined.  The exported data has no
+    ``log_likelihood`` group, so ArviZ stops at once (was: IndexError in _psislw); the reason is in the attrs."""
+    net, batch = setup
+    a = to_inference_data(VariationalAttention(net), batch, num_samples=16)
+    b = to_inference_data(MarginalLikelihood(net), batch, num_samples=16)
+    with pytest.raises(TypeError, match="log likelihood not found in inference data object"):
+        az.loo(a)
+    with pytest.raises(TypeError, match="Encountered error in ELPD computation of compare") as info:
+        az.compare({"variational": a, "marginal": b})
+    chain, error = [], info.value
+    while error is not None:
+        chain.append(str(error))
+        error = error.__cause__
+    assert "log likelihood not found in inference data object" in chain
+    assert "no PSIS-LOO" in a.marginal_log_likelihood.attrs["loo"]
+
+
+def test_az_plot_khat_on_exported_khat(setup):
+    """PSIS k-hat of q per example (sample_stats) plots with ArviZ; passing the whole data is ArviZ's error."""
+    import matplotlib.pyplot as plt
+
+    net, batch = setup
+    idata = to_inference_data(RelaxedAttention(net), batch, num_samples=40, num_importance_samples=20)
+    khat = idata.sample_stats["khat"]
+    assert np.isfinite(khat.values).all()
+    ax = az.plot_khat(khat.values)
+    assert len(ax.collections[0].get_offsets()) == 3  # one point per example
+    plt.close("all")
+    with pytest.raises(ValueError, match="Incorrect khat data input"):
+        az.plot_khat(idata)
+
+
+def test_az_plot_posterior(setup):
+    """Dirichlet draws: one panel per real region of a token, each a density of q's weight."""
+    import matplotlib.pyplot as plt
+
+    net, batch = setup
+    idata = to_inference_data(RelaxedAttention(net), batch, num_samples=40, num_importance_samples=20)
+    axes = az.plot_posterior(idata, coords={"example": 1, "target": 0, "source": [0, 1, 2]})
+    assert [ax.get_title() for ax in np.ravel(axes)] == ["weights\n0", "weights\n1", "weights\n2"]
+    plt.close("all")
+    categorical = to_inference_data(VariationalAttention(net), batch, num_samples=16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "a single value": one draw, shown as a point
+        axes = az.plot_posterior(categorical, coords={"example": 0, "target": 0})
+    assert len(np.ravel(axes)) == 4
+    plt.close("all")
 
 
 def test_diagnostics_table(setup):
