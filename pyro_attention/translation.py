@@ -871,7 +871,7 @@ def load_checkpoint(path: str | os.PathLike, device: str | None = None) -> Check
     (default: the CPU, whatever device it was trained on)."""
     state = _read_checkpoint(Path(path))
     config = TranslationConfig.from_dict({**state["config"], "device": "cpu"})
-    src_vocab, tgt_vocab = Vocab.from_json(state["src_vocab"]), Vocab.from_json(state["tgt_vocab"])
+    src_vocab, tgt_vocab = _vocab(state, "src_vocab"), _vocab(state, "tgt_vocab")
     network, pair = build_pair(config, src_vocab, tgt_vocab)
     _load_weights(pair, state)
     checkpoint = Checkpoint(Path(state["_path"]), config, src_vocab, tgt_vocab, network, pair, state)
@@ -880,6 +880,13 @@ def load_checkpoint(path: str | os.PathLike, device: str | None = None) -> Check
         checkpoint.config = config.replace(device=device)
     network.eval()
     return checkpoint
+
+
+def _vocab(state: dict[str, Any], key: str) -> Vocab:
+    """The checkpoint's source (``"src_vocab"``) or target (``"tgt_vocab"``) vocabulary; a damaged one is a
+    ``ValueError`` naming the checkpoint and the vocabulary."""
+    what = {"src_vocab": "source vocabulary", "tgt_vocab": "target vocabulary"}[key]
+    return Vocab.from_json(state[key], f"checkpoint {state.get('_path', '(in memory)')}: {what} is damaged")
 
 
 def _load_weights(pair: AlignmentPair, state: dict[str, Any]) -> None:
@@ -943,9 +950,9 @@ def check_compatible(state: dict[str, Any], config: TranslationConfig, src_vocab
         for key in STRUCTURAL_KEYS
         if old.get(key, defaults[key]) != getattr(config, key)
     ]
-    for what, saved, new in (("source vocabulary", state["src_vocab"], src_vocab),
-                             ("target vocabulary", state["tgt_vocab"], tgt_vocab)):
-        diff = _vocab_difference(what, Vocab.from_json(saved), new)
+    for what, saved, new in (("source vocabulary", _vocab(state, "src_vocab"), src_vocab),
+                             ("target vocabulary", _vocab(state, "tgt_vocab"), tgt_vocab)):
+        diff = _vocab_difference(what, saved, new)
         if diff:
             diffs.append(diff)
     if diffs:

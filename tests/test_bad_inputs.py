@@ -22,6 +22,7 @@ import io
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 import traceback
@@ -213,6 +214,12 @@ def _damaged_checkpoint(kind: str) -> Path:
     if kind == "nan":
         state["network"][key][1, 0] = float("nan")
         return save_checkpoint(state, _path("nan.pt"))
+    if kind == "vocab-json":  # the target vocabulary's JSON cut short (an edited or half-copied file)
+        state["tgt_vocab"] = state["tgt_vocab"][:25]
+        return save_checkpoint(state, _path("vocab-json.pt"))
+    if kind == "vocab-type":  # the source vocabulary replaced by something that is not JSON text
+        state["src_vocab"] = 42
+        return save_checkpoint(state, _path("vocab-type.pt"))
     state["network"][key] = torch.zeros(3, 3)  # "weights": a network weight of another shape
     return save_checkpoint(state, _path("reshaped.pt"))
 
@@ -223,7 +230,8 @@ def _failing_checkpoint_write(error: BaseException | None = None) -> None:
     state = torch.load(_run() / "last.pt", weights_only=True)
     path = save_checkpoint(state, _path("full/last.pt"))
     error = error or RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
-    with mock.patch.object(torch, "save", side_effect=error):
+    full = mock.Mock(return_value=shutil._ntuple_diskusage(10 * 2**30, 10 * 2**30, 0))  # a full disk
+    with mock.patch.object(torch, "save", side_effect=error), mock.patch.object(shutil, "disk_usage", full):
         save_checkpoint(state, path)
 
 
@@ -1157,7 +1165,7 @@ CATALOGUE: list[Mistake] = [
         "was `RuntimeError: [enforce fail at inline_container.cc]`)",
         lambda: _failing_checkpoint_write(),
         WriteError, r"cannot write .*full/last\.pt: torch could not write it \(unexpected pos 704 vs 598\); "
-        r"[\d.]+ MiB free on its disk",
+        r"0\.0 MiB free on its disk \(full\)",
         "Free space on the disk (or use another `--out`); the previous checkpoint is intact.",
     ),
     Mistake(
@@ -1179,6 +1187,39 @@ CATALOGUE: list[Mistake] = [
                     log_csv=_file("c-file", "x\n") / "log.csv"),
         WriteError, r"cannot write .*c-file/log\.csv: Not a directory \(errno 20\)",
         "Give a path you can write to.",
+    ),
+    # -- issue #17: damaged vocabularies -------------------------------------------------------------------------
+    Mistake(
+        "checkpoint-vocab-damaged", VOCAB, "a checkpoint whose target vocabulary JSON is damaged (the message named "
+        "neither the file nor the vocabulary)",
+        lambda: load_checkpoint(_damaged_checkpoint("vocab-json")),
+        ValueError, r"checkpoint .*vocab-json\.pt: target vocabulary is damaged: not valid JSON \(",
+        "Use another checkpoint of the run (`best.pt` or `last.pt`), or the original file.",
+    ),
+    Mistake(
+        "checkpoint-vocab-not-text", VOCAB, "a checkpoint whose source vocabulary is not JSON text at all",
+        lambda: _cli("translate", _damaged_checkpoint("vocab-type"), _file("in2.txt", "3 4\n")),
+        SystemExit, r"exit status 1: pyro-attention translate: error: checkpoint .*vocab-type\.pt: source vocabulary "
+        r"is damaged: not a pyro_attention\.Vocab JSON document \(got int, not JSON text\)",
+        "Use another checkpoint of the run.",
+    ),
+    Mistake(
+        "vocab-file-not-json", VOCAB, "a vocabulary file that is not valid JSON (cut short)",
+        lambda: Vocab.load(_file("cut.json", Vocab(["hund"]).to_json()[:30])),
+        ValueError, r"cut\.json: not valid JSON \(Unterminated string",
+        "Write the vocabulary again with `Vocab.save`.",
+    ),
+    Mistake(
+        "vocab-file-missing", VOCAB, "a vocabulary file that does not exist (a bare `FileNotFoundError`)",
+        lambda: Vocab.load(_path("no-vocab.json")),
+        FileNotFoundError, r"no-vocab\.json: no such vocabulary file",
+        "Check the path.",
+    ),
+    Mistake(
+        "vocab-file-bad-token", VOCAB, "a vocabulary file with a token that is not a string",
+        lambda: Vocab.load(_file("num.json", Vocab(["hund"]).to_json().replace('"hund"', "7"))),
+        ValueError, r"num\.json: Vocab: tokens must be non-empty strings, got 7",
+        "Write the vocabulary with `Vocab.save` (tokens are strings).",
     ),
 ]  # fmt: skip
 

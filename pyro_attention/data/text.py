@@ -314,8 +314,29 @@ class Vocab:
         return json.dumps({"format": self.FORMAT, "version": 1, "itos": self.itos}, ensure_ascii=False)
 
     @classmethod
-    def from_json(cls, text: str) -> Vocab:
-        data: Any = json.loads(text)
+    def from_json(cls, text: str | bytes, where: str | None = None) -> Vocab:
+        """The vocabulary of :meth:`to_json`'s text.
+
+        :param where: what the text is, for the message (e.g. ``"checkpoint /x/best.pt: target vocabulary is
+            damaged"`` or a file name).
+        :raises ValueError: for anything else than such a document (not JSON, not a vocabulary, specials missing,
+            a token that is not a string or is there twice), prefixed with ``where``.
+        """
+        try:
+            return cls._from_json(text)
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}" if where else str(e)) from None
+
+    @classmethod
+    def _from_json(cls, text: str | bytes) -> Vocab:
+        if not isinstance(text, (str, bytes, bytearray)):
+            raise ValueError(f"not a {cls.FORMAT} JSON document (got {type(text).__name__}, not JSON text)")
+        try:
+            data: Any = json.loads(text)
+        except UnicodeDecodeError as e:
+            raise ValueError(f"not valid UTF-8 ({e.reason} at byte {e.start})") from None
+        except json.JSONDecodeError as e:
+            raise ValueError(f"not valid JSON ({e})") from None
         if not isinstance(data, dict) or data.get("format") != cls.FORMAT or not isinstance(data.get("itos"), list):
             raise ValueError(f"not a {cls.FORMAT} JSON document")
         itos = data["itos"]
@@ -324,15 +345,15 @@ class Vocab:
         return cls(itos[len(SPECIALS):])
 
     def save(self, path: str | os.PathLike) -> None:
-        Path(path).write_text(self.to_json() + "\n", encoding="utf-8")
+        from pyro_attention.outputs import write_text
+
+        write_text(path, self.to_json() + "\n")
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Vocab:
-        path = Path(path)
-        try:
-            return cls.from_json(path.read_text(encoding="utf-8"))
-        except (ValueError, json.JSONDecodeError) as e:
-            raise ValueError(f"{path}: {e}") from None
+        """The vocabulary :meth:`save` wrote to ``path``; errors name the file (missing, not UTF-8, damaged)."""
+        path = require_file(path, "vocabulary file")
+        return cls.from_json(path.read_bytes(), str(path))
 
 
 # ----------------------------------------------------------------------------------------------------------------
