@@ -628,13 +628,18 @@ def make_parser() -> argparse.ArgumentParser:
         help="synthetic scenes, or real CLEVR scene graphs (needs --data-dir or $PYRO_ATTENTION_DATA)",
     )
     demo.add_argument("--data-dir", default=None, help="clevr: folder holding clevr-scenes/ (default: see README)")
-    demo.add_argument("--train-size", type=int, default=2000, help="training scenes (clevr: generated questions)")
-    demo.add_argument("--val-size", type=int, default=500, help="held-out scenes (clevr: generated questions)")
-    demo.add_argument("--epochs", type=int, default=12)
-    demo.add_argument("--hidden", type=int, default=64)
-    demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--threads", type=int, default=1, help="torch threads (1 avoids oversubscription; 0: torch's)")
-    demo.add_argument("--num-plots", type=int, default=4, help="held-out examples in the heatmap")
+    demo.add_argument(
+        "--train-size", type=_int_at_least(1), default=2000, help="training scenes (clevr: generated questions)"
+    )
+    demo.add_argument(
+        "--val-size", type=_int_at_least(1), default=500, help="held-out scenes (clevr: generated questions)"
+    )
+    demo.add_argument("--epochs", type=_int_at_least(1), default=12, help="training epochs of every pair")
+    demo.add_argument("--seed", type=_int_at_least(0), default=0, help="seed of data, weights and sampling")
+    demo.add_argument(
+        "--threads", type=_int_at_least(0), default=1, help="torch threads (1 avoids oversubscription; 0: torch's)"
+    )
+    demo.add_argument("--num-plots", type=_int_at_least(0), default=4, help="held-out examples in the heatmap")
     demo.add_argument("--out", default="pyro-attention-demo", help="folder for the figure")
     demo.add_argument("--quiet", action="store_true", help="no progress bars")
     demo.add_argument(
@@ -643,19 +648,22 @@ def make_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_demo)
     _add_translation_commands(sub)
     al = sub.add_parser("align", help="AER of prior / exact posterior / q / soft attention against gold alignments")
-    al.add_argument("--corpus", default="enfr", choices=["enfr", "csen"])
+    al.add_argument("--corpus", default="enfr", choices=["enfr", "csen"],
+                    help="gold set: enfr (English-French Hansards, NAACL 2003) or csen (Czech-English)")
     al.add_argument("--data-dir", default=None, help="data folder (default: $PYRO_ATTENTION_DATA)")
     al.add_argument("--extra-size", type=_int_at_least(0), default=5000, help="extra Multi30k training pairs")
     from pyro_attention.align import LINK_FORMATS, LINK_ORDERS
     from pyro_attention.registry import ALL_PAIRS
 
-    al.add_argument("--models", nargs="+", default=["soft", "variational"], choices=tuple(ALL_PAIRS))
-    al.add_argument("--epochs", type=_int_at_least(1), default=5)
-    al.add_argument("--batch-size", type=_int_at_least(1), default=32)
-    al.add_argument("--lr", type=_learning_rate, default=3e-3)
-    al.add_argument("--max-len", type=_int_at_least(1), default=60)
-    for name, default in (("embedding", 64), ("encoder", 64), ("decoder", 128), ("attention", 64)):
-        al.add_argument(f"--{name}", type=_int_at_least(1), default=default)
+    al.add_argument("--models", nargs="+", default=["soft", "variational"], choices=tuple(ALL_PAIRS),
+                    help="the pairs to train and score")
+    al.add_argument("--epochs", type=_int_at_least(1), default=5, help="training epochs")
+    al.add_argument("--batch-size", type=_int_at_least(1), default=32, help="sentences per batch")
+    al.add_argument("--lr", type=_learning_rate, default=3e-3, help="Adam learning rate, in (0, 1]")
+    al.add_argument("--max-len", type=_int_at_least(1), default=60, help="drop training pairs with a longer side")
+    for name, default, what in (("embedding", 64, "embedding size"), ("encoder", 64, "BiLSTM size per direction"),
+                                ("decoder", 128, "decoder LSTM size"), ("attention", 64, "MLP attention size")):
+        al.add_argument(f"--{name}", type=_int_at_least(1), default=default, help=what)
     al.add_argument("--both-directions", action="store_true",
                     help="also train target->source; report every symmetrisation (intersection, union, grow-diag, "
                     "grow-diag-final, grow-diag-final-and)")
@@ -673,20 +681,22 @@ def make_parser() -> argparse.ArgumentParser:
     g.add_argument("--extra-tgt", default=None, help="its target side, line-aligned")
     g.add_argument("--no-lowercase", dest="lowercase", action="store_false",
                    help="keep the case of a gold set of your own (default: lower-case it)")
-    al.add_argument("--seed", type=int, default=0)
-    al.add_argument("--threads", type=_int_at_least(1), default=1)
-    al.add_argument("--out", default="runs/align")
+    al.add_argument("--seed", type=_int_at_least(0), default=0, help="seed of weights, sampling and batch order")
+    al.add_argument("--threads", type=_int_at_least(1), default=1, help="torch threads")
+    al.add_argument("--out", default="runs/align", help="folder for the runs")
     al.add_argument("--markdown", default="", help="also write the table to this file")
     al.set_defaults(func=_align, parser=al)
     ins = sub.add_parser("inspect", help="a checkpoint's alignments: ArviZ NetCDF, heatmaps, diagnostics table")
     ins.add_argument("checkpoint", help="a checkpoint file or run folder written by `pyro-attention train`")
     ins.add_argument("--out", default="posterior.nc", help="NetCDF file for the InferenceData")
     ins.add_argument("--plots", default=None, help="folder for the figures (none if not given)")
-    ins.add_argument("--split", default="val", choices=["train", "val", "test"])
+    ins.add_argument(
+        "--split", default="val", choices=["train", "val", "test"], help="split of the checkpoint's corpus"
+    )
     ins.add_argument("--size", type=_int_at_least(1), default=20, help="sentence pairs to inspect")
     ins.add_argument("--num-samples", type=_int_at_least(2), default=100, help="draws per group")
-    ins.add_argument("--num-plots", type=_int_at_least(0), default=4)
-    ins.add_argument("--data-dir", default=None)
+    ins.add_argument("--num-plots", type=_int_at_least(0), default=4, help="sentence pairs drawn (with --plots)")
+    ins.add_argument("--data-dir", default=None, help="where the corpus lives now (default: as in training)")
     ins.set_defaults(func=_inspect, parser=ins)
     ex = sub.add_parser(
         "experiment",
@@ -705,7 +715,32 @@ def make_parser() -> argparse.ArgumentParser:
                     help="torch threads for every row (default: the file's; 0: torch's choice)")
     ex.add_argument("--quiet", action="store_true", help="no progress bars")
     ex.set_defaults(func=_experiment, parser=ex)
+    for command in sub.choices.values():  # every option's help says its default
+        command.formatter_class = _DefaultsHelpFormatter
     return parser
+
+
+class _DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Adds ``(default: X)`` to an option's help unless the help already names its default; options without one
+    (``None``, flags that are off, options that only override a config file) are left as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (
+            not action.option_strings
+            or default in (None, "")
+            or default is argparse.SUPPRESS
+            or isinstance(default, bool)
+            or "default" in text
+            or "%(default)" in text
+        ):
+            return text
+        if isinstance(default, (list, tuple)):
+            shown = " ".join(map(str, default))
+        else:
+            shown = f"{default:g}" if isinstance(default, float) else str(default)
+        return f"{text} (default: {shown.replace('%', '%%')})"
 
 
 def _experiment(args: argparse.Namespace) -> int:

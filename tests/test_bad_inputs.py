@@ -1221,6 +1221,21 @@ CATALOGUE: list[Mistake] = [
         ValueError, r"num\.json: Vocab: tokens must be non-empty strings, got 7",
         "Write the vocabulary with `Vocab.save` (tokens are strings).",
     ),
+    # -- issue #17: options of demo / align / inspect are typed and ranged (their --help shows every default) ----
+    Mistake(
+        "demo-size-not-positive", NAMES, "`pyro-attention demo --train-size 0` (an untyped int: it failed inside "
+        "the data generator)",
+        lambda: _cli("demo", "--train-size", "0"),
+        SystemExit, r"exit status 2: pyro-attention demo: error: argument --train-size: must be an integer >= 1, "
+        r"got '0'",
+        "Give a positive size (`pyro-attention demo --help` lists every option with its default).",
+    ),
+    Mistake(
+        "align-seed-negative", NAMES, "`pyro-attention align --seed -1`",
+        lambda: _cli("align", "--seed", "-1"),
+        SystemExit, r"exit status 2: pyro-attention align: error: argument --seed: must be an integer >= 0, got '-1'",
+        "Give a seed >= 0.",
+    ),
 ]  # fmt: skip
 
 

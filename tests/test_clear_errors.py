@@ -3,6 +3,7 @@ progress bars in logs, degenerate models.  (Single mistakes and their messages: 
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import errno
 import io
@@ -116,3 +117,43 @@ def test_write_text_is_atomic(tmp_path):
             write_text(path, "new\n")
     assert path.read_text() == "old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# --help: every option has help text and shows its default
+
+
+def _subparsers() -> dict[str, argparse.ArgumentParser]:
+    parser = cli.make_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+@pytest.mark.parametrize("command", list(_subparsers()))
+def test_every_option_has_help_and_shows_its_default(command):
+    parser = _subparsers()[command]
+    formatter = parser._get_formatter()
+    missing, no_default = [], []
+    for action in parser._actions:
+        if action.help == argparse.SUPPRESS or isinstance(action, argparse._HelpAction):
+            continue
+        name = "/".join(action.option_strings) or action.dest
+        if not action.help:
+            missing.append(name)
+            continue
+        default = action.default
+        if not action.option_strings or default in (None, "", argparse.SUPPRESS) or isinstance(default, bool):
+            continue
+        text = formatter._expand_help(action)
+        shown = [f"{v:g}" if isinstance(v, float) else str(v) for v in (default if isinstance(default, list) else
+                                                                         [default])]
+        if not all(s in text for s in shown) or "default" not in text:
+            no_default.append(f"{name}: {text!r} (default {default!r})")
+    assert not missing, f"pyro-attention {command}: options without help: {missing}"
+    assert not no_default, f"pyro-attention {command}: help that does not show the default: {no_default}"
+
+
+@pytest.mark.parametrize("command", ["demo", "inspect", "align"])
+def test_help_runs(command):
+    code, out, err = _cli(command, "--help")
+    assert code == 0 and "(default: " in out, err
