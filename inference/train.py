@@ -140,7 +140,7 @@ def fit(
                 seen += tokens
                 bar.update(1)
                 elapsed = time.perf_counter() - start
-                bar.set_postfix(epoch=epoch, loss=f"{loss:.3f}", tok_s=f"{seen / elapsed:.0f}")
+                bar.set_postfix(epoch=f"{epoch + 1}/{num_epochs}", loss=f"{loss:.3f}", tok_s=f"{seen / elapsed:.0f}")
                 _write(log, kind="step", epoch=epoch, step=result.steps, loss=loss, tokens=tokens,
                        seconds=time.perf_counter() - start)
             if result.steps == 0:

@@ -1081,10 +1081,13 @@ class TrainingInterrupted(KeyboardInterrupt):
 
     :ivar checkpoint: the path of the checkpoint that was written.
     :ivar signal_name: ``"SIGINT"`` or ``"SIGTERM"``.
+    :ivar epoch: the epochs completed (the message counts epochs from 1, as the log and the progress bar do).
+    :ivar step: the steps completed.
     """
 
-    def __init__(self, checkpoint: Path, signal_name: str, epoch: int, step: int) -> None:
-        super().__init__(f"{signal_name}: stopped after step {step} (epoch {epoch}); {checkpoint} written")
+    def __init__(self, checkpoint: Path, signal_name: str, epoch: int, step: int, position: int = 0) -> None:
+        where = f"in epoch {epoch + 1}, {position} batches in" if position else f"after epoch {epoch}"
+        super().__init__(f"{signal_name}: stopped after step {step} ({where}); {checkpoint} written")
         self.checkpoint, self.signal_name, self.epoch, self.step = checkpoint, signal_name, epoch, step
 
 
@@ -1255,10 +1258,11 @@ def _train(
                 "sampling streams cannot continue exactly; resume with the same number of processes"
             )
         _set_rng_state(ranks[rank] if world_size > 1 else saved["rng"])
-        log(
-            f"resumed from {last_path}: epoch {epoch}, step {step}"
-            + (f" ({position} batches into the epoch)" if position else "")
-            + f", best validation {best:.4g}, lr {lr:.3g}"
+        log(  # epochs counted from 1, as in the progress bar and the "epoch E/N" lines
+            f"resumed from {last_path}: "
+            + (f"in epoch {epoch + 1}/{config.epochs}, {position} batches in" if position
+               else f"after epoch {epoch}/{config.epochs}")
+            + f" (step {step}), best validation {best:.4g}, lr {lr:.3g}"
         )
     if rank == 0:
         with writing(out):
@@ -1352,17 +1356,17 @@ def _train(
                     board.add_scalar("train/lr", lr, step)
                     board.add_scalar("train/tokens_per_s", seen / max(elapsed, 1e-9), step)
                 bar.update(1)
-                bar.set_postfix(epoch=epoch, loss=f"{loss:.3f}", tok_s=f"{seen / max(elapsed, 1e-9):.0f}",
-                                refresh=False)
+                bar.set_postfix(epoch=f"{epoch + 1}/{config.epochs}", loss=f"{loss:.3f}",  # from 1, as the log
+                                tok_s=f"{seen / max(elapsed, 1e-9):.0f}", refresh=False)
                 if config.checkpoint_every and step % config.checkpoint_every == 0 and position < len(order):
                     state = checkpoint(None)
                     if rank == 0:
                         save_checkpoint(state, last_path)
                 if requests["signal"] is not None and position < len(order):
                     save_checkpoint(checkpoint(None), last_path)
-                    log(f"{requests['signal']}: stopped after step {step} ({position} of {len(order)} batches of "
-                        f"epoch {epoch + 1}); wrote {last_path}")
-                    raise TrainingInterrupted(last_path, requests["signal"], epoch, step)
+                    log(f"{requests['signal']}: stopped after step {step} (batch {position}/{len(order)} of epoch "
+                        f"{epoch + 1}/{config.epochs}); wrote {last_path}")
+                    raise TrainingInterrupted(last_path, requests["signal"], epoch, step, position)
             val = broadcast_object(validate(pair, val_batches, config.num_samples) if rank == 0 else None)
             improved = val.ppl < best
             if improved:
@@ -1401,7 +1405,8 @@ def _train(
                 log(f"early stopping: {bad} epochs without improvement (patience {config.patience})")
             if requests["signal"] is not None and not stopped and epoch < config.epochs:
                 # arrived during the epoch's last step or its validation: the epoch's checkpoint is written
-                log(f"{requests['signal']}: stopped after epoch {epoch} (step {step}); wrote {last_path}")
+                log(f"{requests['signal']}: stopped after epoch {epoch}/{config.epochs} (step {step}); wrote "
+                    f"{last_path}")
                 raise TrainingInterrupted(last_path, requests["signal"], epoch, step)
     finally:
         stop_requests.__exit__(None, None, None)

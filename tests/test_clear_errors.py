@@ -157,3 +157,67 @@ def test_every_option_has_help_and_shows_its_default(command):
 def test_help_runs(command):
     code, out, err = _cli(command, "--help")
     assert code == 0 and "(default: " in out, err
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Epochs are counted from 1 everywhere: the progress bar, the log lines, the resume and interruption messages
+
+
+class _RecordingBar:
+    """Stands in for tqdm: records every postfix."""
+
+    postfixes: list[dict] = []
+
+    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+        pass
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def set_postfix(self, **kwargs) -> None:  # noqa: ANN003
+        self.postfixes.append(kwargs)
+
+    def close(self) -> None:
+        pass
+
+
+def test_epochs_are_counted_from_1_in_the_bar_the_log_and_the_resume_message(tmp_path, monkeypatch):
+    import signal
+
+    from pyro_attention import translation
+    from pyro_attention.inference.distributed import DataParallelSVI
+    from pyro_attention.translation import TrainingInterrupted
+
+    _RecordingBar.postfixes = []
+    monkeypatch.setattr(translation, "tqdm", _RecordingBar)
+    config = TranslationConfig(**{**TINY, "epochs": 2}, out=str(tmp_path / "run"))  # 2 batches an epoch
+    lines: list[str] = []
+    train(config, progress=True, log=lines.append)
+    assert [p["epoch"] for p in _RecordingBar.postfixes] == ["1/2", "1/2", "2/2", "2/2"]
+    epochs = [line.split(" step")[0] for line in lines if line.startswith("epoch ")]
+    assert epochs == ["epoch 1/2", "epoch 2/2"]
+    assert lines[-1].startswith("best validation PPL") and " at epoch " in lines[-1]
+
+    lines.clear()  # resumed between epochs: after epoch 2 of 3
+    train(config.replace(epochs=3), progress=False, resume=True, log=lines.append)
+    assert any(f"resumed from {tmp_path / 'run' / 'last.pt'}: after epoch 2/3 (step 4)" in line for line in lines)
+    assert [line.split(" step")[0] for line in lines if line.startswith("epoch ")] == ["epoch 3/3"]
+
+    # stopped in the middle of epoch 4 (its first batch), then resumed there
+    step = DataParallelSVI.step
+
+    def stepping(self, batch):  # noqa: ANN001, ANN202
+        signal.raise_signal(signal.SIGINT)
+        return step(self, batch)
+
+    lines.clear()
+    with monkeypatch.context() as mp:
+        mp.setattr(DataParallelSVI, "step", stepping)
+        with pytest.raises(TrainingInterrupted, match=r"stopped after step 7 \(in epoch 4, 1 batches in\)") as stop:
+            train(config.replace(epochs=4), progress=False, resume=True, log=lines.append)
+    assert stop.value.epoch == 3  # epochs completed
+    assert any("stopped after step 7 (batch 1/2 of epoch 4/4)" in line for line in lines), lines
+    lines.clear()
+    train(config.replace(epochs=4), progress=False, resume=True, log=lines.append)
+    assert any(": in epoch 4/4, 1 batches in (step 7)" in line for line in lines), lines
+    assert [line.split(" step")[0] for line in lines if line.startswith("epoch ")] == ["epoch 4/4"]
