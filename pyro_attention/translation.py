@@ -131,6 +131,12 @@ def _log(text: str) -> None:
     tqdm.write(text)
 
 
+def _no_bar(progress: bool) -> bool | None:
+    """tqdm's ``disable``: ``True`` without progress; else ``None``, with which tqdm turns itself off when its
+    output (stderr) is not a terminal, so a log file or a pipe gets the per-epoch lines, not every bar update."""
+    return None if progress else True
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Configuration
 
@@ -1314,7 +1320,7 @@ def _train(
     if remaining == 0 and not stopped:
         log(f"nothing to do: {epoch} of {config.epochs} epochs done (raise --epochs to train further)")
     bar = tqdm(
-        total=remaining, disable=not progress or rank != 0, unit="step", desc=f"{type(pair).__name__}",
+        total=remaining, disable=_no_bar(progress and rank == 0), unit="step", desc=f"{type(pair).__name__}",
         dynamic_ncols=True,
     )
     with writing(csv_path):
@@ -1461,7 +1467,7 @@ def _decode(
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     out: list[list[str]] = [[] for _ in sources]
     chunk = 64
-    bar = tqdm(total=len(sources), disable=not progress, desc="decoding", unit="sent", leave=False)
+    bar = tqdm(total=len(sources), disable=_no_bar(progress), desc="decoding", unit="sent", leave=False)
     for start in range(0, len(order), chunk):
         rows = order[start : start + chunk]
         ids = [ckpt.src_vocab.encode(sources[i]) for i in rows]
@@ -1543,7 +1549,7 @@ def evaluate(
     kmax_total = 0.0
     kmax_exact = True
     entropy_total = 0.0
-    for batch in tqdm(batches, disable=not progress, desc="scoring", unit="batch", leave=False):
+    for batch in tqdm(batches, disable=_no_bar(progress), desc="scoring", unit="batch", leave=False):
         ll = log_likelihood(pair, batch, num_samples=samples)
         total += float(ll.per_example.sum())
         tokens += int(ll.num_tokens.sum())

@@ -221,3 +221,34 @@ def test_epochs_are_counted_from_1_in_the_bar_the_log_and_the_resume_message(tmp
     train(config.replace(epochs=4), progress=False, resume=True, log=lines.append)
     assert any(": in epoch 4/4, 1 batches in (step 7)" in line for line in lines), lines
     assert [line.split(" step")[0] for line in lines if line.startswith("epoch ")] == ["epoch 4/4"]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Progress bars: on a terminal only; a log file or a pipe gets the per-epoch lines, not every bar update
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def _train_cli(out: Path, stderr: io.StringIO) -> tuple[int, str, str]:
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        code = cli.main(["train", "--out", str(out), *FLAGS, "--epochs", "2"])
+    return code, stdout.getvalue(), stderr.getvalue()
+
+
+def test_no_progress_bar_updates_when_stderr_is_not_a_terminal(tmp_path, run):
+    code, out, err = _train_cli(tmp_path / "log", io.StringIO())
+    assert code == 0
+    assert "\r" not in err and "step/s" not in err and "it/s" not in err, err
+    assert "epoch 1/2 step 2:" in out and "epoch 2/2 step 4:" in out  # the per-epoch lines stay
+    _, out, err = _cli("evaluate", run, "--split", "val")  # scoring and decoding bars too
+    assert "\r" not in err and "perplexity" in out, err
+
+
+def test_progress_bar_on_a_terminal(tmp_path):
+    _, out, err = _train_cli(tmp_path / "tty", _Terminal())
+    assert "\r" in err and "epoch=2/2" in err  # (updates closer than tqdm's mininterval are not drawn)
+    assert "epoch 1/2 step 2:" in out
