@@ -227,8 +227,8 @@ def to_inference_data(
             " constant_data.posterior_probs",
             "guide": "draws from the guide q(z|x,y) (no exact posterior)",
             "guide-probs": "guide q(z|x,y): constant_data.q_probs",
-            "none": "none (deterministic attention: posterior.attention_weights, one draw, holds its soft "
-            "attention weights)",
+            "none": "none (deterministic attention: posterior.attention_weights, one draw, holds its attention "
+            "weights)",
         }[posterior_source],
         "loo": NO_LOO,
     }
