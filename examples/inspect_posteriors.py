@@ -98,7 +98,7 @@ def main(args: argparse.Namespace) -> dict:
     # draws exist for the continuous (Dirichlet) alignment only: its q over the regions of one held-out scene
     real = relaxed.posterior.isel(example=0, target=0, source=slice(0, int(held_out.data.region_mask[0].sum())))
     axes = az.plot_forest(real, var_names=["weights"], combined=True)
-    axes[0].set_title("relaxed (Dirichlet): draws from q of the attention weights, held-out scene 0", fontsize=9)
+    axes[0].set_title("relaxed (Dirichlet), RegionQA, held-out scene 0: draws from q of the weights", fontsize=9)
     axes[0].set_xlabel("attention weight")
     plt.savefig(out.with_suffix(".forest.png"), dpi=100, bbox_inches="tight")
     plt.close("all")
