@@ -22,6 +22,8 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from torch import Tensor  # noqa: E402
 
+from pyro_attention.outputs import writing  # noqa: E402
+
 LABELS = {"prior": "prior p(z|x)", "posterior": "posterior p(z|x,y)", "guide": "q(z|x,y)"}
 #: deterministic attention has no prior over a random alignment: its row holds the soft attention weights
 SOFT_LABEL = "soft attention weights"
@@ -45,8 +47,9 @@ def _label(name: str, soft: bool) -> str:
 def _save(fig: Figure, path: str | Path) -> Path:
     path = Path(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=110, bbox_inches="tight")
+        with writing(path):  # a read-only folder, a full disk: "cannot write PATH: CAUSE"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fig.savefig(path, dpi=110, bbox_inches="tight")
     finally:
         plt.close(fig)
     return path
