@@ -450,6 +450,8 @@ def _print_scores(res: dict) -> None:
         )
         print(f"sacreBLEU signature  {res['bleu_signature']}")
         print(f"sacreBLEU            {res['bleu_text']}")
+    if res.get("degenerate"):
+        print(f"pyro-attention evaluate: warning: {res['degenerate']}", file=sys.stderr)
 
 
 def _evaluate(args: argparse.Namespace) -> int:

@@ -1521,7 +1521,10 @@ def evaluate(
         reproducible; ``None`` leaves them alone.
     :param device: where to evaluate (default: where the loaded checkpoint's network is, the CPU for a path).
     :returns: a dict with ``ppl`` (+ ``ppl_exact``, ``ppl_method``, ``nll``, ``tokens``), ``kmax_ppl``,
-        ``prior_entropy`` (mean nats per target token), ``bleu`` and ``bleu_signature``, ``hypotheses``, ...
+        ``prior_entropy`` (mean nats per target token), ``bleu`` and ``bleu_signature``, ``hypotheses``, ... and
+        ``degenerate``: ``None``, or a warning when the model gives the same output whatever the input (every
+        occurrence of a target token has the same log-probability, or every sentence decodes to the same output);
+        the command line prints it.
     """
     from pyro_attention import metrics
     from pyro_attention.inference import alignment_posterior, kmax_log_likelihood, log_likelihood
@@ -1549,8 +1552,10 @@ def evaluate(
     kmax_total = 0.0
     kmax_exact = True
     entropy_total = 0.0
+    spread = _TokenSpread(len(ckpt.tgt_vocab))
     for batch in tqdm(batches, disable=_no_bar(progress), desc="scoring", unit="batch", leave=False):
         ll = log_likelihood(pair, batch, num_samples=samples)
+        spread.add(batch.target, batch.target_mask, ll.per_token)
         total += float(ll.per_example.sum())
         tokens += int(ll.num_tokens.sum())
         exact, method = exact and ll.exact, ll.method
@@ -1587,14 +1592,68 @@ def evaluate(
         "beam": beam,
         "length_penalty": length_penalty,
         "hypotheses": None,
+        "degenerate": None,
     }
+    distinct_sources = len({tuple(s) for s in data.source})
+    reasons = [spread.degenerate(-total / tokens, distinct_sources)] if exact else []
     if bleu:
         hyps = _decode(ckpt, data.source, beam, rule, kmax or 5, length_penalty, max_decode_len, progress)
         text = [metrics.detokenize(h, config.tgt) for h in hyps]
         lc = config.lowercased if lowercase is None else lowercase
         scored = metrics.bleu(text, data.references, lowercase=lc)
         result.update(bleu=scored.score, bleu_signature=scored.signature, bleu_text=scored.text, hypotheses=text)
+        longest = max(hyps, key=len)
+        if distinct_sources >= 5 and longest and all(h == longest[: len(h)] for h in hyps):
+            # the same output for every source (cut at each sentence's length limit when </s> never comes)
+            reasons.insert(0, f"every one of the {len(text)} sentences ({distinct_sources} different sources) "
+                           f"translates to the same output {metrics.detokenize(longest, config.tgt)[:60]!r}"
+                           + ("" if len(set(text)) == 1 else " (or a prefix of it)"))
+    reasons = [r for r in reasons if r]
+    if reasons:
+        result["degenerate"] = ("degenerate: " + "; ".join(reasons) + ". The model ignores its input: training "
+                                "collapsed or diverged (check --lr and the training curve in history.csv)")
     return result
+
+
+class _TokenSpread:
+    """How much the log-probability of each target token varies across its positions (sums per token id).
+
+    A model that predicts the same next-token distribution everywhere (one that ignores the source and the
+    prefix: training collapsed, or the output layer's bias drowns its weights) gives every occurrence of a token
+    the same log-probability; a working model's vary by whole nats.
+    """
+
+    #: below this pooled spread (nats) the predictions do not depend on the input
+    THRESHOLD = 1e-3
+
+    def __init__(self, vocab_size: int) -> None:
+        self.n = torch.zeros(vocab_size, dtype=torch.float64)
+        self.sum = torch.zeros(vocab_size, dtype=torch.float64)
+        self.sq = torch.zeros(vocab_size, dtype=torch.float64)
+
+    def add(self, target: torch.Tensor, mask: torch.Tensor, per_token: torch.Tensor) -> None:
+        ids = target[mask].cpu()
+        lp = per_token[mask].detach().cpu().double()
+        self.n.index_add_(0, ids, torch.ones_like(lp))
+        self.sum.index_add_(0, ids, lp)
+        self.sq.index_add_(0, ids, lp * lp)
+
+    def degenerate(self, nll: float, sentences: int) -> str | None:  # sentences: how many different sources
+        """What is wrong when the log-probabilities barely vary (and the model is not simply sure of every token),
+        else ``None``."""
+        seen = self.n >= 2
+        if sentences < 2 or int(seen.sum()) < 2 or nll < 0.1:
+            return None
+        n, mean = self.n[seen], self.sum[seen] / self.n[seen]
+        var = (self.sq[seen] / n - mean * mean).clamp(min=0.0)
+        pooled = float(((n * var).sum() / n.sum()).sqrt())
+        if pooled >= self.THRESHOLD:
+            return None
+        return (
+            f"the model predicts the same next-token distribution for every input (each target token's "
+            f"log-probability varies by {pooled:.1e} nats across its {int(n.sum())} positions in {sentences} "
+            "different sentences)"
+        )
 
 
 def _tokenizer(kind: str, lang: str) -> Callable[[str], list[str]]:

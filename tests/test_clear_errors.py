@@ -252,3 +252,35 @@ def test_progress_bar_on_a_terminal(tmp_path):
     _, out, err = _train_cli(tmp_path / "tty", _Terminal())
     assert "\r" in err and "epoch=2/2" in err  # (updates closer than tqdm's mininterval are not drawn)
     assert "epoch 1/2 step 2:" in out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# A degenerate model (the same output distribution for every input) is reported by evaluate
+
+
+def _degenerate_checkpoint(run: Path, folder: Path) -> Path:
+    """``run``'s checkpoint with the output layer's weights zeroed: its bias alone decides every prediction."""
+    state = torch.load(run / "last.pt", weights_only=True)
+    state["network"] = {k: torch.zeros_like(v) if k.endswith("head.out.weight") else v
+                        for k, v in state["network"].items()}
+    return save_checkpoint(state, folder / "degenerate.pt")
+
+
+def test_evaluate_reports_a_degenerate_model(run, tmp_path):
+    from pyro_attention.translation import evaluate
+
+    healthy = evaluate(run, "val", bleu=True, kmax=0)
+    assert healthy["degenerate"] is None
+    bad = _degenerate_checkpoint(run, tmp_path)
+    scored = evaluate(bad, "val", bleu=False, kmax=0)  # the cheap check: log-probabilities, no decoding
+    assert scored["degenerate"].startswith("degenerate: the model predicts the same next-token distribution for "
+                                           "every input")
+    decoded = evaluate(bad, "val", bleu=True, kmax=0)
+    assert decoded["degenerate"].startswith("degenerate: every one of the 8 sentences")  # ... or a prefix of it
+    longest = max(decoded["hypotheses"], key=len)  # the same token over and over, cut at each length limit
+    assert all(longest.startswith(h) for h in decoded["hypotheses"])
+    assert "the same next-token distribution" in decoded["degenerate"]
+    code, out, err = _cli("evaluate", bad, "--split", "val", "--quiet", "--json", tmp_path / "scores.json")
+    assert code == 0 and "perplexity" in out
+    assert "pyro-attention evaluate: warning: degenerate: every one of the 8 sentences" in err
+    assert "degenerate: every one" in (tmp_path / "scores.json").read_text()
