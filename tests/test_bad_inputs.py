@@ -64,6 +64,7 @@ from pyro_attention.metrics import bleu, perplexity
 from pyro_attention.models import MarginalLikelihood, RelaxedAttention, SoftAttention
 from pyro_attention.networks import RegionQA, Seq2Seq
 from pyro_attention.outputs import WriteError
+from pyro_attention.plots import alignment_heatmaps
 from pyro_attention.registry import make_pair, parse_options
 from pyro_attention.translation import (
     TranslationConfig,
@@ -1180,6 +1181,15 @@ CATALOGUE: list[Mistake] = [
         SystemExit, r"exit status 1: pyro-attention evaluate: error: cannot write /dev/full: No space left on device "
         r"\(errno 28\)",
         "Free space on the disk, or write elsewhere.",
+    ),
+    Mistake(
+        "figure-not-writable", WRITES, "a heatmap written where no folder can be made (a raw `OSError` from "
+        "matplotlib)",
+        lambda: alignment_heatmaps(
+            {"prior": torch.full((1, 1, 2), 0.5)}, [0], [["a", "b"]], ["t"], _file("b-file", "x\n") / "figs/a.png"
+        ),
+        WriteError, r"cannot write .*b-file/figs/a\.png: Not a directory \(errno 20\)",
+        "Give a folder you can write to.",
     ),
     Mistake(
         "fit-log-csv-not-writable", WRITES, "`fit(log_csv=...)` where the file cannot be made",
