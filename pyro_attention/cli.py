@@ -371,7 +371,7 @@ def _os_error_text(error: BaseException, path: str | os.PathLike | None = None) 
     if not isinstance(error, OSError) or isinstance(error, WriteError) or error.errno is None:
         return str(error)
     if path is not None:
-        return str(write_error(error.filename or path, error))
+        return str(write_error(path, error))
     if error.filename:
         return f"{error.filename}: {error.strerror} (errno {error.errno})"
     return str(error)

@@ -12,6 +12,7 @@ as it was.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import shutil
@@ -36,7 +37,13 @@ class WriteError(OSError):
         return str(self.args[0])
 
     def __reduce__(self) -> tuple:  # picklable (several processes pass errors around)
-        return type(self), (self.filename, self.cause, self.errno)
+        return _rebuild, (str(self), self.filename, self.cause, self.errno)
+
+
+def _rebuild(message: str, filename: str, cause: str, errno: int | None) -> WriteError:
+    error = WriteError(filename, cause)
+    error.args, error.errno = (message,), errno
+    return error
 
 
 def _free_space(path: Path) -> str:
@@ -53,7 +60,14 @@ def write_error(path: str | os.PathLike, error: BaseException) -> WriteError:
     if isinstance(error, WriteError):
         return error
     if isinstance(error, OSError):
-        return WriteError(path, error.strerror or str(error) or type(error).__name__, error.errno)
+        cause = error.strerror or str(error) or type(error).__name__
+        if error.errno in (errno.EEXIST, errno.ENOTDIR):  # a file where a folder of the path should be
+            blocker = next((p for p in Path(path).parents if p.exists() and not p.is_dir()), None)
+            if blocker is not None:
+                blocked = WriteError(path, f"{cause} (errno {error.errno}): {blocker} is a file, not a folder")
+                blocked.errno = error.errno
+                return blocked
+        return WriteError(path, cause, error.errno)
     first = (str(error).strip().splitlines() or [""])[0]
     first = re.sub(r"^\[enforce fail at [^\]]*\]\s*\.?\s*", "", first)
     return WriteError(path, f"torch could not write it ({first or type(error).__name__}){_free_space(Path(path))}")

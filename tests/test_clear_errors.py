@@ -284,3 +284,11 @@ def test_evaluate_reports_a_degenerate_model(run, tmp_path):
     assert code == 0 and "perplexity" in out
     assert "pyro-attention evaluate: warning: degenerate: every one of the 8 sentences" in err
     assert "degenerate: every one" in (tmp_path / "scores.json").read_text()
+
+
+def test_a_file_in_the_way_is_named(tmp_path):
+    blocker = tmp_path / "notes"
+    blocker.write_text("x\n")
+    with pytest.raises(WriteError, match=rf"cannot write {blocker}/a/b\.txt: .*\(errno 20\): {blocker} is a file, "
+                                         "not a folder"):
+        write_text(blocker / "a" / "b.txt", "text")
