@@ -22,6 +22,12 @@ import torch
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from pyro_attention.outputs import writing
+
+    with writing(args.out):  # the figure's folder, before minutes of training: a read-only --out fails now
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        if not os.access(args.out, os.W_OK):
+            raise PermissionError(13, "Permission denied")
     if args.task == "clevr":
         return _demo_clevr(args)
     from pyro_attention.experiment import RegionQAConfig, format_table, run_region_qa

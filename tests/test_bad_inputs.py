@@ -1192,6 +1192,14 @@ CATALOGUE: list[Mistake] = [
         "Give a folder you can write to.",
     ),
     Mistake(
+        "demo-out-not-writable", WRITES, "`pyro-attention demo --out` that cannot be written (it failed only after "
+        "a minute of training, when the figure was saved)",
+        lambda: _cli("demo", "--out", _file("d-file", "x\n") / "demo"),
+        SystemExit, r"exit status 1: pyro-attention demo: error: cannot write .*d-file/demo: Not a directory "
+        r"\(errno 20\): .*d-file is a file, not a folder",
+        "Give an `--out` folder you can write to.",
+    ),
+    Mistake(
         "fit-log-csv-not-writable", WRITES, "`fit(log_csv=...)` where the file cannot be made",
         lambda: fit(SoftAttention(_region()[0]), [_region()[1]], progress=False,
                     log_csv=_file("c-file", "x\n") / "log.csv"),
