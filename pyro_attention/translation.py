@@ -1075,8 +1075,12 @@ def _write_csv(path: Path, history: dict[str, Any]) -> None:
 
 
 def _csv_row(kind: str, **values: Any) -> dict[str, Any]:
+    """A row of ``history.csv``; its ``epoch`` counts from 1, as the log lines and the progress bar do (the
+    ``history`` dict keeps the epoch's index, from 0: a step's epoch in progress, an epoch row's epoch done)."""
     row = {k: "" for k in CSV_FIELDS}
     row["kind"] = kind
+    if "epoch" in values:
+        values["epoch"] += 1
     for key, value in values.items():
         row[key] = f"{value:.9g}" if isinstance(value, float) else value
     return row

@@ -197,6 +197,11 @@ def test_epochs_are_counted_from_1_in_the_bar_the_log_and_the_resume_message(tmp
     epochs = [line.split(" step")[0] for line in lines if line.startswith("epoch ")]
     assert epochs == ["epoch 1/2", "epoch 2/2"]
     assert lines[-1].startswith("best validation PPL") and " at epoch " in lines[-1]
+    import csv
+
+    with open(tmp_path / "run" / "history.csv", newline="", encoding="utf-8") as f:
+        rows = [(r["kind"], r["epoch"]) for r in csv.DictReader(f)]
+    assert rows == [("step", "1"), ("step", "1"), ("epoch", "1"), ("step", "2"), ("step", "2"), ("epoch", "2")]
 
     lines.clear()  # resumed between epochs: after epoch 2 of 3
     train(config.replace(epochs=3), progress=False, resume=True, log=lines.append)
