@@ -40,12 +40,12 @@ import json
 import math
 import os
 import re
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from pyro_attention.outputs import write_text, writing
 from pyro_attention.translation import (
     TrainingInterrupted,
     TranslationConfig,
@@ -300,9 +300,13 @@ def plot_curves(runs: Path, labels: Sequence[str], path: Path) -> Path | None:
     ax.set_title(f"validation perplexity per epoch: {runs.name}")
     fig.tight_layout()
     tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, path)
+    try:
+        with writing(path):
+            fig.savefig(tmp, dpi=100)
+            os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)
     return path
 
 
@@ -333,17 +337,8 @@ def _read_json(path: Path, default: Any) -> Any:
 
 
 def _write_text(path: Path, text: str) -> None:
-    """Write ``text`` atomically (temporary file in the same folder, fsync, rename)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write ``text`` atomically (temporary file in the same folder, fsync, rename); a failure names the file."""
+    write_text(path, text)
 
 
 def _write_json(path: Path, value: Any) -> None:

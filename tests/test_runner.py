@@ -138,3 +138,24 @@ def test_ctrl_c_during_a_row_exits_130_and_the_next_call_finishes_the_same_table
     assert json.loads((runs / "marginal-product" / "sittings.json").read_text())[0]["interrupted"] == "SIGINT"
     again = run_experiment(path, runs, progress=False, log=None, bleu=False)
     assert _numbers(again) == _numbers(whole)
+
+
+def test_a_table_that_cannot_be_written_names_the_file(tmp_path, monkeypatch):
+    """The runner's table, JSON and figure go through the package's writer: a full disk is one error naming the
+    file, and the previous file stays."""
+    import errno
+    import os
+
+    from pyro_attention import runner
+    from pyro_attention.outputs import WriteError
+
+    target = tmp_path / "table.json"
+    runner._write_json(target, [1])
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(WriteError, match=r"cannot write .*table.json: No space left on device \(errno 28\)"):
+        runner._write_json(target, [2])
+    assert json.loads(target.read_text()) == [1] and [p.name for p in tmp_path.iterdir()] == ["table.json"]
