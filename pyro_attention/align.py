@@ -10,6 +10,19 @@ precision and recall (Och & Ney 2003, :mod:`pyro_attention.aer`):
 * ``q``: the amortised inference network of :class:`~pyro_attention.models.VariationalAttention`;
 * ``soft``: the attention weights of a :class:`~pyro_attention.models.SoftAttention` model.
 
+* ``posterior-threshold``: every source word whose exact posterior is at least a threshold (any number of links
+  per target word, none included).  The threshold is chosen from :data:`THRESHOLD_GRID` by AER on one half of the
+  gold pairs and applied to the *other* half (even-numbered pairs scored with the threshold tuned on the
+  odd-numbered ones and vice versa), so no pair is scored with a threshold tuned on itself.
+
+The network (``network``, :data:`ALIGN_NETWORKS`) is an object that trains itself: ``seq2seq`` (the paper's
+``tanh`` output layer) and ``product`` (the product of experts) train :class:`~pyro_attention.networks.Seq2Seq`
+with :func:`pyro_attention.translation.train`; ``ibm1`` (uniform prior, lexical expert on the source word's
+embedding: IBM Model 1 with a neural lexical table, :class:`~pyro_attention.networks.lexical.IBM1Network`) and
+``distortion`` (Seq2Seq's learned prior with the same lexical expert,
+:class:`~pyro_attention.networks.lexical.DistortionNetwork`) train with :func:`pyro_attention.inference.fit` --
+the ``marginal`` pair's exact enumeration (``TraceEnum_ELBO``) either way.
+
 With ``both_directions`` a second set of models is trained target -> source and each source's links are also
 reported for the reverse direction and for every symmetrisation of the two (intersection, union, grow-diag,
 grow-diag-final, grow-diag-final-and: :data:`pyro_attention.aer.SYMMETRIZATIONS`).
@@ -26,13 +39,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from pyro_attention.aer import SYMMETRIZATIONS, AERResult, alignment_error_rate, links_from_probs, symmetrize
 from pyro_attention.data.alignments import GoldAlignments, read_bitext, read_naacl, read_pharaoh
+from pyro_attention.data.text import Vocab, bucket_batches, multi30k_paths, read_parallel
 from pyro_attention.data.text import data_dir as resolve_data_dir
-from pyro_attention.data.text import multi30k_paths, read_parallel
 from pyro_attention.data.translation import collate
 from pyro_attention.inference import alignment_posterior
 
@@ -74,6 +88,10 @@ class AlignConfig:
     extra_src: str | None = None
     extra_tgt: str | None = None
     lowercase: bool = True
+    #: the network family, a key of :data:`ALIGN_NETWORKS`
+    network: str = "seq2seq"
+    #: thresholds tried for ``posterior-threshold`` links (chosen on the other half of the gold pairs)
+    thresholds: tuple[float, ...] = field(default_factory=lambda: THRESHOLD_GRID)
 
     def __post_init__(self) -> None:
         if self.corpus not in CORPORA:
@@ -98,6 +116,11 @@ class AlignConfig:
         unknown = [m for m in self.models if m not in ALL_PAIRS]
         if unknown:
             raise ValueError(f"models: unknown {unknown}; choose from {list(ALL_PAIRS)}")
+        if self.network not in ALIGN_NETWORKS:
+            raise ValueError(f"network must be one of {', '.join(ALIGN_NETWORKS)}, got {self.network!r}")
+        ALIGN_NETWORKS[self.network].check(self.models)
+        if not self.thresholds or not all(0.0 < t <= 1.0 for t in self.thresholds):
+            raise ValueError(f"thresholds: need at least one, each in (0, 1], got {self.thresholds}")
 
 
 @dataclass
@@ -195,61 +218,230 @@ def _write(path: Path, sentences: list[list[str]]) -> Path:
     return path
 
 
-def _train(corpus: GoldCorpus, config: AlignConfig, model: str, reverse: bool, log: Callable[[str], None]):  # noqa: ANN202
-    from pyro_attention.translation import TranslationConfig, train
+@dataclass
+class Trained:
+    """A trained pair with its vocabularies and training time (what :func:`alignment_probs` needs)."""
 
-    out = Path(config.out) / f"{model}{'-reverse' if reverse else ''}"
-    out.mkdir(parents=True, exist_ok=True)
+    pair: Any
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    seconds: float
+
+
+def _training_text(corpus: GoldCorpus, reverse: bool) -> tuple[list[list[str]], list[list[str]]]:
     src, tgt = corpus.source + corpus.extra_source, corpus.target + corpus.extra_target
-    if reverse:
-        src, tgt = tgt, src
-    gold_src, gold_tgt = (corpus.target, corpus.source) if reverse else (corpus.source, corpus.target)
-    files = {
-        "train_src": _write(out / "train.src", src),
-        "train_tgt": _write(out / "train.tgt", tgt),
-        "val_src": _write(out / "val.src", gold_src),
-        "val_tgt": _write(out / "val.tgt", gold_tgt),
-    }
-    tc = TranslationConfig(
-        data="parallel",
-        **{k: str(v) for k, v in files.items()},
-        max_len=config.max_len,
-        model=model,
-        estimator="enum" if model in ("hard", "variational") else None,
-        embedding=config.embedding,
-        encoder=config.encoder,
-        decoder=config.decoder,
-        attention=config.attention,
-        epochs=config.epochs,
-        batch_size=config.batch_size,
-        lr=config.lr,
-        seed=config.seed,
-        threads=config.threads,
-        out=str(out),
-        patience=0,
+    return (tgt, src) if reverse else (src, tgt)
+
+
+class AlignNetwork:
+    """A network family for ``pyro-attention align``: what its output layer is, which pairs it takes, and how
+    it is trained on a gold corpus (one direction)."""
+
+    #: the ``output`` reported with its rows
+    output: str = ""
+    #: pairs it can be trained with (``None``: every pair)
+    pairs: tuple[str, ...] | None = None
+
+    def __init__(self, name: str, description: str) -> None:
+        self.name, self.description = name, description
+
+    def check(self, models: list[str]) -> None:
+        """Refuse pairs this network cannot carry, naming the allowed ones."""
+        bad = [m for m in models if self.pairs is not None and m not in self.pairs]
+        if bad:
+            raise ValueError(f"models: network {self.name!r} takes only {list(self.pairs)}, got {bad}")
+
+    def train(self, corpus: GoldCorpus, config: AlignConfig, model: str, reverse: bool,
+              log: Callable[[str], None]) -> Trained:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class Seq2SeqAligner(AlignNetwork):
+    """:class:`~pyro_attention.networks.Seq2Seq` with output layer ``output``, trained by
+    :func:`pyro_attention.translation.train` (the gold pairs are its validation set)."""
+
+    def __init__(self, name: str, description: str, output: str) -> None:
+        super().__init__(name, description)
+        self.output = output
+
+    def train(self, corpus: GoldCorpus, config: AlignConfig, model: str, reverse: bool,
+              log: Callable[[str], None]) -> Trained:
+        from pyro_attention.translation import TranslationConfig, train
+
+        start = time.perf_counter()
+        out = Path(config.out) / f"{self.name}-{model}{'-reverse' if reverse else ''}"
+        out.mkdir(parents=True, exist_ok=True)
+        src, tgt = _training_text(corpus, reverse)
+        gold_src, gold_tgt = (corpus.target, corpus.source) if reverse else (corpus.source, corpus.target)
+        files = {
+            "train_src": _write(out / "train.src", src),
+            "train_tgt": _write(out / "train.tgt", tgt),
+            "val_src": _write(out / "val.src", gold_src),
+            "val_tgt": _write(out / "val.tgt", gold_tgt),
+        }
+        tc = TranslationConfig(
+            data="parallel",
+            **{k: str(v) for k, v in files.items()},
+            max_len=config.max_len,
+            model=model,
+            estimator="enum" if model in ("hard", "variational") else None,
+            embedding=config.embedding,
+            encoder=config.encoder,
+            decoder=config.decoder,
+            attention=config.attention,
+            output=self.output,
+            epochs=config.epochs,
+            batch_size=config.batch_size,
+            lr=config.lr,
+            seed=config.seed,
+            threads=config.threads,
+            out=str(out),
+            patience=0,
+        )
+        result = train(tc, progress=False, overwrite=True, log=log)
+        return Trained(result.pair, result.src_vocab, result.tgt_vocab, time.perf_counter() - start)
+
+
+@dataclass
+class _Bitext:
+    """Token ids of a parallel text, batched by length (bucket order shuffled per epoch) for :func:`fit`."""
+
+    source: list[list[int]]
+    target: list[list[int]]
+
+    def batches(self, batch_size: int, shuffle: bool = False, generator: torch.Generator | None = None) -> list:
+        return bucket_batches(self.source, self.target, batch_size, shuffle, generator)
+
+
+class LexicalAligner(AlignNetwork):
+    """A network with the lexical expert (:mod:`pyro_attention.networks.lexical`), trained with the ``marginal``
+    pair by :func:`pyro_attention.inference.fit` (``TraceEnum_ELBO``: exact enumeration of the alignment)."""
+
+    output = "lexical"
+    pairs = ("marginal",)
+
+    def __init__(self, name: str, description: str, build: Callable[[int, int, AlignConfig], Any]) -> None:
+        super().__init__(name, description)
+        self.build = build
+
+    def train(self, corpus: GoldCorpus, config: AlignConfig, model: str, reverse: bool,
+              log: Callable[[str], None]) -> Trained:
+        import pyro
+
+        from pyro_attention.inference import fit
+        from pyro_attention.registry import make_pair
+
+        start = time.perf_counter()
+        src, tgt = _training_text(corpus, reverse)
+        src_vocab, tgt_vocab = Vocab.build(src), Vocab.build(tgt)
+        data = _Bitext([src_vocab.encode(s) for s in src], [tgt_vocab.encode(t) for t in tgt])
+        pyro.set_rng_seed(config.seed)
+        pair = make_pair(model, self.build(len(src_vocab), len(tgt_vocab), config))
+        result = fit(pair, data, num_epochs=config.epochs, batch_size=config.batch_size, lr=config.lr,
+                     seed=config.seed, progress=False)
+        steps = max(1, result.steps // max(1, config.epochs))
+        per_epoch = [sum(result.losses[k: k + steps]) / len(result.losses[k: k + steps])
+                     for k in range(0, result.steps, steps)]
+        log(f"{self.name} {model}{' reverse' if reverse else ''}: {len(src)} pairs, vocabularies {len(src_vocab)} / "
+            f"{len(tgt_vocab)}, {result.steps} steps in {result.seconds:.0f} s; mean loss per token by epoch "
+            + " ".join(f"{x:.3f}" for x in per_epoch))
+        return Trained(pair, src_vocab, tgt_vocab, time.perf_counter() - start)
+
+
+def _ibm1(source_vocab: int, target_vocab: int, config: AlignConfig) -> Any:
+    from pyro_attention.networks.lexical import IBM1Network
+
+    return IBM1Network(source_vocab, target_vocab, embedding_size=config.embedding)
+
+
+def _distortion(source_vocab: int, target_vocab: int, config: AlignConfig) -> Any:
+    from pyro_attention.networks.lexical import DistortionNetwork
+
+    return DistortionNetwork(source_vocab, target_vocab, embedding_size=config.embedding,
+                             encoder_size=config.encoder, decoder_size=config.decoder,
+                             attention_size=config.attention)
+
+
+#: ``--network`` values
+ALIGN_NETWORKS: dict[str, AlignNetwork] = {
+    n.name: n for n in (
+        Seq2SeqAligner("seq2seq", "Seq2Seq, the paper's tanh output layer", "tanh"),
+        Seq2SeqAligner("product", "Seq2Seq, product-of-experts output (decoder expert u_t + source expert v_s)",
+                       "product"),
+        LexicalAligner("ibm1", "IBM Model 1: uniform prior, lexical expert on the source word's embedding", _ibm1),
+        LexicalAligner("distortion", "Seq2Seq's learned prior (a neural distortion model), lexical expert",
+                       _distortion),
     )
-    return train(tc, progress=False, overwrite=True, log=log)
+}
 
 
 @torch.no_grad()
-def alignment_links(
-    result, source: list[list[str]], target: list[list[str]], batch_size: int = 32
-) -> dict[str, list[set[tuple[int, int]]]]:  # noqa: ANN001
-    """Argmax links of every alignment distribution of a trained pair on the given sentence pairs, in order."""
-    links: dict[str, list[set[tuple[int, int]]]] = {}
+def alignment_probs(
+    result: Trained, source: list[list[str]], target: list[list[str]], batch_size: int = 32
+) -> dict[str, list[torch.Tensor]]:  # noqa: ANN001
+    """Every alignment distribution of a trained pair on the given sentence pairs, in order: per source name
+    (``prior``, ``posterior``, ``q``) a list of ``(T_i, S_i)`` matrices over the real words (no ``</s>``)."""
+    out: dict[str, list[torch.Tensor]] = {}
     pair = result.pair
     pair.network.eval()
     for start in range(0, len(source), batch_size):
         chunk = list(range(start, min(len(source), start + batch_size)))
         batch = collate([(result.src_vocab.encode(source[i]), result.tgt_vocab.encode(target[i])) for i in chunk])
         probs = alignment_posterior(pair, batch)
-        words = torch.zeros_like(batch.target_mask)
-        for row, i in enumerate(chunk):
-            words[row, : len(target[i])] = True  # real words only: no </s>
         for name, p in probs.items():
             name = "q" if name == "guide" else name
-            links.setdefault(name, []).extend(links_from_probs(p, source_mask=batch.source_mask, target_mask=words))
-    return links
+            out.setdefault(name, []).extend(
+                p[row, : len(target[i]), : len(source[i])].float() for row, i in enumerate(chunk))
+    return out
+
+
+def argmax_links(probs: list[torch.Tensor]) -> list[set[tuple[int, int]]]:
+    """Each target word linked to its most probable source word (ties to the first)."""
+    return [links_from_probs(p) for p in probs]
+
+
+def alignment_links(
+    result: Trained, source: list[list[str]], target: list[list[str]], batch_size: int = 32
+) -> dict[str, list[set[tuple[int, int]]]]:  # noqa: ANN001
+    """Argmax links of every alignment distribution of a trained pair on the given sentence pairs, in order."""
+    return {k: argmax_links(v) for k, v in alignment_probs(result, source, target, batch_size).items()}
+
+
+#: thresholds tried for ``posterior-threshold`` links
+THRESHOLD_GRID = tuple(round(0.05 * k, 2) for k in range(1, 20))
+
+
+def threshold_links(
+    probs: list[torch.Tensor],
+    gold: list,
+    grid: tuple[float, ...] = THRESHOLD_GRID,
+    reverse: bool = False,
+) -> tuple[list[set[tuple[int, int]]], tuple[float, float]]:
+    """Links to every source word whose probability is at least a threshold chosen on the *other* half.
+
+    Pairs ``0, 2, 4, ...`` are linked with the threshold of ``grid`` that gives the lowest AER on pairs
+    ``1, 3, 5, ...``, and those with the one best on pairs ``0, 2, 4, ...``: no pair is scored with a threshold
+    tuned on itself.
+
+    :param probs: per pair, ``(T, S)`` alignment probabilities of the model's own direction.
+    :param gold: per pair, the gold links (``(source, target)`` of the *corpus*).
+    :param reverse: ``probs`` come from the reverse model (its links are ``(target, source)`` of the corpus).
+    :returns: the links (in the model's direction, like :func:`links_from_probs`) and the two thresholds
+        (for the even pairs, for the odd pairs).
+    """
+    if len(probs) != len(gold):
+        raise ValueError(f"threshold_links: {len(probs)} alignments for {len(gold)} gold ones")
+    cache = {th: [links_from_probs(p, threshold=th) for p in probs] for th in grid}
+
+    def score(th: float, half: int) -> float:
+        idx = range(half, len(probs), 2)
+        links = [cache[th][i] for i in idx]
+        if reverse:
+            links = [{(s, t) for t, s in x} for x in links]
+        return alignment_error_rate(links, [gold[i] for i in idx]).aer
+
+    chosen = tuple(min(grid, key=lambda th, h=half: score(th, 1 - h)) for half in (0, 1))
+    return [cache[chosen[i % 2]][i] for i in range(len(probs))], chosen  # type: ignore[return-value]
 
 
 @dataclass
@@ -258,37 +450,62 @@ class AlignRow:
     source: str
     direction: str
     result: AERResult
+    output: str = ""
+    network: str = "seq2seq"
+    train_pairs: int = 0
+    wall_s: float = 0.0
+    note: str = ""
 
 
 def run_align(config: AlignConfig, log: Callable[[str], None] = print) -> list[AlignRow]:
     """Train the models and score every alignment source against the gold links."""
     torch.set_num_threads(config.threads)
+    network = ALIGN_NETWORKS[config.network]
     corpus = load_gold_corpus(config, log)
     log(
         f"{corpus.description}: {len(corpus.source)} gold pairs ({corpus.gold.num_sure} sure links), "
-        f"{len(corpus.extra_source)} extra training pairs"
+        f"{len(corpus.extra_source)} extra training pairs; network {network.name}: {network.description}"
     )
+    train_pairs = len(corpus.source) + len(corpus.extra_source)
+    gold = list(corpus.gold)
     rows: list[AlignRow] = []
     for model in config.models:
-        start = time.perf_counter()
-        forward = alignment_links(_train(corpus, config, model, False, log), corpus.source, corpus.target)
-        log(f"trained {model} ({time.perf_counter() - start:.0f} s)")
-        backward = None
+        trained = network.train(corpus, config, model, False, log)
+        forward = alignment_probs(trained, corpus.source, corpus.target)
+        log(f"trained {network.name} {model} ({trained.seconds:.0f} s)")
+        backward, back_seconds = None, 0.0
         if config.both_directions:
-            trained = _train(corpus, config, model, True, log)
-            backward = alignment_links(trained, corpus.target, corpus.source)
-        for name, predicted in forward.items():
+            back = network.train(corpus, config, model, True, log)
+            backward, back_seconds = alignment_probs(back, corpus.target, corpus.source), back.seconds
+            log(f"trained {network.name} {model} reverse ({back.seconds:.0f} s)")
+
+        def row(label: str, direction: str, links: list, seconds: float, note: str = "",
+                model: str = model) -> AlignRow:
+            return AlignRow(model, label, direction, alignment_error_rate(links, gold), network.output,
+                            network.name, train_pairs, seconds, note)
+
+        for name, probs in forward.items():
             label = "soft" if model == "soft" else name  # a soft model's "prior" is its attention weights
             if name == "prior" and pyro_latent(model) == "none":
                 label = "weights"  # a deterministic pair's prior is its attention weights
-            rows.append(AlignRow(model, label, "forward", alignment_error_rate(predicted, corpus.gold)))
-            if backward is not None:
-                reverse = backward[name]
-                inverted = [{(s, t) for t, s in links} for links in reverse]
-                rows.append(AlignRow(model, label, "reverse", alignment_error_rate(inverted, corpus.gold)))
-                for method in SYMMETRIZATIONS:
-                    both = symmetrize(predicted, reverse, method)
-                    rows.append(AlignRow(model, label, method, alignment_error_rate(both, corpus.gold)))
+            variants = [(label, argmax_links(probs), None if backward is None else argmax_links(backward[name]), "")]
+            if name == "posterior":
+                fwd, chosen = threshold_links(probs, gold, config.thresholds)
+                note = f"thresholds {chosen[0]:g} / {chosen[1]:g} (even / odd pairs, each tuned on the other half)"
+                bwd = None
+                if backward is not None:
+                    bwd, back_chosen = threshold_links(backward[name], gold, config.thresholds, reverse=True)
+                    note += f"; reverse {back_chosen[0]:g} / {back_chosen[1]:g}"
+                log(f"posterior-threshold: {note}")
+                variants.append(("posterior-threshold", fwd, bwd, note))
+            for source_label, fwd, bwd, note in variants:
+                rows.append(row(source_label, "forward", fwd, trained.seconds, note))
+                if bwd is not None:
+                    inverted = [{(s, t) for t, s in links} for links in bwd]
+                    rows.append(row(source_label, "reverse", inverted, back_seconds, note))
+                    for method in SYMMETRIZATIONS:
+                        rows.append(row(source_label, method, symmetrize(fwd, bwd, method),
+                                        trained.seconds + back_seconds, note))
     return rows
 
 
@@ -308,3 +525,41 @@ def format_rows(rows: list[AlignRow]) -> str:
             f"| {a.num_predicted} |"
         )
     return "\n".join(lines)
+
+
+#: the ``symmetrisation`` values written to the JSON results
+JSON_SYMMETRISATIONS = ("forward", "reverse", "intersection", "union", "grow-diag", "grow-diag-final")
+
+
+def json_rows(rows: list[AlignRow], corpus: str) -> list[dict[str, Any]]:
+    """Rows for ``docs/results/aer.json``: ``corpus``, ``model`` (``<network>-<pair>``), ``output``, ``source``,
+    ``symmetrisation``, ``aer`` / ``precision`` / ``recall`` in %, ``train_pairs``, ``wall_s`` (training, both
+    directions for a symmetrised row) and ``note``."""
+    out = []
+    for r in rows:
+        if r.direction not in JSON_SYMMETRISATIONS:
+            continue
+        a = r.result
+        out.append({
+            "corpus": corpus, "model": f"{r.network}-{r.model}", "output": r.output,
+            "source": "soft" if r.source == "weights" else r.source, "symmetrisation": r.direction,
+            "aer": round(100 * a.aer, 2), "precision": round(100 * a.precision, 2),
+            "recall": round(100 * a.recall, 2), "train_pairs": r.train_pairs, "wall_s": round(r.wall_s, 1),
+            "note": r.note,
+        })
+    return out
+
+
+def merge_json(path: str | Path, new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Write ``new`` into the JSON list at ``path``, replacing rows with the same corpus, model, output, source
+    and symmetrisation (other rows are kept)."""
+    import json
+
+    path = Path(path)
+    old = json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
+    key = ("corpus", "model", "output", "source", "symmetrisation")
+    replaced = {tuple(r[k] for k in key) for r in new}
+    merged = [r for r in old if tuple(r.get(k) for k in key) not in replaced] + new
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(merged, indent=1) + "\n", encoding="utf-8")
+    return merged

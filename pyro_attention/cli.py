@@ -643,6 +643,7 @@ def make_parser() -> argparse.ArgumentParser:
         "--val-size", type=_int_at_least(1), default=500, help="held-out scenes (clevr: generated questions)"
     )
     demo.add_argument("--epochs", type=_int_at_least(1), default=12, help="training epochs of every pair")
+    demo.add_argument("--hidden", type=_int_at_least(1), default=64, help="hidden size of the region-QA network")
     demo.add_argument("--seed", type=_int_at_least(0), default=0, help="seed of data, weights and sampling")
     demo.add_argument(
         "--threads", type=_int_at_least(0), default=1, help="torch threads (1 avoids oversubscription; 0: torch's)"
@@ -660,11 +661,14 @@ def make_parser() -> argparse.ArgumentParser:
                     help="gold set: enfr (English-French Hansards, NAACL 2003) or csen (Czech-English)")
     al.add_argument("--data-dir", default=None, help="data folder (default: $PYRO_ATTENTION_DATA)")
     al.add_argument("--extra-size", type=_int_at_least(0), default=5000, help="extra Multi30k training pairs")
-    from pyro_attention.align import LINK_FORMATS, LINK_ORDERS
+    from pyro_attention.align import ALIGN_NETWORKS, LINK_FORMATS, LINK_ORDERS
     from pyro_attention.registry import ALL_PAIRS
 
     al.add_argument("--models", nargs="+", default=["soft", "variational"], choices=tuple(ALL_PAIRS),
                     help="the pairs to train and score")
+    al.add_argument("--network", default="seq2seq", choices=tuple(ALIGN_NETWORKS),
+                    help="; ".join(f"{k}: {v.description}" for k, v in ALIGN_NETWORKS.items())
+                    + " (ibm1 / distortion: --models marginal, --embedding = the lexical table's rank)")
     al.add_argument("--epochs", type=_int_at_least(1), default=5, help="training epochs")
     al.add_argument("--batch-size", type=_int_at_least(1), default=32, help="sentences per batch")
     al.add_argument("--lr", type=_learning_rate, default=3e-3, help="Adam learning rate, in (0, 1]")
@@ -693,6 +697,7 @@ def make_parser() -> argparse.ArgumentParser:
     al.add_argument("--threads", type=_int_at_least(1), default=1, help="torch threads")
     al.add_argument("--out", default="runs/align", help="folder for the runs")
     al.add_argument("--markdown", default="", help="also write the table to this file")
+    al.add_argument("--json", default="", help="also merge the rows into this JSON list (e.g. docs/results/aer.json)")
     al.set_defaults(func=_align, parser=al)
     ins = sub.add_parser("inspect", help="a checkpoint's alignments: ArviZ NetCDF, heatmaps, diagnostics table")
     ins.add_argument("checkpoint", help="a checkpoint file or run folder written by `pyro-attention train`")
@@ -811,6 +816,10 @@ def _align(args: argparse.Namespace) -> int:
     print(table)
     if args.markdown:
         Path(args.markdown).write_text(table + "\n")
+    if args.json:
+        from pyro_attention.align import json_rows, merge_json
+
+        merge_json(args.json, json_rows(rows, "user" if config.gold_links else config.corpus))
     return 0
 
 

@@ -160,6 +160,32 @@ class ProductOfExperts(OutputLayer):
         return picked_u + picked_v - product_log_normalizer(u, v)
 
 
+class LexicalExpert(ProductOfExperts):
+    r"""The product of experts with the decoder's expert switched off, ``u == 0``: ``logits = U_x c``.
+
+    ``p(y_t | x, z_t = s) = softmax(U_x x_s)[y_t]`` depends on the aligned source value alone -- a (low-rank)
+    neural lexical table ``t(y | x_s)``.  With a uniform prior and ``x_s`` the source word's own embedding this is
+    IBM Model 1 (:class:`~pyro_attention.networks.lexical.IBM1Network`).  Its observed-token table needs one
+    ``V``-way normaliser per *source* position (``B S V``), not per ``(t, s)``.
+    """
+
+    name = "lexical"
+
+    def __init__(self, query_size: int, value_size: int, num_classes: int, dropout: float = 0.0) -> None:
+        super().__init__(query_size, value_size, num_classes, dropout)
+        del self.query_expert  # no decoder expert: u == 0
+
+    def query(self, h: Tensor) -> Tensor:
+        """``u == 0``, shaped ``(..., 1)`` to broadcast over the classes (and to carry the target positions)."""
+        return h.new_zeros(h.shape[:-1] + (1,))
+
+    def aligned_log_likelihood(self, query: Tensor, values: Tensor, target: Tensor) -> Tensor:
+        """``log softmax(U_x x_s)[y_t]`` for every ``(t, s)``, ``(B, T, S)``."""
+        B, T, S = target.shape[0], target.shape[1], values.shape[1]
+        log_t = torch.log_softmax(self.source_expert(self.dropout(values)), -1)  # (B, S, V)
+        return log_t.gather(-1, target.unsqueeze(1).expand(B, S, T)).transpose(1, 2)
+
+
 #: ``output=`` names of the networks -> layer classes
 OUTPUT_LAYERS: dict[str, type[OutputLayer]] = {"tanh": TanhOutput, "product": ProductOfExperts}
 

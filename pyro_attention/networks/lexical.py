@@ -1,0 +1,118 @@
+r"""Networks whose output expert sees the aligned source *word* only: IBM Model 1 and a neural distortion model.
+
+Both use :class:`~pyro_attention.networks.output.LexicalExpert`, the product of experts with ``u == 0``, on the
+source word's own embedding (no BiLSTM context), so ``p(y_t | x, z_t = s) = t(y_t | x_s) = softmax(U_x e(x_s))``
+is a neural (rank-``E``) lexical table.  They differ in the prior:
+
+* :class:`IBM1Network` -- uniform, ``p(z_t = s) = 1 / S``.  With the ``marginal`` pair (exact enumeration,
+  ``TraceEnum_ELBO``) the likelihood is IBM Model 1's (Brown et al. 1993) without a NULL word,
+  ``p(y | x) = prod_t (1 / S) sum_s t(y_t | x_s)``, and the exact posterior is its alignment posterior
+  ``p(z_t = s | x, y) = t(y_t | x_s) / sum_s' t(y_t | x_s')``.  The target ends in ``</s>``, which is predicted
+  like any word (an EM reference must append it too to be the same model).
+* :class:`DistortionNetwork` -- :class:`~pyro_attention.networks.Seq2Seq`'s prior ``p(z_t | x, y_<t)`` (its
+  decoder LSTM and attention score over the BiLSTM source states: a neural distortion model), with the same
+  lexical expert.  Comparing it with :class:`IBM1Network` measures what the learned prior adds; comparing it
+  with ``Seq2Seq(output="product")`` what the decoder's expert ``u_t`` (and contextual source values) add.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from pyro_attention.data.translation import PAD, SPECIALS, TranslationBatch
+from pyro_attention.networks.base import Encoded, HeadNetwork
+from pyro_attention.networks.output import LexicalExpert
+from pyro_attention.networks.seq2seq import Seq2Seq
+
+__all__ = ["DistortionNetwork", "IBM1Network", "lexical_table"]
+
+
+def lexical_table(embed: nn.Embedding, head: LexicalExpert, enc: Encoded) -> Tensor:
+    """``log t(y_t | x_s) = log softmax(U_x e(x_s))[y_t]`` ``(B, T, S)`` with one ``V``-way normaliser per
+    *distinct* source word of the batch (the lexical expert's kernel computes one per source position: the same
+    values, about half the work or less on real text).  No dropout on the embeddings."""
+    words, inverse = torch.unique(enc.batch.source, return_inverse=True)  # (U,), (B, S)
+    values = embed(words)
+    log_t = torch.log_softmax(head.logits(head.query(values), values), -1)  # (U, V)
+    return log_t[inverse.unsqueeze(1), enc.target.unsqueeze(2)]  # (B, T, S)
+
+
+class IBM1Network(HeadNetwork):
+    """Uniform prior and a lexical expert on source embeddings: IBM Model 1 with a neural lexical table.
+
+    :param source_vocab: source vocabulary size.
+    :param target_vocab: target vocabulary size ``V``.
+    :param embedding_size: ``E``, the rank of the lexical table ``log t(y | x) = U_x e(x) + const``.
+    """
+
+    chunk_size = None
+
+    def __init__(self, source_vocab: int, target_vocab: int, embedding_size: int = 256) -> None:
+        super().__init__()
+        for name, size, low in (("source_vocab", source_vocab, len(SPECIALS)),
+                                ("target_vocab", target_vocab, len(SPECIALS)), ("embedding_size", embedding_size, 1)):
+            if size < low:
+                raise ValueError(f"IBM1Network: {name} must be >= {low}, got {size}")
+        self.num_classes = target_vocab
+        self.source_vocab = source_vocab
+        self.value_size = embedding_size
+        self.src_embed = nn.Embedding(source_vocab, embedding_size, padding_idx=PAD)
+        self.head = LexicalExpert(1, embedding_size, target_vocab)
+
+    def encode(self, batch: TranslationBatch) -> Encoded:
+        if not isinstance(batch, TranslationBatch):
+            raise TypeError(f"IBM1Network.encode expects a TranslationBatch, got {type(batch).__name__}")
+        batch.validate(self.source_vocab, self.num_classes)
+        values = self.src_embed(batch.source)  # (B, S, E)
+        B, S = batch.source.shape
+        T = batch.target.shape[1]
+        prior = values.new_zeros(B, T, S)  # uniform over the real source words
+        query = values.new_zeros(B, T, 1)  # u == 0
+        return Encoded(values, batch.source_mask, batch.target, batch.target_mask, prior, {"query": query}, batch)
+
+    def aligned_log_likelihood(self, enc: Encoded) -> Tensor:
+        """``log t(y_t | x_s)`` ``(B, T, S)`` by :func:`lexical_table`."""
+        return lexical_table(self.src_embed, self.head, enc)
+
+    def posterior_scores(self, enc: Encoded) -> Tensor:
+        """The prior's (uniform) scores: IBM Model 1 has no inference network."""
+        return enc.prior_scores
+
+    def lexical_log_probs(self, source_ids: Tensor) -> Tensor:
+        """``log t(. | x)`` ``(N, V)`` for source word ids ``(N,)``."""
+        values = self.src_embed(source_ids)
+        return torch.log_softmax(self.head.logits(self.head.query(values), values), -1)
+
+
+class DistortionNetwork(Seq2Seq):
+    """:class:`~pyro_attention.networks.Seq2Seq`'s learned prior with :class:`IBM1Network`'s lexical expert.
+
+    Takes :class:`~pyro_attention.networks.Seq2Seq`'s keyword arguments (``output`` and ``input_feed`` are
+    fixed: the lexical expert, the prior's soft context fed to the decoder).  The source values the expert sees
+    (``enc.values``) are the source word embeddings; the prior scores and the decoder's fed context use the
+    BiLSTM states as in Seq2Seq.
+    """
+
+    def __init__(self, source_vocab: int, target_vocab: int, **kwargs: Any) -> None:
+        for fixed in ("output", "input_feed"):
+            if fixed in kwargs:
+                raise ValueError(f"DistortionNetwork: {fixed} is fixed (the lexical expert, the soft context)")
+        super().__init__(source_vocab, target_vocab, output="product", **kwargs)
+        embedding = self.src_embed.embedding_dim
+        self.head = LexicalExpert(self.decoder[-1].hidden_size, embedding, target_vocab, self.dropout.p)
+        self.value_size = embedding
+
+    def encode(self, batch: TranslationBatch) -> Encoded:
+        enc = super().encode(batch)
+        enc.values = self.dropout(self.src_embed(batch.source))
+        return enc
+
+    def aligned_log_likelihood(self, enc: Encoded) -> Tensor:
+        """``log t(y_t | x_s)`` ``(B, T, S)``: :func:`lexical_table` (without active dropout; with it, the
+        lexical expert's kernel on the dropped-out embeddings)."""
+        if self.training and self.dropout.p > 0:
+            return super().aligned_log_likelihood(enc)
+        return lexical_table(self.src_embed, self.head, enc)
