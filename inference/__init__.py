@@ -1,8 +1,20 @@
-"""Inference utilities that work for every pair: training, exact evaluation, posteriors and prediction."""
+"""Inference utilities that work for every pair: estimators and their ELBOs, training, exact evaluation,
+posteriors and prediction."""
 
 from pyro_attention.inference.arviz import diagnostics, format_diagnostics, to_inference_data
 from pyro_attention.inference.comparison import compare, format_comparison
-from pyro_attention.inference.elbo import ReinforceKL_ELBO
+from pyro_attention.inference.elbo import AlignmentRWS, AnnealedMeanField_ELBO, CategoricalKL_ELBO, ReinforceKL_ELBO
+from pyro_attention.inference.estimators import (
+    CategoricalKL,
+    Enumerate,
+    Estimator,
+    KLSchedule,
+    MaximumLikelihood,
+    MeanField,
+    Reparameterized,
+    ReweightedWakeSleep,
+    ScoreFunction,
+)
 from pyro_attention.inference.evaluate import (
     LogLikelihood,
     enumerated_log_joint,
@@ -16,6 +28,18 @@ from pyro_attention.inference.posterior import alignment_posterior, entropy, map
 from pyro_attention.inference.train import FitResult, evaluate_nll, fit
 
 __all__ = [
+    "AlignmentRWS",
+    "AnnealedMeanField_ELBO",
+    "CategoricalKL",
+    "CategoricalKL_ELBO",
+    "Enumerate",
+    "Estimator",
+    "KLSchedule",
+    "MaximumLikelihood",
+    "MeanField",
+    "Reparameterized",
+    "ReweightedWakeSleep",
+    "ScoreFunction",
     "FitResult",
     "FusedClippedAdam",
     "LogLikelihood",

@@ -1,4 +1,5 @@
-"""Model/guide pairs: one alignment family and its estimator per file.
+"""Model/guide pairs: one alignment family per file; the estimators (objects that give each pair's ELBO, listed
+in the pair's ``estimators``) are in :mod:`pyro_attention.inference.estimators`.
 
 ==========================  =============  ==============================  =============================
 pair                        ``"align"``    guide                           ELBO

@@ -13,13 +13,13 @@ from typing import Any, ClassVar
 import pyro
 import pyro.distributions as dist
 import torch
-from pyro.poutine.runtime import get_plates
 from torch import Tensor
 
 from pyro_attention.distributions import AlignedCategorical
-from pyro_attention.inference.elbo import ReinforceKL_ELBO
+from pyro_attention.inference.estimators import Enumerate, Estimator, ScoreFunction
+from pyro_attention.inference.estimators import plate_shape as _plate_shape  # noqa: F401 - the old import path
 from pyro_attention.networks.base import AttentionNetwork, Encoded, gather_context
-from pyro_attention.pair import MAX_PLATE_NESTING, AlignmentPair, check_estimator
+from pyro_attention.pair import AlignmentPair
 
 
 class CategoricalAlignmentModel(AlignmentPair):
@@ -33,7 +33,11 @@ class CategoricalAlignmentModel(AlignmentPair):
         with self.plates(enc):
             z = pyro.sample("align", dist.Categorical(logits=self.prior_logits(enc)), infer={"enumerate": "parallel"})
             # z enumerated, (S, 1, 1): one table of observed-token log-likelihoods (B, T, S) serves all S
-            # alignments; z sampled, (B, T): the logits of that one alignment are cheaper.
+            # alignments; z sampled, (B, T): the logits of that one alignment are cheaper.  Both give the same
+            # numbers, so this is a cost choice, and not the estimator's to make: the model is also traced
+            # outside training -- enumerated by the exact log-likelihood whatever the estimator, sampled by
+            # Predictive -- so it reads the value it got (more than the two plate dims: several alignments per
+            # token, enumerated or vectorised particles).
             table = net.aligned_log_likelihood(enc) if z.dim() > 2 else None
             self.observe(
                 enc,
@@ -50,18 +54,22 @@ class CategoricalAlignmentModel(AlignmentPair):
 class GuidedCategoricalAlignment(CategoricalAlignmentModel):
     """The categorical model with a categorical guide ``Categorical(logits=self.guide_logits(enc))``.
 
-    The estimator decides only how the ELBO's expectation over the guide is computed:
+    The estimator (an object of :mod:`pyro_attention.inference.estimators`, or its name) decides only how the
+    ELBO's expectation over the guide is computed; it gives the ELBO and the guide site's ``infer``:
 
-    * ``"enum"`` -- the guide site is enumerated in parallel by ``TraceEnum_ELBO`` (exact);
-    * ``"sample"`` -- one draw per token and :class:`~pyro_attention.inference.ReinforceKL_ELBO`: the KL in
-      closed form, REINFORCE (Rao-Blackwellised over the plates) for ``E_q[log p(y | x, z)]`` with the
-      soft-attention log-likelihood ``log p(y_t | x, E_p[z_t])`` as ``baseline_value`` -- the paper's estimator.
-      (The guide's ``infer`` uses Pyro's baseline key, so ``TraceGraph_ELBO``, whose KL is sampled, runs too.)
+    * ``Enumerate()`` / ``"enum"`` -- the guide site is enumerated in parallel by ``TraceEnum_ELBO`` (exact);
+    * ``ScoreFunction()`` / ``"sample"`` -- one draw per token and
+      :class:`~pyro_attention.inference.ReinforceKL_ELBO`: the KL in closed form, REINFORCE (Rao-Blackwellised
+      over the plates) for ``E_q[log p(y | x, z)]`` with the soft-attention log-likelihood
+      ``log p(y_t | x, E_p[z_t])`` as ``baseline_value`` -- the paper's estimator.  (The guide's ``infer`` uses
+      Pyro's baseline key, so ``TraceGraph_ELBO``, whose KL is sampled, runs too.)
     """
 
-    def __init__(self, network: AttentionNetwork, estimator: str = "enum") -> None:
+    estimators: ClassVar[tuple[Estimator, ...]] = (Enumerate(), ScoreFunction())
+
+    def __init__(self, network: AttentionNetwork, estimator: Estimator | str = "enum") -> None:
         super().__init__(network)
-        self.estimator = check_estimator(type(self).__name__, estimator)
+        self.set_estimator(estimator)
 
     def guide_logits(self, enc: Encoded) -> Tensor:  # pragma: no cover - interface
         raise NotImplementedError
@@ -72,27 +80,5 @@ class GuidedCategoricalAlignment(CategoricalAlignmentModel):
     def guide(self, batch: Any) -> None:
         enc = self.encode_for_model(batch)
         with self.plates(enc):
-            if self.estimator == "enum":
-                infer = {"enumerate": "parallel"}
-            else:
-                # TraceGraph_ELBO wants the baseline shaped like the site, plates (e.g. particles) included
-                with torch.no_grad():  # a constant of the estimator: no graph kept for it
-                    baseline = self.soft_log_likelihood(enc)
-                infer = {"baseline": {"baseline_value": baseline.expand(_plate_shape(baseline.shape))}}
+            infer = self.get_estimator().guide_infer(self, enc)
             pyro.sample("align", dist.Categorical(logits=self.guide_logits(enc)), infer=infer)
-
-    def elbo(self) -> pyro.infer.ELBO:
-        if self.estimator == "enum":
-            return pyro.infer.TraceEnum_ELBO(max_plate_nesting=MAX_PLATE_NESTING)
-        return ReinforceKL_ELBO(max_plate_nesting=MAX_PLATE_NESTING)
-
-
-def _plate_shape(shape: torch.Size) -> torch.Size:
-    """``shape`` broadcast with the sizes of the plates active now."""
-    dims = list(shape)
-    for frame in get_plates():
-        if frame.dim is not None:
-            while len(dims) < -frame.dim:
-                dims.insert(0, 1)
-            dims[frame.dim] = max(dims[frame.dim], frame.size)
-    return torch.Size(dims)

@@ -31,7 +31,7 @@ with :math:`\phi_t = \log\mathrm{softmax}(b_t)` over the real sources (as in the
 :math:`y_t`) or the prior attention scores (``guide_scores="prior"``: BAM's own setting, where :math:`q` sees
 only what deterministic attention sees).  The objective is the ELBO with the KL in closed form
 (:mod:`pyro_attention.distributions.weibull_gamma`), optionally annealed as in
-:class:`~pyro_attention.models.gaussian_context.KLAnnealing`:
+:class:`~pyro_attention.inference.estimators.KLSchedule` (the estimator ``MeanField(kl_schedule)``):
 
 .. math::
 
@@ -88,7 +88,7 @@ from torch import Tensor, nn
 from pyro_attention.distributions import MaskedDirichlet
 from pyro_attention.distributions.aligned import OutputCategorical
 from pyro_attention.distributions.weibull_gamma import MaskedVector
-from pyro_attention.models.gaussian_context import AnnealedMeanField_ELBO, KLAnnealing
+from pyro_attention.inference.estimators import Estimator, KLAnnealing, MeanField
 from pyro_attention.networks.base import AttentionNetwork, Encoded, expected_context, mask_scores
 from pyro_attention.pair import AlignmentPair
 
@@ -135,7 +135,7 @@ class BayesianAttention(KLAnnealing, AlignmentPair):
     :param anneal_steps: steps of KL annealing (0: none).
     :param schedule: ``"linear"`` or ``"tanh"``.
     :param kl_scale: the final KL weight (1: the ELBO; BAM's code effectively uses far less, see
-        :class:`~pyro_attention.models.gaussian_context.KLAnnealing`).
+        :class:`~pyro_attention.inference.estimators.KLSchedule`).
     """
 
     latent: ClassVar[str] = "simplex"
@@ -143,6 +143,9 @@ class BayesianAttention(KLAnnealing, AlignmentPair):
     likelihood_proposal: ClassVar[str] = "prior"
     label: ClassVar[str] = "bayesian"
     paper_row: ClassVar[str] = "Bayesian Attention Modules (Fan et al. 2020; not in Deng et al.)"
+    #: reparameterised draws, analytic KL; the pair's own ``MeanField(KLSchedule(...))`` (from ``anneal_steps``,
+    #: ``schedule``, ``kl_scale``) replaces this default at construction
+    estimators: ClassVar[tuple[Estimator, ...]] = (MeanField(),)
 
     def __init__(
         self,
@@ -257,7 +260,3 @@ class BayesianAttention(KLAnnealing, AlignmentPair):
         enc = self.encode_for_model(batch)
         with self.plates(enc), self.latent_scale():
             pyro.sample("align", self.weight_guide(enc))
-
-    def elbo(self) -> pyro.infer.ELBO:
-        """``TraceMeanField_ELBO`` with the analytic KL, annealed by ``KLAnnealing``."""
-        return AnnealedMeanField_ELBO(self)

@@ -45,11 +45,14 @@ with the Gaussian KL analytic (``TraceMeanField_ELBO``) and an optional KL annea
   vector).  With ``guide_mean="posterior"`` nothing in the objective uses the prior's attention scores, so the
   mean-context rule runs on untrained weights: that setting is for studying the model's likelihood, not for
   prediction.
-* **Training and prediction:** reparameterised Gaussian samples and ``TraceMeanField_ELBO`` (analytic KL).
-  KL annealing (Bowman et al. 2016; used by Bahuleyan et al.) is :class:`KLAnnealing`: ``pyro.poutine.scale``
-  on the latent site, in the model and the guide, with weight :meth:`KLAnnealing.kl_weight` of a step counter
-  that the pair's ELBO advances after each gradient step.  At weight 1 (the default: ``anneal_steps=0``) the
-  objective is the plain ELBO, and every trace taken outside a training step sees the unscaled model.
+* **Training and prediction:** reparameterised Gaussian samples and ``TraceMeanField_ELBO`` (analytic KL): the
+  estimator ``MeanField(kl_schedule)`` of :mod:`pyro_attention.inference.estimators`.  KL annealing (Bowman et
+  al. 2016; used by Bahuleyan et al.) is its :class:`~pyro_attention.inference.estimators.KLSchedule`, built
+  from the pair's ``anneal_steps``, ``schedule`` and ``kl_scale`` (:class:`KLAnnealing` puts its members on the
+  pair): ``pyro.poutine.scale`` on the latent site, in the model and the guide, with weight
+  :meth:`KLSchedule.kl_weight` of a step counter that the ELBO advances after each gradient step.  At weight 1
+  (the default: ``anneal_steps=0``) the objective is the plain ELBO, and every trace taken outside a training
+  step sees the unscaled model.
   On region QA the full-weight KL (:math:`\tfrac12\|\mu_t - m(x)\|^2` alone is several nats per token, more
   than the answer's entropy) makes ``q`` collapse onto the prior and the output ignore :math:`c_t`;
   ``kl_scale=0.01`` (a KL-weighted objective) lets the mean-context rule match soft attention
@@ -68,124 +71,30 @@ Space", CoNLL 2016 (KL annealing).
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import pyro
 import pyro.distributions as dist
 import torch
-from pyro import poutine
 from torch import Tensor, nn
 
 from pyro_attention.distributions.aligned import OutputCategorical
+
+# the annealing schedule and its ELBO live in pyro_attention.inference; re-exported at their old import path
+from pyro_attention.inference.elbo import AnnealedMeanField_ELBO  # noqa: F401
+from pyro_attention.inference.estimators import (  # noqa: F401
+    SCHEDULES,
+    TANH_STEEPNESS,
+    Estimator,
+    KLAnnealing,
+    KLSchedule,
+    MeanField,
+)
 from pyro_attention.networks.base import AttentionNetwork, Encoded, expected_context
-from pyro_attention.pair import MAX_PLATE_NESTING, AlignmentPair
+from pyro_attention.pair import AlignmentPair
 
 PRIORS = ("standard", "mean")
 GUIDE_MEANS = ("prior", "posterior")
-SCHEDULES = ("linear", "tanh")
-#: steepness of the tanh schedule (its weight goes from exactly 0 to exactly 1 over ``anneal_steps``)
-TANH_STEEPNESS = 3.0
-
-
-class KLAnnealing:
-    r"""KL annealing for pairs trained with the mean-field ELBO: a step counter and a weight schedule.
-
-    With :math:`u = \min(1, \text{step} / \text{anneal\_steps})` the weight is :math:`w = \kappa u`
-    (``"linear"``) or :math:`w = \kappa (\tanh(a(2u - 1)) + \tanh a) / (2 \tanh a)`, :math:`a = 3` (``"tanh"``:
-    slow, fast, slow); both are exactly 0 at step 0 and exactly :math:`\kappa` from step ``anneal_steps`` on;
-    ``anneal_steps=0`` means no annealing.  :math:`\kappa` is ``kl_scale``, 1 by default (the ELBO); another
-    value trains a KL-weighted objective (a beta-VAE-style trade-off, as BAM's code does by averaging its KL over
-    positions) -- an estimator choice that leaves the model, and every evaluation of it, unchanged.
-
-    The pair multiplies the log-densities of its latent site ``"align"`` -- in the model and in the guide, so the
-    KL term (or the sampled ``log p(z) - log q(z)``) -- by :math:`w` with ``pyro.poutine.scale`` (``poutine.mask``
-    at :math:`w = 0`, where Pyro refuses a zero scale), but only while :meth:`annealed` is active.  The ELBO
-    returned by the pair's ``elbo()`` (:class:`AnnealedMeanField_ELBO`) activates it for each
-    ``loss_and_grads`` (one SVI step) and then advances the counter by one; ``loss`` (evaluation),
-    :func:`~pyro_attention.inference.log_likelihood`, ``Predictive`` and every other trace see the model at
-    weight 1, so annealing never changes what the model means.  :meth:`set_step` sets the counter (e.g. when
-    resuming); ``step`` reads it.
-    """
-
-    anneal_steps: int = 0
-    schedule: str = "linear"
-    kl_scale: float = 1.0
-    step: int = 0
-    _annealing: bool = False
-
-    def _init_annealing(self, anneal_steps: int, schedule: str, kl_scale: float = 1.0) -> None:
-        if anneal_steps < 0:
-            raise ValueError(f"{type(self).__name__}: anneal_steps must be >= 0, got {anneal_steps}")
-        if schedule not in SCHEDULES:
-            raise ValueError(f"{type(self).__name__}: schedule must be one of {SCHEDULES}, got {schedule!r}")
-        if not kl_scale > 0:
-            raise ValueError(f"{type(self).__name__}: kl_scale must be > 0, got {kl_scale}")
-        self.anneal_steps = int(anneal_steps)
-        self.schedule = schedule
-        self.kl_scale = float(kl_scale)
-        self.step = 0
-        self._annealing = False
-
-    def kl_weight(self, step: int | None = None) -> float:
-        """The KL weight at ``step`` (default: the current counter)."""
-        step = self.step if step is None else step
-        if self.anneal_steps == 0:
-            return self.kl_scale
-        u = min(1.0, max(0.0, step / self.anneal_steps))
-        if self.schedule == "linear":
-            return self.kl_scale * u
-        a = TANH_STEEPNESS
-        return self.kl_scale * (math.tanh(a * (2.0 * u - 1.0)) + math.tanh(a)) / (2.0 * math.tanh(a))
-
-    def set_step(self, step: int) -> None:
-        """Set the annealing step counter."""
-        if step < 0:
-            raise ValueError(f"step must be >= 0, got {step}")
-        self.step = int(step)
-
-    @contextmanager
-    def annealed(self) -> Iterator[None]:
-        """Apply the current KL weight to the latent site inside this block (the ELBO's training step)."""
-        previous, self._annealing = self._annealing, True
-        try:
-            yield
-        finally:
-            self._annealing = previous
-
-    @contextmanager
-    def latent_scale(self) -> Iterator[None]:
-        """Wrap the latent sample statement: scale it by the KL weight while :meth:`annealed` is active."""
-        weight = self.kl_weight() if self._annealing else 1.0
-        if weight == 1.0:
-            yield
-        elif weight == 0.0:
-            with poutine.mask(mask=False):
-                yield
-        else:
-            with poutine.scale(scale=weight):
-                yield
-
-
-class AnnealedMeanField_ELBO(pyro.infer.TraceMeanField_ELBO):
-    """``TraceMeanField_ELBO`` whose gradient steps run at the pair's KL weight and advance its step counter.
-
-    ``loss`` (no gradient) is the plain ELBO at weight 1; ``loss_and_grads`` returns the annealed loss it
-    differentiated.
-    """
-
-    def __init__(self, pair: KLAnnealing, **kwargs: Any) -> None:
-        kwargs.setdefault("max_plate_nesting", MAX_PLATE_NESTING)
-        super().__init__(**kwargs)
-        self.pair = pair
-
-    def loss_and_grads(self, model, guide, *args, **kwargs):  # noqa: ANN001, ANN201 - Pyro's signature
-        with self.pair.annealed():
-            loss = super().loss_and_grads(model, guide, *args, **kwargs)
-        self.pair.step += 1
-        return loss
 
 
 class ContextScale(nn.Module):
@@ -212,7 +121,7 @@ class GaussianContextAttention(KLAnnealing, AlignmentPair):
     :param min_scale: lower bound of the guide's standard deviations.
     :param anneal_steps: steps of KL annealing (0: none, weight 1 throughout).
     :param schedule: ``"linear"`` or ``"tanh"``.
-    :param kl_scale: the final KL weight (1: the ELBO; see :class:`KLAnnealing`).
+    :param kl_scale: the final KL weight (1: the ELBO; see :class:`~pyro_attention.inference.estimators.KLSchedule`).
     """
 
     latent: ClassVar[str] = "context"
@@ -220,6 +129,9 @@ class GaussianContextAttention(KLAnnealing, AlignmentPair):
     likelihood_proposal: ClassVar[str] = "prior"
     label: ClassVar[str] = "gaussian_context"
     paper_row: ClassVar[str] = "Variational Attention for Seq2Seq (Bahuleyan et al. 2018; not in Deng et al.)"
+    #: reparameterised Gaussian draws, analytic KL; the pair's own ``MeanField(KLSchedule(...))`` (from
+    #: ``anneal_steps``, ``schedule``, ``kl_scale``) replaces this default at construction
+    estimators: ClassVar[tuple[Estimator, ...]] = (MeanField(),)
 
     def __init__(
         self,
@@ -309,7 +221,3 @@ class GaussianContextAttention(KLAnnealing, AlignmentPair):
         enc = self.encode_for_model(batch)
         with self.plates(enc), self.latent_scale():
             pyro.sample("align", self.context_guide(enc))
-
-    def elbo(self) -> pyro.infer.ELBO:
-        """``TraceMeanField_ELBO`` (analytic Gaussian KL), annealed by :class:`KLAnnealing`."""
-        return AnnealedMeanField_ELBO(self)

@@ -22,7 +22,7 @@ estimated by one reparameterised draw (``kl="sampled"``, the default: ``Trace_EL
 has no closed form).  This is the ELBO of the *relaxed* model, not the categorical ELBO: the output network sees
 a blend of sources, and the two coincide only as :math:`\tau \to 0`.  ``kl="categorical"`` is the estimator
 of Jang et al. (2017)'s experiments: the reconstruction term with relaxed draws and the KL of the *categoricals*
-the Concretes relax, in closed form (:class:`CategoricalKL_ELBO`),
+the Concretes relax, in closed form (:class:`~pyro_attention.inference.elbo.CategoricalKL_ELBO`),
 
 .. math::
 
@@ -48,9 +48,10 @@ densities use the relaxed draw (as Pyro's ``RelaxedOneHotCategoricalStraightThro
   :class:`~pyro_attention.models.VariationalAttention` sharing the network, whose ``log_likelihood`` (exact, by
   enumeration), ``predict`` (exact marginal) and ``alignment_posterior`` apply.  ``attention_prior`` is the
   categorical prior ``softmax(a_t)`` (the Concrete's location; its mean has no closed form).
-* **Training and prediction:** reparameterised (Gumbel) samples; ``Trace_ELBO`` (``kl="sampled"``) or
-  :class:`CategoricalKL_ELBO` (``kl="categorical"``) -- either way a biased estimator of the categorical
-  ELBO's gradient, with lower variance than REINFORCE.
+* **Training and prediction:** reparameterised (Gumbel) samples; the estimator ``Reparameterized()``
+  (``"sampled"``: ``Trace_ELBO``) or ``CategoricalKL()`` (``"categorical"``:
+  :class:`~pyro_attention.inference.elbo.CategoricalKL_ELBO`), from :mod:`pyro_attention.inference.estimators`
+  -- either way a biased estimator of the categorical ELBO's gradient, with lower variance than REINFORCE.
 
 Padding.  The torch / Pyro ``RelaxedOneHotCategorical`` cannot represent padded sources: ``-inf`` logits give
 ``-inf - (-inf) = nan`` in its log-density and its normalising constant counts every position.
@@ -75,20 +76,19 @@ from __future__ import annotations
 import math
 from typing import ClassVar
 
-import pyro
 import pyro.distributions as dist
 import torch
 from pyro.distributions import TorchDistribution
-from pyro.distributions.util import scale_and_mask
 from torch import Tensor
-from torch.distributions import constraints, kl_divergence
+from torch.distributions import constraints
 
-from pyro_attention.inference.elbo import ReinforceKL_ELBO
+from pyro_attention.inference.elbo import CategoricalKL_ELBO  # noqa: F401 - its old import path
+from pyro_attention.inference.estimators import CategoricalKL, Estimator, Reparameterized
 from pyro_attention.models.relaxed import SimplexAlignmentModel
 from pyro_attention.models.variational import VariationalAttention
 from pyro_attention.networks.base import AttentionNetwork, Encoded
-from pyro_attention.pair import MAX_PLATE_NESTING
 
+#: the names of the estimators the pair accepts (``GumbelAttention.estimators`` holds the objects)
 KL_ESTIMATORS = ("sampled", "categorical")
 
 
@@ -189,59 +189,49 @@ class MaskedConcrete(TorchDistribution):
         )
 
 
-class CategoricalKL_ELBO(ReinforceKL_ELBO):
-    r"""``E_q[log p(y | x, z)]`` with relaxed draws minus the closed-form KL of the underlying categoricals.
-
-    For each latent site whose guide and model distributions have ``.categorical()`` (:class:`MaskedConcrete`),
-    the KL term is :math:`\mathrm{KL}(\mathrm{Cat}(q) \,\|\, \mathrm{Cat}(p))` (scaled and masked like the
-    site); the observed sites' log-probabilities are differentiated through the reparameterised draws.
-    """
-
-    def _differentiable_loss_particle(self, model_trace, guide_trace):  # noqa: ANN001, ANN202
-        observed = [s for s in model_trace.nodes.values() if s["type"] == "sample" and s["is_observed"]]
-        elbo = sum((s["log_prob_sum"] for s in observed), torch.zeros(()))
-        for name, site in guide_trace.nodes.items():
-            if site["type"] != "sample" or site["is_observed"]:
-                continue
-            q, p = site["fn"], model_trace.nodes[name]["fn"]
-            kl = kl_divergence(q.categorical(), p.categorical())
-            elbo = elbo - scale_and_mask(kl, site["scale"], site["mask"]).sum()
-        return -elbo.detach(), -elbo
-
-
 class GumbelAttention(SimplexAlignmentModel):
     """Concrete-relaxed categorical attention with an amortised Concrete guide.
 
     :param network: the task network.
     :param temperature: the Concrete temperature ``tau`` (prior and guide).
     :param straight_through: one-hot forward pass, relaxed gradients.
-    :param kl: the estimator: ``"sampled"`` (the relaxed ELBO, ``Trace_ELBO``) or ``"categorical"``
-        (:class:`CategoricalKL_ELBO`).
+    :param kl: the estimator by its old keyword: ``"sampled"`` or ``"categorical"`` (as ``estimator``).
+    :param estimator: ``Reparameterized()`` / ``"sampled"`` (the relaxed ELBO, ``Trace_ELBO``; the default) or
+        ``CategoricalKL()`` / ``"categorical"`` (:class:`~pyro_attention.inference.elbo.CategoricalKL_ELBO`).
     """
 
     latent: ClassVar[str] = "simplex"
     label: ClassVar[str] = "gumbel"
     paper_row: ClassVar[str] = "Gumbel (Deng et al. 2018, inference alternatives)"
+    estimators: ClassVar[tuple[Estimator, ...]] = (Reparameterized(), CategoricalKL())
+    estimator_keywords: ClassVar[tuple[str, ...]] = ("estimator", "kl")
 
     def __init__(
         self,
         network: AttentionNetwork,
         temperature: float = 0.1,
         straight_through: bool = False,
-        kl: str = "sampled",
+        kl: Estimator | str | None = None,
+        estimator: Estimator | str | None = None,
     ) -> None:
         super().__init__(network)
         if not temperature > 0:
             raise ValueError(f"GumbelAttention: temperature must be > 0, got {temperature}")
-        if kl not in KL_ESTIMATORS:
-            raise ValueError(f"GumbelAttention: kl must be one of {KL_ESTIMATORS}, got {kl!r}")
+        if kl is not None and estimator is not None and kl != estimator:
+            raise ValueError(f"GumbelAttention: kl={kl!r} and estimator={estimator!r} disagree; give one of them")
         self.temperature = float(temperature)
         self.straight_through = straight_through
-        self.kl = kl
+        self.set_estimator(estimator if estimator is not None else kl)
+
+    @property
+    def kl(self) -> Estimator:
+        """The estimator (its old name: ``pair.kl == "categorical"``)."""
+        return self.get_estimator()
 
     def __repr__(self) -> str:
         return (
-            f"GumbelAttention(temperature={self.temperature}, straight_through={self.straight_through}, kl={self.kl!r})"
+            f"GumbelAttention(temperature={self.temperature}, straight_through={self.straight_through}, "
+            f"kl={str(self.kl)!r})"
         )
 
     def _concrete(self, enc: Encoded, scores: Tensor) -> MaskedConcrete:
@@ -264,9 +254,3 @@ class GumbelAttention(SimplexAlignmentModel):
     def categorical(self) -> VariationalAttention:
         """The underlying categorical model and guide, sharing this pair's network (for exact evaluation)."""
         return VariationalAttention(self.network, estimator="enum")
-
-    def elbo(self) -> pyro.infer.ELBO:
-        """``Trace_ELBO`` (one reparameterised draw, the relaxed KL sampled) or :class:`CategoricalKL_ELBO`."""
-        if self.kl == "categorical":
-            return CategoricalKL_ELBO(max_plate_nesting=MAX_PLATE_NESTING)
-        return pyro.infer.Trace_ELBO(max_plate_nesting=MAX_PLATE_NESTING)

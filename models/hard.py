@@ -19,8 +19,8 @@ but the objective is the lower bound obtained with the prior as the guide (so th
   prior's argmax alignment).
 * **Training and prediction:** the estimator is a constructor argument that never changes the model:
 
-  - ``"enum"``: the expectation is exact -- the guide site is enumerated by ``TraceEnum_ELBO``;
-  - ``"sample"``: one draw per token and REINFORCE through
+  - ``Enumerate()`` / ``"enum"``: the expectation is exact -- the guide site is enumerated by ``TraceEnum_ELBO``;
+  - ``ScoreFunction()`` / ``"sample"``: one draw per token and REINFORCE through
     :class:`~pyro_attention.inference.ReinforceKL_ELBO` (Rao-Blackwellised over the ``"batch"`` and
     ``"target"`` plates; the KL of the prior with itself is 0), with the paper's baseline: the soft-attention
     log-likelihood ``log p(y_t | x, E_p[z_t])`` of the same network, per token, as ``baseline_value``.
@@ -44,7 +44,8 @@ from pyro_attention.networks.base import Encoded
 
 
 class HardAttention(GuidedCategoricalAlignment):
-    """Hard attention: guide = prior; estimator ``"enum"`` (exact expectation) or ``"sample"`` (REINFORCE)."""
+    """Hard attention: guide = prior; estimator ``Enumerate()`` / ``"enum"`` (exact expectation) or
+    ``ScoreFunction()`` / ``"sample"`` (REINFORCE), from :mod:`pyro_attention.inference.estimators`."""
 
     label: ClassVar[str] = "hard"
     paper_row: ClassVar[str] = "Hard Attention"

@@ -43,8 +43,9 @@ from torch import Tensor
 
 from pyro_attention.distributions import MaskedDirichlet
 from pyro_attention.distributions.aligned import OutputCategorical
+from pyro_attention.inference.estimators import Estimator, MeanField
 from pyro_attention.networks.base import Encoded, expected_context
-from pyro_attention.pair import MAX_PLATE_NESTING, AlignmentPair
+from pyro_attention.pair import AlignmentPair
 
 #: scores are clamped to this range before ``exp`` so concentrations stay finite and positive
 SCORE_CLAMP = 10.0
@@ -93,6 +94,8 @@ class RelaxedAttention(SimplexAlignmentModel):
     latent: ClassVar[str] = "simplex"
     label: ClassVar[str] = "relaxed"
     paper_row: ClassVar[str] = "Relaxed Attention"
+    #: reparameterised Dirichlet draws and the registered analytic KL: ``TraceMeanField_ELBO``
+    estimators: ClassVar[tuple[Estimator, ...]] = (MeanField(),)
 
     def _dirichlet(self, enc: Encoded, scores: Tensor) -> MaskedDirichlet:
         return MaskedDirichlet(concentration(scores), enc.source_mask.unsqueeze(-2).expand(scores.shape))
@@ -115,6 +118,3 @@ class RelaxedAttention(SimplexAlignmentModel):
         enc = self.encode_for_model(batch)
         with self.plates(enc):
             pyro.sample("align", self.prior(enc))
-
-    def elbo(self) -> pyro.infer.ELBO:
-        return pyro.infer.TraceMeanField_ELBO(max_plate_nesting=MAX_PLATE_NESTING)

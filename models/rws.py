@@ -22,8 +22,10 @@ constant: ``q`` is fitted to the exact posterior in the inclusive direction, wit
 * **What is combined at prediction:** output likelihoods under the prior, :math:`\mathbb{E}_p[p(y \mid x, z)]`;
   the model is categorical (``latent = "categorical"``), so ``log_likelihood``, ``predict`` and
   ``alignment_posterior`` are exact by enumeration.
-* **Training and prediction:** ``pair.elbo()`` is a :class:`pyro.infer.ReweightedWakeSleep`
-  (:class:`AlignmentRWS`: ``num_particles=K``, ``vectorize_particles=True``, ``max_plate_nesting=2``,
+* **Training and prediction:** the estimator
+  :class:`~pyro_attention.inference.estimators.ReweightedWakeSleep`; ``pair.elbo()`` is a
+  :class:`pyro.infer.ReweightedWakeSleep` (:class:`~pyro_attention.inference.elbo.AlignmentRWS`:
+  ``num_particles=K``, ``vectorize_particles=True``, ``max_plate_nesting=2``,
   ``insomnia=1``: wake-phi only).  Two deviations from Pyro's class, both needed here:
 
   - **per-token weights** (``per_token=True``, the default).  Pyro's RWS weights whole traces: one importance
@@ -54,88 +56,17 @@ Chiu, Guo, Rush, "Latent Alignment and Variational Attention", NeurIPS 2018.
 
 from __future__ import annotations
 
-import math
 from typing import Any, ClassVar
 
 import pyro
 import pyro.distributions as dist
 import torch
-from pyro.infer import ReweightedWakeSleep
-from pyro.util import warn_if_nan
 from torch import Tensor
 
+from pyro_attention.inference.elbo import AlignmentRWS  # noqa: F401 - its old import path
+from pyro_attention.inference.estimators import Estimator, ReweightedWakeSleep
 from pyro_attention.models._categorical import CategoricalAlignmentModel
 from pyro_attention.networks.base import AttentionNetwork, Encoded
-from pyro_attention.pair import MAX_PLATE_NESTING
-
-
-class AlignmentRWS(ReweightedWakeSleep):
-    """Pyro's :class:`~pyro.infer.ReweightedWakeSleep` (wake-theta + wake-phi) with per-token importance weights.
-
-    :param num_particles: ``K`` draws per token (> 1).
-    :param per_token: one set of weights per (batch, target) element; ``False``: Pyro's whole-trace weights.
-    :param return_tuple: return Pyro's ``(theta loss, phi loss)`` from ``loss`` and ``loss_and_grads``
-        instead of the theta loss alone.
-    """
-
-    def __init__(self, num_particles: int = 5, per_token: bool = True, return_tuple: bool = False) -> None:
-        if num_particles < 2:
-            raise ValueError(f"AlignmentRWS: num_particles must be >= 2 (self-normalised weights), got {num_particles}")
-        super().__init__(
-            num_particles=num_particles,
-            insomnia=1.0,
-            vectorize_particles=True,
-            max_plate_nesting=MAX_PLATE_NESTING,
-        )
-        self.per_token = per_token
-        self.return_tuple = return_tuple
-        self.last_phi_loss = math.nan
-
-    def _loss(self, model, guide, args, kwargs):  # noqa: ANN001, ANN202 - Pyro's signature
-        if not self.per_token:
-            return super()._loss(model, guide, args, kwargs)
-        ((model_trace, guide_trace),) = list(self._get_traces(model, guide, args, kwargs))
-        log_joint, tokens = self._per_token(model_trace, observed_masks=True)
-        log_q, _ = self._per_token(guide_trace)
-        log_joint, log_q = torch.broadcast_tensors(log_joint, log_q)
-        tokens = tokens.to(log_joint.dtype)
-        log_weights = log_joint - log_q.detach()  # (K, B, T)
-        log_sum_weight = torch.logsumexp(log_weights, dim=0)
-        wake_theta_loss = -((log_sum_weight - math.log(self.num_particles)) * tokens).sum()
-        warn_if_nan(wake_theta_loss, "wake theta loss")
-        normalised_weights = (log_weights - log_sum_weight).exp().detach()
-        wake_phi_loss = -(normalised_weights * log_q * tokens).sum()
-        warn_if_nan(wake_phi_loss, "wake phi loss")
-        return wake_theta_loss, wake_phi_loss
-
-    def _per_token(self, trace: pyro.poutine.Trace, observed_masks: bool = False) -> tuple[Tensor, Tensor]:
-        """Sum of the sample sites' log-probabilities, each ``(K, B, T)``; and the real-token mask ``(B, T)``."""
-        total, tokens = None, torch.ones((), dtype=torch.bool)
-        for name, site in trace.nodes.items():
-            if site["type"] != "sample":
-                continue
-            lp = site["log_prob"]
-            if lp.dim() != MAX_PLATE_NESTING + 1 or lp.shape[0] != self.num_particles:
-                raise ValueError(
-                    f"AlignmentRWS(per_token=True): site {name!r} has log_prob shape {tuple(lp.shape)}, not "
-                    f"(num_particles, batch, target); use per_token=False for sites that are not per token"
-                )
-            total = lp if total is None else total + lp
-            if observed_masks and site["is_observed"] and site["mask"] is not None:
-                tokens = tokens & site["mask"]
-        if total is None:
-            raise ValueError("AlignmentRWS: the trace has no sample site")
-        return total, tokens
-
-    def loss(self, model, guide, *args, **kwargs):  # noqa: ANN001, ANN201 - Pyro's signature
-        theta, phi = super().loss(model, guide, *args, **kwargs)
-        self.last_phi_loss = float(phi)
-        return (float(theta), float(phi)) if self.return_tuple else float(theta)
-
-    def loss_and_grads(self, model, guide, *args, **kwargs):  # noqa: ANN001, ANN201 - Pyro's signature
-        theta, phi = super().loss_and_grads(model, guide, *args, **kwargs)
-        self.last_phi_loss = phi
-        return (theta, phi) if self.return_tuple else theta
 
 
 class RWSAttention(CategoricalAlignmentModel):
@@ -148,6 +79,8 @@ class RWSAttention(CategoricalAlignmentModel):
 
     label: ClassVar[str] = "rws"
     paper_row: ClassVar[str] = "RWS (Deng et al. 2018, inference alternatives)"
+    #: the pair's own ``ReweightedWakeSleep(num_particles, per_token)`` replaces this default at construction
+    estimators: ClassVar[tuple[Estimator, ...]] = (ReweightedWakeSleep(),)
 
     def __init__(self, network: AttentionNetwork, num_particles: int = 5, per_token: bool = True) -> None:
         super().__init__(network)
@@ -155,6 +88,7 @@ class RWSAttention(CategoricalAlignmentModel):
             raise ValueError(f"RWSAttention: num_particles must be >= 2, got {num_particles}")
         self.num_particles = int(num_particles)
         self.per_token = per_token
+        self.set_estimator(ReweightedWakeSleep(self.num_particles, per_token))
 
     def __repr__(self) -> str:
         return f"RWSAttention(num_particles={self.num_particles}, per_token={self.per_token})"
@@ -166,6 +100,3 @@ class RWSAttention(CategoricalAlignmentModel):
         enc = self.encode_for_model(batch)
         with self.plates(enc):
             pyro.sample("align", dist.Categorical(logits=self.posterior_logits(enc)))
-
-    def elbo(self) -> AlignmentRWS:
-        return AlignmentRWS(num_particles=self.num_particles, per_token=self.per_token)

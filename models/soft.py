@@ -26,11 +26,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import pyro
-
 from pyro_attention.distributions.aligned import OutputCategorical
+from pyro_attention.inference.estimators import Estimator, MaximumLikelihood
 from pyro_attention.networks.base import expected_context
-from pyro_attention.pair import MAX_PLATE_NESTING, AlignmentPair
+from pyro_attention.pair import AlignmentPair
 
 
 class SoftAttention(AlignmentPair):
@@ -39,12 +38,10 @@ class SoftAttention(AlignmentPair):
     latent: ClassVar[str] = "none"
     label: ClassVar[str] = "soft"
     paper_row: ClassVar[str] = "Soft Attention"
+    estimators: ClassVar[tuple[Estimator, ...]] = (MaximumLikelihood(),)
 
     def model(self, batch: Any) -> None:
         enc = self.encode(batch)
         logits = self.network.output_logits(enc, expected_context(self.attention_prior(enc), enc.values))
         with self.plates(enc):
             self.observe(enc, OutputCategorical(logits))
-
-    def elbo(self) -> pyro.infer.ELBO:
-        return pyro.infer.Trace_ELBO(max_plate_nesting=MAX_PLATE_NESTING)

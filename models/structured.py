@@ -109,9 +109,10 @@ from pyro_attention.distributions.structures import (
     chain_log_partition,
     chain_marginals,
 )
+from pyro_attention.inference.estimators import Enumerate, Estimator, MaximumLikelihood
 from pyro_attention.inference.evaluate import LogLikelihood
 from pyro_attention.networks.base import AttentionNetwork, Encoded, expected_context, gather_context
-from pyro_attention.pair import MAX_PLATE_NESTING, AlignmentPair, observed_log_likelihood
+from pyro_attention.pair import AlignmentPair, observed_log_likelihood
 
 __all__ = ["ChainTransition", "SegmentationAttention", "SegmentationMarginal"]
 
@@ -167,12 +168,10 @@ class ExpectedRepresentation:
     prediction from ``self.output_logits(enc)`` (the network run once on the structured context)."""
 
     network: AttentionNetwork
+    estimators: ClassVar[tuple[Estimator, ...]] = (MaximumLikelihood(),)
 
     def output_logits(self, enc: Encoded) -> Tensor:  # pragma: no cover - interface
         raise NotImplementedError
-
-    def elbo(self) -> pyro.infer.ELBO:
-        return pyro.infer.Trace_ELBO(max_plate_nesting=MAX_PLATE_NESTING)
 
     @torch.no_grad()
     def log_likelihood(self, batch: Any) -> LogLikelihood:
@@ -245,6 +244,7 @@ class SegmentationMarginal(_SegmentationChain):
     latent: ClassVar[str] = "structured"
     label: ClassVar[str] = "segmentation-marginal"
     paper_row: ClassVar[str] = "Segmentation chain, marginal likelihood (first-selected read-out)"
+    estimators: ClassVar[tuple[Estimator, ...]] = (Enumerate(),)
 
     # -- deterministic pieces -------------------------------------------------------------------------------
     def read_distribution(self, enc: Encoded) -> Tensor:
@@ -299,9 +299,6 @@ class SegmentationMarginal(_SegmentationChain):
                     net.num_classes,
                 ),
             )
-
-    def elbo(self) -> pyro.infer.ELBO:
-        return pyro.infer.TraceEnum_ELBO(max_plate_nesting=MAX_PLATE_NESTING)
 
     # -- exact evaluation -------------------------------------------------------------------------------------
     @torch.no_grad()

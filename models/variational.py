@@ -18,10 +18,10 @@ with equality exactly when ``q`` is the true posterior (``log p - ELBO = KL(q ||
   :math:`\mathbb{E}_p[p(y \mid x, z)]` -- ``q`` needs ``y`` and is used only to train and to inspect.
 * **Training and prediction:** the estimator is a constructor argument that never changes the model:
 
-  - ``"enum"``: ``TraceEnum_ELBO`` enumerates the guide site, so both the expectation and the KL are exact
-    (the enumerated sum :math:`\sum_z q(z)[\log p(z) - \log q(z)]` *is* the analytic KL);
-  - ``"sample"``: as in the paper, one draw from ``q`` per token, the KL analytic, and REINFORCE for the
-    expected log-likelihood with the soft-attention log-likelihood as ``baseline_value``
+  - ``Enumerate()`` / ``"enum"``: ``TraceEnum_ELBO`` enumerates the guide site, so both the expectation and the
+    KL are exact (the enumerated sum :math:`\sum_z q(z)[\log p(z) - \log q(z)]` *is* the analytic KL);
+  - ``ScoreFunction()`` / ``"sample"``: as in the paper, one draw from ``q`` per token, the KL analytic, and
+    REINFORCE for the expected log-likelihood with the soft-attention log-likelihood as ``baseline_value``
     (:class:`~pyro_attention.inference.ReinforceKL_ELBO`).
 
 Reproduces the "Variational Attention" rows of Deng et al. (2018), Table 1 (IWSLT14 enum 6.08 PPL / 33.68

@@ -5,7 +5,8 @@ A pair = alignment family x task network x estimator.  Conventions (VISION.md):
 * ``pair.model(batch)`` and ``pair.guide(batch)``; the random alignment is the sample site ``"align"``, the
   observation is ``"y"`` (``obs=`` the targets, masked where padded);
 * plates ``"batch"`` (dim -2) and ``"target"`` (dim -1), so enumeration uses dims -3 and below;
-* ``pair.elbo()`` returns the Pyro ELBO the estimator needs;
+* ``pair.elbo()`` returns the Pyro ELBO the estimator needs: ``pair.get_estimator().elbo(pair)``, where the
+  estimator is an object of :mod:`pyro_attention.inference.estimators` (models define no ELBO);
 * padded sources get exactly zero prior and posterior mass; padded targets contribute nothing to any loss
   (``"y"`` is masked there and every guide equals the prior there, so ``log p(z) - log q(z) = 0``).
 """
@@ -13,7 +14,7 @@ A pair = alignment family x task network x estimator.  Conventions (VISION.md):
 from __future__ import annotations
 
 from contextlib import ExitStack, contextmanager
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyro
 import torch
@@ -22,7 +23,11 @@ from torch import Tensor, nn
 
 from pyro_attention.networks.base import AttentionNetwork, Encoded, expected_context, mask_scores
 
-#: Estimators of the pairs with a discrete alignment and an (amortised or prior) guide.
+if TYPE_CHECKING:
+    from pyro_attention.inference.estimators import Estimator
+
+#: Estimators of the pairs with a discrete alignment and an (amortised or prior) guide, by name (the pairs'
+#: ``estimators`` hold the objects).
 ESTIMATORS = ("enum", "sample")
 MAX_PLATE_NESTING = 2
 
@@ -45,11 +50,49 @@ class AlignmentPair:
     #: proposal of the importance-weighted ``log p(y | x)`` when the alignment cannot be enumerated:
     #: ``"guide"`` (``q``) or ``"prior"`` (plain Monte Carlo over draws of :meth:`prior`).
     likelihood_proposal: ClassVar[str] = "guide"
+    #: the estimators (:mod:`pyro_attention.inference.estimators`) the pair accepts, the default first; with more
+    #: than one the pair has a choice of estimator, made by its constructor's ``estimator`` argument
+    estimators: ClassVar[tuple[Estimator, ...]] = ()
+    #: names of the constructor arguments that choose the estimator (not options of the pair)
+    estimator_keywords: ClassVar[tuple[str, ...]] = ("estimator",)
 
     def __init__(self, network: AttentionNetwork) -> None:
         if not isinstance(network, AttentionNetwork):
             raise TypeError(f"{type(self).__name__}: network must be an AttentionNetwork, got {type(network).__name__}")
         self.network = network
+        self._estimator = type(self).estimators[0] if type(self).estimators else None
+
+    # -- the estimator ----------------------------------------------------------------------------------------
+    def set_estimator(self, estimator: Estimator | str | None) -> Estimator:
+        """Make ``estimator`` (an object, its name, or ``None``: the default) the pair's; ``ValueError`` naming
+        the allowed ones when :attr:`estimators` has none of its kind."""
+        from pyro_attention.inference.estimators import resolve
+
+        self._estimator = resolve(estimator, type(self).estimators, type(self).__name__)
+        return self._estimator
+
+    def get_estimator(self) -> Estimator:
+        """The estimator :meth:`elbo` uses (every pair has one; the chosen one where there is a choice)."""
+        est = self.__dict__.get("_estimator")
+        if est is None:
+            raise NotImplementedError(
+                f"{type(self).__name__}: no estimator; list them in `estimators` or define elbo()"
+            )
+        return est
+
+    @property
+    def estimator(self) -> Estimator:
+        """The estimator chosen at construction; only pairs with a choice of estimator (more than one in
+        :attr:`estimators`) have this attribute.  It equals its name (``pair.estimator == "enum"``)."""
+        if len(type(self).estimators) < 2:
+            raise AttributeError(
+                f"{type(self).__name__} has no choice of estimator (get_estimator() gives the one it uses)"
+            )
+        return self.get_estimator()
+
+    @estimator.setter
+    def estimator(self, estimator: Estimator | str | None) -> None:
+        self.set_estimator(estimator)
 
     # -- plumbing -------------------------------------------------------------------------------------------
     def encode(self, batch: Any) -> Encoded:
@@ -184,12 +227,13 @@ class AlignmentPair:
     def guide(self, batch: Any) -> None:
         """The empty guide (exact or deterministic pairs)."""
 
-    def elbo(self) -> pyro.infer.ELBO:  # pragma: no cover - interface
-        raise NotImplementedError
+    def elbo(self) -> pyro.infer.ELBO:
+        """The Pyro ELBO that trains the pair: its estimator's (``self.get_estimator().elbo(self)``)."""
+        return self.get_estimator().elbo(self)
 
     def __repr__(self) -> str:
         est = getattr(self, "estimator", None)
-        return f"{type(self).__name__}({'estimator=' + repr(est) if est else ''})"
+        return f"{type(self).__name__}({'estimator=' + repr(str(est)) if est is not None else ''})"
 
 
 def observed_log_likelihood(logits: Tensor, enc: Encoded) -> Tensor:
@@ -198,6 +242,8 @@ def observed_log_likelihood(logits: Tensor, enc: Encoded) -> Tensor:
 
 
 def check_estimator(pair: str, estimator: str) -> str:
+    """``estimator`` if it is a name of :data:`ESTIMATORS` (kept for callers of the string API; the pairs use
+    :meth:`AlignmentPair.set_estimator`)."""
     if estimator not in ESTIMATORS:
         raise ValueError(f"{pair}: estimator must be one of {ESTIMATORS}, got {estimator!r}")
     return estimator

@@ -2,7 +2,8 @@
 
 :func:`make_pair` is how the experiment tables, the translation CLI and its checkpoints build a pair from
 text: a name (a key of :data:`ALL_PAIRS`), an estimator where the pair has a choice of them
-(:data:`PAIR_ESTIMATORS`), and keyword options of the pair's constructor (``kl_scale=0.01``), each checked
+(:data:`PAIR_ESTIMATORS`: their names; an estimator object of :mod:`pyro_attention.inference.estimators` is
+accepted too), and keyword options of the pair's constructor (``kl_scale=0.01``), each checked
 with an error that lists what is allowed.  A :class:`PairSpec` is one row of a comparison table.
 """
 
@@ -16,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pyro_attention.inference.estimators import Estimator, resolve
 from pyro_attention.models import NEIGHBOURS, PAIRS
 from pyro_attention.networks.base import AttentionNetwork
 from pyro_attention.pair import AlignmentPair
@@ -23,13 +25,11 @@ from pyro_attention.pair import AlignmentPair
 #: every pair by name: the paper's (:data:`~pyro_attention.models.PAIRS`) then the neighbours
 ALL_PAIRS: dict[str, type[AlignmentPair]] = {**PAIRS, **NEIGHBOURS}
 
-#: pairs with a choice of estimator: name -> (default, others...); each maps to a constructor keyword
+#: pairs with a choice of estimator: name -> the names of the estimators its class accepts (``cls.estimators``),
+#: the default first; every pair takes it as its constructor's ``estimator`` argument
 PAIR_ESTIMATORS: dict[str, tuple[str, ...]] = {
-    "hard": ("enum", "sample"),
-    "variational": ("enum", "sample"),
-    "gumbel": ("sampled", "categorical"),
+    name: tuple(e.name for e in cls.estimators) for name, cls in ALL_PAIRS.items() if len(cls.estimators) > 1
 }
-_ESTIMATOR_KEYWORD = {"hard": "estimator", "variational": "estimator", "gumbel": "kl"}
 
 #: constructor options filled from the network when not given (sizes of pair-owned modules, so that they
 #: exist before a checkpoint's weights are loaded into them)
@@ -39,7 +39,7 @@ _SIZE_OPTIONS = ("context_size", "value_size")
 def pair_options(name: str) -> dict[str, Any]:
     """The keyword options of pair ``name``'s constructor and their defaults (estimator keyword excluded)."""
     cls = _pair_class(name)
-    skip = {"self", "network", _ESTIMATOR_KEYWORD.get(name)}
+    skip = {"self", "network", *cls.estimator_keywords}
     return {
         p.name: p.default
         for p in inspect.signature(cls.__init__).parameters.values()
@@ -53,9 +53,12 @@ def _pair_class(name: str) -> type[AlignmentPair]:
     return ALL_PAIRS[name]
 
 
-def check_estimator(name: str, estimator: str | None) -> str | None:
-    """``estimator`` for pair ``name`` (its default when ``None``); ``ValueError`` listing the allowed ones."""
-    _pair_class(name)
+def check_estimator(name: str, estimator: Estimator | str | None) -> Estimator | str | None:
+    """``estimator`` for pair ``name`` (its default's name when ``None``); ``ValueError`` listing the allowed ones.
+
+    A name comes back as given, an estimator object too (when the pair accepts its kind).
+    """
+    cls = _pair_class(name)
     allowed = PAIR_ESTIMATORS.get(name)
     if allowed is None:
         if estimator is not None:
@@ -66,6 +69,9 @@ def check_estimator(name: str, estimator: str | None) -> str | None:
         return None
     if estimator is None:
         return allowed[0]
+    if isinstance(estimator, Estimator):
+        resolve(estimator, cls.estimators, f"pair {name!r}")
+        return estimator
     if estimator not in allowed:
         raise ValueError(f"estimator {estimator!r} of pair {name!r}: choose from {', '.join(allowed)}")
     return estimator
@@ -113,11 +119,12 @@ def _type_name(hint: Any) -> str:
 
 
 def make_pair(
-    name: str, network: AttentionNetwork, estimator: str | None = None, **options: Any
+    name: str, network: AttentionNetwork, estimator: Estimator | str | None = None, **options: Any
 ) -> AlignmentPair:
     """Build pair ``name`` on ``network``.
 
-    :param estimator: for pairs in :data:`PAIR_ESTIMATORS` (``None``: the first, the default).
+    :param estimator: for pairs in :data:`PAIR_ESTIMATORS`: a name there or an estimator object of
+        :mod:`pyro_attention.inference.estimators` (``None``: the first, the default).
     :param options: keyword options of the pair's constructor (see :func:`pair_options`); sizes of modules the
         pair owns (``context_size``, ``value_size``) default to ``network.value_size``.
     :raises ValueError: unknown name, estimator or option (the message lists the allowed ones).
@@ -129,7 +136,7 @@ def make_pair(
         if key in pair_options(name) and kwargs.get(key) is None and hasattr(network, "value_size"):
             kwargs[key] = network.value_size
     if estimator is not None:
-        kwargs[_ESTIMATOR_KEYWORD[name]] = estimator
+        kwargs["estimator"] = estimator
     return cls(network, **kwargs)
 
 
@@ -156,7 +163,7 @@ class PairSpec:
     """One row of a comparison table: a pair name, its estimator and constructor options."""
 
     name: str
-    estimator: str | None = None
+    estimator: Estimator | str | None = None
     options: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
@@ -176,7 +183,7 @@ class PairSpec:
 
     @property
     def label(self) -> str:
-        parts = ([self.estimator] if self.estimator else []) + [f"{k}={v}" for k, v in self.options]
+        parts = ([str(self.estimator)] if self.estimator else []) + [f"{k}={v}" for k, v in self.options]
         return f"{self.name} ({', '.join(parts)})" if parts else self.name
 
     def build(self, network: AttentionNetwork) -> AlignmentPair:
