@@ -351,6 +351,12 @@ class LexicalAligner(AlignNetwork):
 def _ibm1(source_vocab: int, target_vocab: int, config: AlignConfig) -> Any:
     from pyro_attention.networks.lexical import IBM1Network
 
+    return IBM1Network(source_vocab, target_vocab, embedding_size=0)  # a free table: IBM Model 1 exactly
+
+
+def _ibm1_rank(source_vocab: int, target_vocab: int, config: AlignConfig) -> Any:
+    from pyro_attention.networks.lexical import IBM1Network
+
     return IBM1Network(source_vocab, target_vocab, embedding_size=config.embedding)
 
 
@@ -368,7 +374,9 @@ ALIGN_NETWORKS: dict[str, AlignNetwork] = {
         Seq2SeqAligner("seq2seq", "Seq2Seq, the paper's tanh output layer", "tanh"),
         Seq2SeqAligner("product", "Seq2Seq, product-of-experts output (decoder expert u_t + source expert v_s)",
                        "product"),
-        LexicalAligner("ibm1", "IBM Model 1: uniform prior, lexical expert on the source word's embedding", _ibm1),
+        LexicalAligner("ibm1", "IBM Model 1: uniform prior, lexical expert with a free (full-rank) table", _ibm1),
+        LexicalAligner("ibm1-rank", "IBM Model 1 with a rank-E lexical table: uniform prior, lexical expert on the "
+                       "source word's E-dimensional embedding (--embedding E)", _ibm1_rank),
         LexicalAligner("distortion", "Seq2Seq's learned prior (a neural distortion model), lexical expert",
                        _distortion),
     )
@@ -459,6 +467,8 @@ class AlignRow:
 
 def run_align(config: AlignConfig, log: Callable[[str], None] = print) -> list[AlignRow]:
     """Train the models and score every alignment source against the gold links."""
+    from pyro_attention.registry import ALL_PAIRS
+
     torch.set_num_threads(config.threads)
     network = ALIGN_NETWORKS[config.network]
     corpus = load_gold_corpus(config, log)
@@ -486,7 +496,7 @@ def run_align(config: AlignConfig, log: Callable[[str], None] = print) -> list[A
 
         for name, probs in forward.items():
             label = "soft" if model == "soft" else name  # a soft model's "prior" is its attention weights
-            if name == "prior" and pyro_latent(model) == "none":
+            if name == "prior" and ALL_PAIRS[model].deterministic:
                 label = "weights"  # a deterministic pair's prior is its attention weights
             variants = [(label, argmax_links(probs), None if backward is None else argmax_links(backward[name]), "")]
             if name == "posterior":

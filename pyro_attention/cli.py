@@ -668,7 +668,8 @@ def make_parser() -> argparse.ArgumentParser:
                     help="the pairs to train and score")
     al.add_argument("--network", default="seq2seq", choices=tuple(ALIGN_NETWORKS),
                     help="; ".join(f"{k}: {v.description}" for k, v in ALIGN_NETWORKS.items())
-                    + " (ibm1 / distortion: --models marginal, --embedding = the lexical table's rank)")
+                    + " (ibm1, ibm1-rank, distortion: --models marginal; ibm1-rank and distortion: --embedding = "
+                    "the lexical table's rank)")
     al.add_argument("--epochs", type=_int_at_least(1), default=5, help="training epochs")
     al.add_argument("--batch-size", type=_int_at_least(1), default=32, help="sentences per batch")
     al.add_argument("--lr", type=_learning_rate, default=3e-3, help="Adam learning rate, in (0, 1]")

@@ -54,7 +54,7 @@ def test_neural_ibm1_is_em_ibm1_on_a_small_text():
     em_post = [torch.tensor(em.posterior(s, t), dtype=torch.float32) for s, t in zip(src, tgt, strict=True)]
     sv, tv = Vocab.build(src), Vocab.build(tgt)
     pyro.set_rng_seed(0)
-    pair = make_pair("marginal", IBM1Network(len(sv), len(tv), embedding_size=64))  # rank >= vocabulary: full
+    pair = make_pair("marginal", IBM1Network(len(sv), len(tv), embedding_size=0))  # a free (full-rank) table
     data = _Bitext([sv.encode(s) for s in src], [tv.encode(t) for t in tgt])
     fit(pair, data, num_epochs=30, batch_size=50, lr=0.05, progress=False)
     neural = alignment_probs(Trained(pair, sv, tv, 0.0), src, tgt)["posterior"]
@@ -80,20 +80,24 @@ def test_em_reference_first_iteration_is_the_uniform_posterior_count():
     assert post[0].tolist() == pytest.approx([0.25, 0.75])
 
 
-@pytest.mark.parametrize("network", ["ibm1", "distortion"])
+@pytest.mark.parametrize("network", ["ibm1", "ibm1-rank", "distortion"])
 def test_lexical_expert_kernel_and_the_ibm1_posterior(network):
     """The lexical expert's table equals the network's generic path; for IBM1 the exact posterior is
     t(y_t | x_s) / sum_s' t(y_t | x_s') and the prior is uniform."""
     torch.manual_seed(0)
-    net = IBM1Network(9, 8, 5) if network == "ibm1" else DistortionNetwork(9, 8, embedding_size=5, encoder_size=3,
-                                                                              decoder_size=4, attention_size=3)
+    if network == "distortion":
+        net = DistortionNetwork(9, 8, embedding_size=5, encoder_size=3, decoder_size=4, attention_size=3)
+    else:
+        net = IBM1Network(9, 8, 0 if network == "ibm1" else 5)
+        if network == "ibm1":  # a free table, here not uniform
+            torch.nn.init.normal_(net.src_embed.weight)
     batch = collate([([4, 5, 6], [4, 7]), ([8, 4], [5])])
     enc = net.encode(batch)
     table = net.aligned_log_likelihood(enc)
     assert torch.allclose(table, AttentionNetwork.aligned_log_likelihood(net, enc), atol=1e-6)
     pair = make_pair("marginal", net)
     probs = alignment_posterior(pair, batch)
-    if network == "ibm1":
+    if network != "distortion":
         log_t = net.lexical_log_probs(batch.source.reshape(-1)).view(2, 3, -1)  # (B, S, V)
         t = log_t.exp().gather(-1, batch.target.unsqueeze(1).expand(2, 3, 3)).transpose(1, 2)  # (B, T, S)
         t = t * batch.source_mask.unsqueeze(1)
@@ -142,11 +146,11 @@ def test_threshold_links_refuse_unequal_lengths():
 
 # -- the command line ---------------------------------------------------------------------------------------------
 def test_align_config_network_errors():
-    with pytest.raises(ValueError, match="network must be one of seq2seq, product, ibm1, distortion"):
+    with pytest.raises(ValueError, match="network must be one of seq2seq, product, ibm1, ibm1-rank, distortion"):
         AlignConfig(network="hmm")
     with pytest.raises(ValueError, match=r"network 'ibm1' takes only \['marginal'\], got \['soft'\]"):
         AlignConfig(network="ibm1", models=["soft"])
-    assert set(ALIGN_NETWORKS) == {"seq2seq", "product", "ibm1", "distortion"}
+    assert set(ALIGN_NETWORKS) == {"seq2seq", "product", "ibm1", "ibm1-rank", "distortion"}
 
 
 def test_align_ibm1_from_the_command_line_writes_json_rows(tmp_path, capsys):

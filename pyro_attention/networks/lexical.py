@@ -45,7 +45,10 @@ class IBM1Network(HeadNetwork):
 
     :param source_vocab: source vocabulary size.
     :param target_vocab: target vocabulary size ``V``.
-    :param embedding_size: ``E``, the rank of the lexical table ``log t(y | x) = U_x e(x) + const``.
+    :param embedding_size: ``E``, the rank of the lexical table ``log t(y | x) = U_x e(x) + const``; ``0``: full
+        rank, a free table -- the source values are the rows of ``U_x`` (a one-hot ``x_s`` times ``U_x``; the
+        expert's own projection is the identity), which is IBM Model 1's parameterisation exactly.  A low rank is a
+        softmax bottleneck: word-to-word tables are close to full rank.
     """
 
     chunk_size = None
@@ -53,14 +56,18 @@ class IBM1Network(HeadNetwork):
     def __init__(self, source_vocab: int, target_vocab: int, embedding_size: int = 256) -> None:
         super().__init__()
         for name, size, low in (("source_vocab", source_vocab, len(SPECIALS)),
-                                ("target_vocab", target_vocab, len(SPECIALS)), ("embedding_size", embedding_size, 1)):
+                                ("target_vocab", target_vocab, len(SPECIALS)), ("embedding_size", embedding_size, 0)):
             if size < low:
                 raise ValueError(f"IBM1Network: {name} must be >= {low}, got {size}")
         self.num_classes = target_vocab
         self.source_vocab = source_vocab
-        self.value_size = embedding_size
-        self.src_embed = nn.Embedding(source_vocab, embedding_size, padding_idx=PAD)
-        self.head = LexicalExpert(1, embedding_size, target_vocab)
+        self.full_rank = embedding_size == 0
+        self.value_size = target_vocab if self.full_rank else embedding_size
+        self.src_embed = nn.Embedding(source_vocab, self.value_size, padding_idx=PAD)
+        self.head = LexicalExpert(1, 1 if self.full_rank else embedding_size, target_vocab)
+        if self.full_rank:  # the values are the rows of the table: start uniform
+            self.head.source_expert = nn.Identity()
+            nn.init.zeros_(self.src_embed.weight)
 
     def encode(self, batch: TranslationBatch) -> Encoded:
         if not isinstance(batch, TranslationBatch):
