@@ -64,7 +64,7 @@ def _draws(pair: AlignmentPair, batch: Any, probs: dict, num_samples: int) -> di
     out = {}
     with torch.no_grad():
         enc = pair.network.encode(batch)
-        if pair.latent in CONTINUOUS:
+        if pair.continuous is not None:
             out["prior"] = pair.prior(enc).sample((num_samples,))
         if _has_guide(pair, batch):
             guided = [guide_draw(pair, batch) for _ in range(num_samples)]
@@ -90,8 +90,9 @@ def _khat(draws: dict) -> np.ndarray | None:
     return np.where(distinct >= MIN_DISTINCT_WEIGHTS, khat, np.nan)
 
 
-#: latent kinds whose alignment is continuous: the only ones exported as draws (``posterior`` / ``prior``)
-CONTINUOUS = ("simplex", "context")
+#: the kinds of continuous alignment (``pair.continuous``): the only ones exported as draws (``posterior`` /
+#: ``prior``), under these variable names
+CONTINUOUS = ("weights", "context")
 
 #: the group holding the pointwise ``log p(y_t | x)``; deliberately not ArviZ's ``log_likelihood`` (see module doc)
 LOG_LIKELIHOOD_GROUP = "marginal_log_likelihood"
@@ -110,12 +111,14 @@ def _chains(x: np.ndarray, num_chains: int) -> np.ndarray:
     return x[: per_chain * num_chains].reshape((num_chains, per_chain) + x.shape[1:])
 
 
-def _padded_nan(x: torch.Tensor, source_mask: torch.Tensor, target_mask: torch.Tensor, latent: str) -> np.ndarray:
-    """Draws ``(N, B, T, S | F)`` with padded targets (and, for simplex weights, padded sources) set to NaN:
-    they are not variables, and ArviZ skips NaN cells instead of dividing 0 by 0 on their constant zeros."""
+def _padded_nan(
+    x: torch.Tensor, source_mask: torch.Tensor, target_mask: torch.Tensor, over_sources: bool
+) -> np.ndarray:
+    """Draws ``(N, B, T, S | F)`` with padded targets (and, for weights over the source, padded sources) set to
+    NaN: they are not variables, and ArviZ skips NaN cells instead of dividing 0 by 0 on their constant zeros."""
     out = _np(x).astype(np.float64)
     out[:, ~_np(target_mask)] = np.nan
-    if latent == "simplex":
+    if over_sources:
         out[..., ~_np(source_mask)[:, None, :].repeat(out.shape[2], 1)] = np.nan
     return out
 
@@ -149,12 +152,14 @@ def to_inference_data(
     B, T, S = enc.shape
     probs = alignment_posterior(pair, batch)
     draws = _draws(pair, batch, probs, num_samples)
-    continuous = pair.latent in CONTINUOUS
+    draws_name = pair.continuous
+    continuous = draws_name is not None
     post = draws.get("q") if continuous else None
     if continuous and post is not None:
         posterior_source = "guide"
     elif "posterior" in probs:
-        posterior_source = "exact" if pair.latent != "simplex" else "exact-categorical"
+        # a continuous pair's exact posterior is that of its underlying categorical model (pair.categorical())
+        posterior_source = "exact-categorical" if continuous else "exact"
     elif "guide" in probs:
         posterior_source = "guide-probs"
     else:
@@ -171,17 +176,17 @@ def to_inference_data(
     def group(z: torch.Tensor | None) -> dict | None:
         if z is None or not continuous:
             return None
-        name = "context" if pair.latent == "context" else "weights"
-        return {name: _chains(_padded_nan(z, enc.source_mask, enc.target_mask, pair.latent), num_chains)}
+        over_sources = draws_name == "weights"
+        return {draws_name: _chains(_padded_nan(z, enc.source_mask, enc.target_mask, over_sources), num_chains)}
 
     posterior = group(post)
     if posterior is None and not continuous:
         # one draw: the parameters are a point estimate, and these probabilities are a function of them
         name, value = ("align_probs", probs["posterior"]) if "posterior" in probs else ("attention_weights", None)
-        if value is None and pair.latent == "none":
+        if value is None and pair.deterministic:
             value = probs["prior"]
         if value is not None:
-            posterior = {name: _padded_nan(value[None], enc.source_mask, enc.target_mask, "simplex")[None]}
+            posterior = {name: _padded_nan(value[None], enc.source_mask, enc.target_mask, True)[None]}
 
     coords = {"example": np.arange(B), "target": np.arange(T), "source": np.arange(S)}
     dims = {
@@ -216,7 +221,7 @@ def to_inference_data(
     )
     attrs = {
         "pair": type(pair).__name__,
-        "estimator": str(getattr(pair, "estimator", "")),
+        "estimator": "" if pair.chosen_estimator() is None else str(pair.chosen_estimator()),
         "log_likelihood_method": ll.method,
         "log_likelihood_exact": int(ll.exact),
         "latent": pair.latent,
@@ -260,10 +265,8 @@ def to_inference_data(
 def _elbo_and_kl(pair: AlignmentPair, batch: Any, probs: dict, ll: Any, draws: dict) -> tuple:
     """Per-example ELBO and KL(q || p(z | x, y)): exact for categorical pairs, a Monte Carlo estimate otherwise."""
     log_p = ll.per_example
-    if pair.latent == "categorical" and "guide" in probs:
-        q, post = probs["guide"], probs["posterior"]
-        tiny = torch.finfo(q.dtype).tiny
-        kl_tok = (q * (q.clamp(min=tiny).log() - post.clamp(min=tiny).log())).sum(-1)
+    kl_tok = pair.guide_kl(probs)  # exact where q and the posterior are over one discrete alignment
+    if kl_tok is not None:
         kl = (kl_tok * pair.network.encode(batch).target_mask).sum(-1)
         return log_p - kl, kl
     if "log_weight" not in draws:  # no guide (exact or deterministic pairs): the ELBO is the exact log-likelihood

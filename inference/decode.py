@@ -27,9 +27,9 @@ from torch import Tensor
 
 from pyro_attention.data.translation import BOS, EOS, TranslationBatch
 from pyro_attention.networks.base import Encoded, mask_scores
-from pyro_attention.pair import AlignmentPair
+from pyro_attention.pair import DECODE_RULES, AlignmentPair, kmax_mixture
 
-DECODE_RULES = ("soft", "marginal", "kmax")
+__all__ = ["DECODE_RULES", "greedy", "translate"]
 
 
 def _check_source(net: Any, source: Tensor, source_mask: Tensor) -> None:
@@ -50,20 +50,19 @@ def _next_log_probs(pair: AlignmentPair, src: Any, h: Tensor, scores: Tensor, ru
         return net.step_logits(h, pair.soft_context(step).squeeze(1)).log_softmax(-1)
     log_prior = mask_scores(scores.unsqueeze(1), src.source_mask).squeeze(1).log_softmax(-1)  # (N, S)
     if rule == "kmax":
-        log_prior, index = log_prior.topk(min(k, log_prior.shape[-1]), dim=-1)  # (N, K)
-        log_prior = log_prior.log_softmax(-1)
-        values = src.values.gather(1, index.unsqueeze(-1).expand(-1, -1, src.values.shape[-1]))  # (N, K, D)
-    else:
-        values = src.values
-    per_alignment = net.step_logits(h.unsqueeze(1), values).log_softmax(-1)  # (N, S or K, V)
+
+        def log_probs(index: Tensor) -> Tensor:  # (N, K) -> (N, K, V)
+            values = src.values.gather(1, index.unsqueeze(-1).expand(-1, -1, src.values.shape[-1]))  # (N, K, D)
+            return net.step_logits(h.unsqueeze(1), values).log_softmax(-1)
+
+        return kmax_mixture(log_prior, k, log_probs, renormalise=True)
+    per_alignment = net.step_logits(h.unsqueeze(1), src.values).log_softmax(-1)  # (N, S, V)
     return (log_prior.unsqueeze(-1) + per_alignment).logsumexp(1)
 
 
 def _check_rule(pair: AlignmentPair, rule: str) -> None:
-    if rule not in DECODE_RULES:
-        raise ValueError(f"rule must be one of {DECODE_RULES}, got {rule!r}")
-    if rule != "soft" and pair.latent != "categorical":
-        raise ValueError(f"rule={rule!r} needs a categorical alignment; {type(pair).__name__} has {pair.latent!r}")
+    """``rule`` must be one of the pair's :meth:`~pyro_attention.pair.AlignmentPair.decoding_rules`."""
+    pair.check_rule(rule, decoding=True)
 
 
 @torch.no_grad()
@@ -87,7 +86,8 @@ def translate(
     finished hypothesis scores at least as high as its best live one.
 
     :param source: ``(B, S)`` long source ids; ``source_mask``: ``(B, S)`` bool.
-    :param rule: ``"soft"``, ``"marginal"`` or ``"kmax"`` (see the module docstring).
+    :param rule: ``"soft"``, ``"marginal"`` or ``"kmax"`` (see the module docstring), one of the pair's
+        :meth:`~pyro_attention.pair.AlignmentPair.decoding_rules`.
     :param max_len: the longest output (tokens, ``</s>`` counted), one for all or one per sentence.
     :param batch_size: sentences decoded together (memory: ``batch_size * beam_size`` rows of ``V`` scores).
     """

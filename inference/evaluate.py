@@ -1,10 +1,13 @@
-"""Exact and estimated log-likelihoods, and predictions under the two combination rules.
+"""Exact and estimated log-likelihoods, and predictions under the combination rules.
+
+The public functions are thin wrappers over the pair's methods (:mod:`pyro_attention.pair`, "What a pair
+answers"); :func:`traced_log_likelihood` is the base class's likelihood.
 
 * :func:`log_likelihood` -- ``log p(y | x)`` per token and per example.  For pairs whose latent sites are all
   enumerable the value is exact: the model is traced under :func:`pyro.poutine.enum` and every factor is summed
   over the enumerated alignments (brute force over the enumerated dims, which is exact and cheap because the
-  alignments of different target positions are independent given ``x``).  Deterministic pairs report their own
-  likelihood.  Otherwise (the Dirichlet pair) it is an importance-weighted estimate with the guide as proposal,
+  alignments of different target positions are independent given ``x``).  The structured pairs compute their own
+  exactly.  Otherwise (the continuous pairs) it is an importance-weighted estimate with the guide as proposal,
   ``log (1/K) sum_k p(y, z_k | x) / q(z_k | x, y)`` per token -- a stochastic lower bound in expectation,
   labelled as such.
 * :func:`predict` -- ``p(y_t | x)`` as ``(B, T, V)`` probabilities under ``rule="marginal"``
@@ -23,10 +26,18 @@ from pyro import poutine
 from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
-from pyro_attention.networks.base import gather_context
-from pyro_attention.pair import MAX_PLATE_NESTING, AlignmentPair, observed_log_likelihood
+from pyro_attention.pair import MAX_PLATE_NESTING, RULES, AlignmentPair, observed_log_likelihood
 
-RULES = ("marginal", "soft", "kmax")
+__all__ = [
+    "RULES",
+    "LogLikelihood",
+    "enumerated_log_joint",
+    "guide_draw",
+    "kmax_log_likelihood",
+    "log_likelihood",
+    "predict",
+    "traced_log_likelihood",
+]
 PROPOSALS = ("guide", "prior")
 
 
@@ -89,21 +100,26 @@ def enumerated_log_joint(pair: AlignmentPair, batch: Any) -> tuple[Tensor, pouti
 def log_likelihood(
     pair: AlignmentPair, batch: Any, num_samples: int = 100, proposal: str | None = None
 ) -> LogLikelihood:
-    """``log p(y | x)`` per token and per example: exact where the alignment can be enumerated.
+    """``log p(y | x)`` per token and per example: ``pair.log_likelihood(batch, num_samples, proposal)``, exact
+    where the pair can sum the alignment out (``exact`` and ``method`` of the result say which).
 
     :param num_samples: importance samples ``K`` for pairs with a continuous alignment.
     :param proposal: for those pairs, ``"guide"`` (``q``) or ``"prior"`` (``z ~ pair.prior(enc)``, the average of
         ``p(y | x, z)``); ``None``: the pair's :attr:`~pyro_attention.pair.AlignmentPair.likelihood_proposal`,
         fixed per pair in advance (the prior for BAM and the Gaussian context, whose ``q`` sits far from the prior
         when the KL is down-weighted -- docs/neighbours.md).
-
-    A pair that defines its own ``log_likelihood(batch)`` (e.g. a dynamic programme over a structured latent)
-    is asked for it.  Otherwise the model is enumerated; a model with more than one enumerated site (whose
-    dims ``pyro.markov`` may reuse) is refused rather than summed wrongly.
     """
-    own = getattr(pair, "log_likelihood", None)
-    if own is not None:
-        return own(batch)
+    return pair.log_likelihood(batch, num_samples=num_samples, proposal=proposal)
+
+
+def traced_log_likelihood(
+    pair: AlignmentPair, batch: Any, num_samples: int = 100, proposal: str | None = None
+) -> LogLikelihood:
+    """The base class's :meth:`~pyro_attention.pair.AlignmentPair.log_likelihood`: the model traced with every
+    enumerable latent site enumerated -- exact when all are -- else an importance-weighted estimate (see
+    :func:`log_likelihood`).  A model with more than one enumerated site (whose dims ``pyro.markov`` may reuse)
+    is refused rather than summed wrongly: such a pair defines its own ``log_likelihood`` (a dynamic programme).
+    """
     trace, enumerated = _enumerated_trace(pair, batch)
     enumerated_sites = [n for n in _latent_sites(trace) if trace.nodes[n]["infer"].get("_enumerate_dim") is not None]
     if len(enumerated_sites) > 1:
@@ -160,69 +176,25 @@ def guide_draw(pair: AlignmentPair, batch: Any) -> tuple[Tensor, Tensor]:
 def kmax_log_likelihood(pair: AlignmentPair, batch: Any, k: int) -> LogLikelihood:
     """``log sum_{s in top-K} p(z_t = s | x) p(y_t | x, z_t = s)`` per token: the marginal over the ``K`` most
     probable alignments under the prior (Deng et al. 2018, K-max).  A lower bound on the exact value, equal to
-    it when ``K`` covers every real source position.
+    it when ``K`` covers every real source position.  ``pair.kmax_log_likelihood(batch, k)``: pairs without a
+    categorical alignment refuse (``ValueError``).
     """
-    if pair.latent != "categorical":
-        raise ValueError(f"K-max needs a categorical alignment; {type(pair).__name__} has latent {pair.latent!r}")
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
-    net = pair.network
-    enc = net.encode(batch)
-    top_log_prior, index = _top_k(pair, enc, k)  # (K, B, T)
-    logits = net.output_logits(enc, gather_context(enc.values, index))  # (K, B, T, V)
-    picked = logits.gather(-1, enc.target.expand(index.shape).unsqueeze(-1)).squeeze(-1)
-    per_token = (top_log_prior + picked - logits.logsumexp(-1)).logsumexp(0) * enc.target_mask
-    exact = k >= int(enc.source_mask.sum(-1).max())
-    method = f"K-max, K={k}" + (" (covers every source position: exact)" if exact else " (a lower bound on log p)")
-    return LogLikelihood(per_token, per_token.sum(-1), enc.target_mask.sum(-1), exact, method)
-
-
-def _top_k(pair: AlignmentPair, enc: Any, k: int) -> tuple[Tensor, Tensor]:
-    """The ``K`` most probable prior alignments per token: log-probabilities and positions, ``(K, B, T)``."""
-    log_prior = pair.prior_logits(enc).log_softmax(-1)
-    values, index = log_prior.topk(min(k, log_prior.shape[-1]), dim=-1)
-    return values.permute(2, 0, 1), index.permute(2, 0, 1)
+    return pair.kmax_log_likelihood(batch, k)
 
 
 @torch.no_grad()
 def predict(
     pair: AlignmentPair, batch: Any, rule: str | None = "marginal", num_samples: int = 100, k: int = 5
 ) -> Tensor:
-    """Predictive probabilities ``(B, T, V)`` of the next output under a combination rule.
+    """Predictive probabilities ``(B, T, V)`` of the next output under a combination rule:
+    ``pair.predict(batch, rule, num_samples, k)``.
 
     :param rule: ``"marginal"`` -- :math:`\\sum_s p(z_t = s \\mid x) p(y_t \\mid x, z_t = s)` (exact for
-        categorical pairs; a ``num_samples`` Monte Carlo average over the prior for the Dirichlet pair);
-        ``"soft"`` -- :math:`p(y_t \\mid x, \\mathbb{E}_p[z_t])`, the network run once on the expected context;
-        ``"kmax"`` -- the marginal over the ``k`` most probable prior alignments, renormalised over them.
-        ``None`` -- the pair's own rule, :meth:`~pyro_attention.pair.AlignmentPair.default_rule`.
-        A pair that defines its own ``predict(batch)`` is asked for it (its rule is part of the model).
+        categorical and structured pairs; a ``num_samples`` Monte Carlo average over the prior for continuous
+        alignments); ``"soft"`` -- :math:`p(y_t \\mid x, c_t)`, the network run once on the pair's soft context
+        (the expected context; the structured pairs' own context); ``"kmax"`` -- the marginal over the ``k`` most
+        probable prior alignments, renormalised over them (categorical pairs).  ``None`` -- the pair's default,
+        the first of :meth:`~pyro_attention.pair.AlignmentPair.prediction_rules`.  A rule the pair does not allow
+        is refused with a ``ValueError``.
     """
-    if rule is None:
-        rule = pair.default_rule()
-    if rule not in RULES:
-        raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
-    if rule == "kmax" and k < 1:
-        raise ValueError(f"rule='kmax' needs k >= 1, got k={k}")
-    own = getattr(pair, "predict", None)
-    if own is not None:  # a pair with its own prediction rule (structured attention)
-        return own(batch)
-    net = pair.network
-    enc = net.encode(batch)
-    if rule == "soft":
-        return net.output_logits(enc, pair.soft_context(enc)).softmax(-1)
-    if pair.latent == "none":
-        raise ValueError(f"{type(pair).__name__} has no latent alignment to marginalise; use rule='soft'")
-    if rule == "kmax":
-        if pair.latent != "categorical":
-            raise ValueError(f"rule='kmax' needs a categorical alignment; {type(pair).__name__} has none")
-        top_log_prior, index = _top_k(pair, enc, k)
-        weights = top_log_prior.softmax(0).unsqueeze(-1)  # renormalised over the K alignments
-        return (weights * net.output_logits(enc, gather_context(enc.values, index)).softmax(-1)).sum(0)
-    if pair.latent == "categorical":
-        weights = pair.attention_prior(enc).permute(2, 0, 1).unsqueeze(-1)  # (S, B, T, 1)
-        return (weights * net.aligned_logits(enc).softmax(-1)).sum(0)
-    prior = pair.prior(enc)
-    total = 0.0
-    for _ in range(num_samples):
-        total = total + net.output_logits(enc, pair.sample_context(enc, prior.sample())).softmax(-1)
-    return total / num_samples
+    return pair.predict(batch, rule, num_samples=num_samples, k=k)

@@ -34,7 +34,7 @@ def nuts_alignment(
     """NUTS draws of ``"align"`` for one example, as ArviZ data (``az.from_pyro``) with R-hat / ESS available."""
     import arviz as az
 
-    if pair.latent != "simplex":
+    if pair.continuous != "weights":
         raise ValueError(
             f"nuts_alignment is for continuous alignments; {type(pair).__name__} has {pair.latent!r} "
             "(use alignment_posterior for the exact categorical posterior)"

@@ -106,7 +106,7 @@ def fit(
         lr = check_lr(lr)
     except ValueError as e:
         raise ValueError(f"fit: {e}") from None
-    if warmup_steps and not hasattr(pair, "warmup_guide"):
+    if warmup_steps and not pair.has_warmup:
         raise ValueError(f"fit: warmup_steps={warmup_steps} but {type(pair).__name__} has no warmup_guide")
     pyro.clear_param_store()
     pyro.set_rng_seed(seed)

@@ -89,8 +89,8 @@ from pyro_attention.distributions import MaskedDirichlet
 from pyro_attention.distributions.aligned import OutputCategorical
 from pyro_attention.distributions.weibull_gamma import MaskedVector
 from pyro_attention.inference.estimators import Estimator, KLAnnealing, MeanField
+from pyro_attention.models._continuous import ContinuousAlignment
 from pyro_attention.networks.base import AttentionNetwork, Encoded, expected_context, mask_scores
-from pyro_attention.pair import AlignmentPair
 
 FAMILIES = ("weibull", "lognormal")
 PRIORS = ("constant", "learned", "contextual")
@@ -121,7 +121,7 @@ def normalise(w: Tensor, mask: Tensor) -> Tensor:
     return w / total.clamp(min=torch.finfo(w.dtype).tiny)
 
 
-class BayesianAttention(KLAnnealing, AlignmentPair):
+class BayesianAttention(KLAnnealing, ContinuousAlignment):
     """BAM: Gamma prior, Weibull or lognormal guide on unnormalised attention weights.
 
     :param network: the task network.

@@ -90,8 +90,8 @@ from pyro_attention.inference.estimators import (  # noqa: F401
     KLSchedule,
     MeanField,
 )
+from pyro_attention.models._continuous import ContinuousAlignment
 from pyro_attention.networks.base import AttentionNetwork, Encoded, expected_context
-from pyro_attention.pair import AlignmentPair
 
 PRIORS = ("standard", "mean")
 GUIDE_MEANS = ("prior", "posterior")
@@ -110,7 +110,7 @@ class ContextScale(nn.Module):
         return nn.functional.softplus(self.out(torch.tanh(self.hidden(mu)))) + self.min_scale
 
 
-class GaussianContextAttention(KLAnnealing, AlignmentPair):
+class GaussianContextAttention(KLAnnealing, ContinuousAlignment):
     """Gaussian context vector ``c_t`` with an amortised diagonal-Gaussian guide centred on the soft context.
 
     :param network: the task network.
@@ -125,6 +125,7 @@ class GaussianContextAttention(KLAnnealing, AlignmentPair):
     """
 
     latent: ClassVar[str] = "context"
+    continuous: ClassVar[str | None] = "context"
     prediction_rule: ClassVar[str] = "soft"
     likelihood_proposal: ClassVar[str] = "prior"
     label: ClassVar[str] = "gaussian_context"

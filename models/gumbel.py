@@ -74,7 +74,7 @@ Reparameterization with Gumbel-Softmax", ICLR 2017.
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pyro.distributions as dist
 import torch
@@ -254,3 +254,7 @@ class GumbelAttention(SimplexAlignmentModel):
     def categorical(self) -> VariationalAttention:
         """The underlying categorical model and guide, sharing this pair's network (for exact evaluation)."""
         return VariationalAttention(self.network, estimator="enum")
+
+    def posterior_probs(self, batch: Any) -> Tensor:
+        """The exact posterior of the underlying categorical model, :meth:`categorical` (by enumeration)."""
+        return self.categorical().posterior_probs(batch)

@@ -44,8 +44,8 @@ from torch import Tensor
 from pyro_attention.distributions import MaskedDirichlet
 from pyro_attention.distributions.aligned import OutputCategorical
 from pyro_attention.inference.estimators import Estimator, MeanField
+from pyro_attention.models._continuous import ContinuousAlignment
 from pyro_attention.networks.base import Encoded, expected_context
-from pyro_attention.pair import AlignmentPair
 
 #: scores are clamped to this range before ``exp`` so concentrations stay finite and positive
 SCORE_CLAMP = 10.0
@@ -56,7 +56,7 @@ def concentration(scores: Tensor) -> Tensor:
     return scores.clamp(-SCORE_CLAMP, SCORE_CLAMP).exp()
 
 
-class SimplexAlignmentModel(AlignmentPair):
+class SimplexAlignmentModel(ContinuousAlignment):
     """``z_t ~ prior(enc)`` on the simplex, ``y_t ~ p(y_t | x, sum_s z_{t,s} x_s)``; guide ``z_t ~ posterior(enc)``.
 
     Shared by the pairs whose alignment is a random weight vector (Dirichlet here, Concrete in
@@ -92,6 +92,7 @@ class RelaxedAttention(SimplexAlignmentModel):
     """Dirichlet relaxed attention with an amortised Dirichlet guide."""
 
     latent: ClassVar[str] = "simplex"
+    has_warmup: ClassVar[bool] = True
     label: ClassVar[str] = "relaxed"
     paper_row: ClassVar[str] = "Relaxed Attention"
     #: reparameterised Dirichlet draws and the registered analytic KL: ``TraceMeanField_ELBO``

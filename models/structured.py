@@ -156,12 +156,6 @@ class _SegmentationChain(AlignmentPair):
         """``p(z_{t,i} = 1 | x)`` ``(B, T, S)``: the chain's marginals (0 at padded sources); differentiable."""
         return chain_marginals(*self.potentials(enc))
 
-    def log_likelihood(self, batch: Any) -> LogLikelihood:  # pragma: no cover - interface
-        raise NotImplementedError
-
-    def predict(self, batch: Any) -> Tensor:  # pragma: no cover - interface
-        raise NotImplementedError
-
 
 class ExpectedRepresentation:
     """Shared by the deterministic structured pairs: ``Trace_ELBO`` (= exact NLL), and their own likelihood and
@@ -174,16 +168,13 @@ class ExpectedRepresentation:
         raise NotImplementedError
 
     @torch.no_grad()
-    def log_likelihood(self, batch: Any) -> LogLikelihood:
-        """``log p(y_t | x, c_t)`` per token (exact: the model is deterministic)."""
+    def log_likelihood(self, batch: Any, num_samples: int = 100, proposal: str | None = None) -> LogLikelihood:
+        """``log p(y_t | x, c_t)`` per token (exact: the model is deterministic; ``num_samples`` and ``proposal``
+        are not used).  Prediction is the base class's soft rule, whose :meth:`soft_context` is the structured
+        context."""
         enc = self.network.encode(batch)
         per_token = observed_log_likelihood(self.output_logits(enc), enc)
         return LogLikelihood(per_token, per_token.sum(-1), enc.target_mask.sum(-1), True, "deterministic")
-
-    @torch.no_grad()
-    def predict(self, batch: Any) -> Tensor:
-        """``p(y_t | x)`` ``(B, T, V)``: the network run once on the structured context."""
-        return self.output_logits(self.network.encode(batch)).softmax(-1)
 
 
 class SegmentationAttention(ExpectedRepresentation, _SegmentationChain):
@@ -242,6 +233,9 @@ class SegmentationMarginal(_SegmentationChain):
     """
 
     latent: ClassVar[str] = "structured"
+    deterministic: ClassVar[bool] = False
+    #: the exact marginal over read positions (its own dynamic programme), or the soft rule on the read prior
+    rules: ClassVar[tuple[str, ...]] = ("marginal", "soft")
     label: ClassVar[str] = "segmentation-marginal"
     paper_row: ClassVar[str] = "Segmentation chain, marginal likelihood (first-selected read-out)"
     estimators: ClassVar[tuple[Estimator, ...]] = (Enumerate(),)
@@ -302,18 +296,20 @@ class SegmentationMarginal(_SegmentationChain):
 
     # -- exact evaluation -------------------------------------------------------------------------------------
     @torch.no_grad()
-    def log_likelihood(self, batch: Any) -> LogLikelihood:
-        """Exact ``log p(y_t | x) = log sum_r P(r) p(y_t | x, x_r)`` per token by the dynamic programme."""
+    def log_likelihood(self, batch: Any, num_samples: int = 100, proposal: str | None = None) -> LogLikelihood:
+        """Exact ``log p(y_t | x) = log sum_r P(r) p(y_t | x, x_r)`` per token by the dynamic programme
+        (``num_samples`` and ``proposal`` are not used)."""
         enc = self.network.encode(batch)
         per_token = (self.read_distribution(enc) + self.read_log_likelihood(enc)).logsumexp(-1)
         per_token = per_token * enc.target_mask
         method = "dynamic programme over the segmentation chain (first-selected read-out)"
         return LogLikelihood(per_token, per_token.sum(-1), enc.target_mask.sum(-1), True, method)
 
-    @torch.no_grad()
-    def predict(self, batch: Any) -> Tensor:
-        """``p(y_t | x) = sum_r P(r) p(y_t | x, x_r)`` ``(B, T, V)``."""
-        enc = self.network.encode(batch)
+    def predictive(self, enc: Encoded, rule: str, num_samples: int = 100, k: int = 5) -> Tensor:
+        """``"marginal"``: ``p(y_t | x) = sum_r P(r) p(y_t | x, x_r)`` ``(B, T, V)`` exactly; ``"soft"``: the
+        network on the context of the read prior (:meth:`attention_prior`)."""
+        if rule != "marginal":
+            return super().predictive(enc, rule, num_samples=num_samples, k=k)
         S = enc.shape[2]
         index = torch.arange(S + 1, device=enc.values.device).view(-1, 1, 1)
         probs = self.network.output_logits(enc, gather_context(self._read_values(enc), index)).softmax(-1)

@@ -30,9 +30,8 @@ keeps that interface (a concatenating variant needs a network whose output layer
   There is no posterior.
 * **What is combined at prediction:** representations: expected parents, then an expected context.
 * **Training and prediction:** maximum likelihood; ``Trace_ELBO`` with the empty guide is exactly
-  ``-log p(y | x)``.  Prediction runs the network once on :math:`c_t`; note that
-  ``inference.predict(rule="soft")`` averages the *plain* values and so does not see the tree -- use
-  :meth:`SyntacticAttention.predict`.
+  ``-log p(y | x)``.  Prediction runs the network once on :math:`c_t` (the pair's
+  :meth:`~SyntacticAttention.soft_context`, so ``predict(rule="soft")``, its only rule, sees the tree).
 
 References: [1] Kim, Denton, Hoang, Rush, "Structured Attention Networks", ICLR 2017. [2] Eisner, "Three New
 Probabilistic Models for Dependency Parsing", COLING 1996. [3] Dozat, Manning, "Deep Biaffine Attention for

@@ -69,7 +69,7 @@ def _demo(args: argparse.Namespace) -> int:
         gold=val.data.gold,
         suptitle=f"{variational.name}, {type(variational.pair.network).__name__} network, synthetic region QA, "
         "held-out split",
-        soft=variational.pair.latent == "none",
+        soft=variational.pair.deterministic,
     )
     print(
         f"\nWrote the prior / posterior / q heatmaps of {variational.name} for {len(examples)} held-out "
@@ -125,7 +125,7 @@ def _demo_clevr(args: argparse.Namespace) -> int:
             gold=val.data.gold,
             suptitle=f"{variational.name}, {type(variational.pair.network).__name__} network, CLEVR, original "
             "validation split",
-            soft=variational.pair.latent == "none",
+            soft=variational.pair.deterministic,
         )
         print(f"\nWrote the prior / posterior / q heatmaps of {variational.name} to {path.resolve()}")
     print(f"Total time {time.perf_counter() - start:.1f} s")

@@ -138,7 +138,7 @@ def run_region_qa(
             num_epochs=config.num_epochs,
             batch_size=config.batch_size,
             lr=config.lr,
-            warmup_steps=config.warmup_steps if hasattr(pair, "warmup_guide") else 0,
+            warmup_steps=config.warmup_steps if pair.has_warmup else 0,
             seed=config.seed,
             progress=progress,
         )

@@ -53,7 +53,7 @@ def inspect_checkpoint(
     idata.to_netcdf(str(out))
     row = diagnostics(pair, batch, num_samples=num_samples)
     figures = []
-    label = type(pair).__name__ + (f" ({pair.estimator})" if getattr(pair, "estimator", None) else "")
+    label = type(pair).__name__ + (f" ({pair.chosen_estimator()})" if pair.chosen_estimator() is not None else "")
     shows = f"{label}, {type(pair.network).__name__} network, {split} split"
     if plots is not None:
         probs = alignment_posterior(pair, batch)
@@ -68,7 +68,7 @@ def inspect_checkpoint(
                     title=f"{shows}: sentence pair {i}",
                     source_lang=getattr(config, "src", None),
                     target_lang=getattr(config, "tgt", None),
-                    soft=pair.latent == "none",
+                    soft=pair.deterministic,
                 )
             )
         khat = idata.sample_stats["khat"] if "khat" in idata.sample_stats else None

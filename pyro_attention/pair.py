@@ -9,14 +9,43 @@ A pair = alignment family x task network x estimator.  Conventions (VISION.md):
   estimator is an object of :mod:`pyro_attention.inference.estimators` (models define no ELBO);
 * padded sources get exactly zero prior and posterior mass; padded targets contribute nothing to any loss
   (``"y"`` is masked there and every guide equals the prior there, so ``log p(z) - log q(z) = 0``).
+
+What a pair answers.  Inference code (:mod:`pyro_attention.inference`, decoding, the command lines) asks the pair
+and never switches on its kind: every question below is a method of every pair, implemented once per alignment
+family -- deterministic (this base class: :class:`~pyro_attention.models.SoftAttention` and the structured
+expected-representation pairs), categorical (:class:`~pyro_attention.models._categorical.CategoricalAlignmentModel`),
+continuous -- simplex weights or a Gaussian context -- (:class:`~pyro_attention.models._continuous.ContinuousAlignment`)
+and structured (:class:`~pyro_attention.models.SegmentationMarginal`) -- and a pair that cannot answer refuses with
+a ``ValueError`` that says why:
+
+* ``log_likelihood(batch, num_samples, proposal)`` -- ``log p(y | x)`` per token as a
+  :class:`~pyro_attention.inference.LogLikelihood` whose ``exact`` / ``method`` say whether it is exact
+  (deterministic, enumeration, a dynamic programme) or an importance-sampled estimate;
+* ``kmax_log_likelihood(batch, k)`` -- the K-max bound (categorical pairs; others refuse);
+* ``prediction_rules()`` -- the combination rules :meth:`predict` accepts, the default first;
+  ``decoding_rules()`` -- those step-by-step decoding implements; :meth:`default_rule` and :meth:`check_rule`
+  read them (the one place a default rule is chosen);
+* ``predict(batch, rule, num_samples, k)`` -- ``p(y_t | x)`` under an allowed rule (a refused rule is an error,
+  never silently replaced);
+* ``posterior_probs(batch)`` -- the exact ``p(z_t | x, y)`` over source positions, or ``None``;
+  ``alignment_posterior(batch)`` -- prior, exact posterior and guide probabilities (those the pair has);
+  ``guide_kl(probs)`` -- the exact per-token ``KL(q || p(z | x, y))`` where both are over one discrete alignment;
+* ``map_alignment(batch)`` -- the exact MAP alignment (categorical pairs; others refuse);
+* ``has_warmup`` / ``warmup_guide(batch)`` -- a warm-start guide (the Dirichlet pair); ``set_step(step)`` -- the
+  training-step hook (KL annealing; a no-op elsewhere);
+* descriptive class attributes: ``latent`` (``"none"``, ``"categorical"``, ``"simplex"``, ``"context"``,
+  ``"structured"``; for reading, not for branching), ``deterministic`` (no random alignment) and ``continuous``
+  (``"weights"`` / ``"context"``: the draws ArviZ exports; ``None``: stored exactly).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyro
+import pyro.distributions as dist
 import torch
 from pyro import poutine
 from torch import Tensor, nn
@@ -25,11 +54,16 @@ from pyro_attention.networks.base import AttentionNetwork, Encoded, expected_con
 
 if TYPE_CHECKING:
     from pyro_attention.inference.estimators import Estimator
+    from pyro_attention.inference.evaluate import LogLikelihood
 
 #: Estimators of the pairs with a discrete alignment and an (amortised or prior) guide, by name (the pairs'
 #: ``estimators`` hold the objects).
 ESTIMATORS = ("enum", "sample")
 MAX_PLATE_NESTING = 2
+#: the combination rules of :meth:`AlignmentPair.predict` (a pair allows those of its ``prediction_rules()``)
+RULES = ("marginal", "soft", "kmax")
+#: the rules of step-by-step decoding (:mod:`pyro_attention.inference.decode`; a pair's ``decoding_rules()``)
+DECODE_RULES = ("soft", "marginal", "kmax")
 
 
 class AlignmentPair:
@@ -38,14 +72,25 @@ class AlignmentPair:
     :param network: a task network (:class:`~pyro_attention.networks.AttentionNetwork`).
     """
 
-    #: ``"none"`` (deterministic attention), ``"categorical"`` or ``"simplex"``.
+    #: what the alignment is, for reading (tables, ArviZ attributes), not for branching: ``"none"`` (deterministic
+    #: attention), ``"categorical"``, ``"simplex"``, ``"context"`` or ``"structured"``.
     latent: ClassVar[str] = "none"
+    #: no random alignment: the attention weights are a function of the input (the prior *is* the alignment)
+    deterministic: ClassVar[bool] = True
+    #: a continuous alignment's draws, as ArviZ exports them: ``"weights"`` (a weight vector over the source) or
+    #: ``"context"`` (a context vector); ``None``: no draws (a deterministic or discrete alignment, stored exactly)
+    continuous: ClassVar[str | None] = None
+    #: the pair has a warm-start guide, :meth:`warmup_guide` (``fit(..., warmup_steps=...)`` uses it)
+    has_warmup: ClassVar[bool] = False
     #: the row of Deng et al. (2018) the pair reproduces.
     paper_row: ClassVar[str] = ""
     #: a short label for tables.
     label: ClassVar[str] = ""
-    #: the combination rule the pair predicts with (:func:`~pyro_attention.inference.predict`); ``None``:
-    #: ``"soft"`` for deterministic pairs, ``"marginal"`` otherwise.
+    #: the rules :meth:`predict` accepts (the family's); :meth:`prediction_rules` puts :attr:`prediction_rule` first
+    rules: ClassVar[tuple[str, ...]] = ("soft",)
+    #: the rules step-by-step decoding implements for the family (:meth:`decoding_rules`)
+    decode_rules: ClassVar[tuple[str, ...]] = ("soft",)
+    #: the combination rule the pair predicts with by default, one of :attr:`rules`; ``None``: the first of them
     prediction_rule: ClassVar[str | None] = None
     #: proposal of the importance-weighted ``log p(y | x)`` when the alignment cannot be enumerated:
     #: ``"guide"`` (``q``) or ``"prior"`` (plain Monte Carlo over draws of :meth:`prior`).
@@ -93,6 +138,10 @@ class AlignmentPair:
     @estimator.setter
     def estimator(self, estimator: Estimator | str | None) -> None:
         self.set_estimator(estimator)
+
+    def chosen_estimator(self) -> Estimator | None:
+        """:attr:`estimator` where the pair has a choice of estimator; ``None`` where it has not."""
+        return self.get_estimator() if len(type(self).estimators) > 1 else None
 
     # -- plumbing -------------------------------------------------------------------------------------------
     def encode(self, batch: Any) -> Encoded:
@@ -149,9 +198,44 @@ class AlignmentPair:
         """Expected prior attention weights ``E_p[z_t]`` as ``(B, T, S)`` probabilities (0 at padding)."""
         return torch.softmax(self.prior_logits(enc), dim=-1)
 
-    def default_rule(self) -> str:
-        """:attr:`prediction_rule`, or ``"soft"`` for deterministic pairs and ``"marginal"`` otherwise."""
-        return self.prediction_rule or ("soft" if self.latent == "none" else "marginal")
+    # -- the prediction rules ---------------------------------------------------------------------------------
+    def prediction_rules(self) -> tuple[str, ...]:
+        """The combination rules :meth:`predict` accepts, the default first (deterministic pairs: ``("soft",)``;
+        categorical: ``("marginal", "soft", "kmax")``; continuous and structured: ``"marginal"`` and ``"soft"``,
+        :attr:`prediction_rule` first)."""
+        rules = type(self).rules
+        first = self.prediction_rule
+        return rules if first is None or first not in rules else (first, *(r for r in rules if r != first))
+
+    def decoding_rules(self) -> tuple[str, ...]:
+        """The rules step-by-step decoding (:func:`~pyro_attention.inference.decode.translate`) implements for this
+        pair, the default first: ``"soft"`` for every pair; the categorical pairs add ``"marginal"`` and ``"kmax"``
+        (the decoder sums a categorical prior over source positions at each step)."""
+        allowed = type(self).decode_rules
+        return tuple(r for r in self.prediction_rules() if r in allowed)
+
+    def default_rule(self, decoding: bool = False) -> str:
+        """The default combination rule: the first of :meth:`prediction_rules` (``decoding``: of
+        :meth:`decoding_rules`).  The one place a default rule is chosen."""
+        return (self.decoding_rules() if decoding else self.prediction_rules())[0]
+
+    def check_rule(self, rule: str | None, decoding: bool = False) -> str:
+        """``rule`` (``None``: :meth:`default_rule`) if the pair allows it; ``ValueError`` saying why not."""
+        if rule is None:
+            return self.default_rule(decoding)
+        known = DECODE_RULES if decoding else RULES
+        if rule not in known:
+            raise ValueError(f"rule must be one of {known}, got {rule!r}")
+        allowed = self.decoding_rules() if decoding else self.prediction_rules()
+        if rule in allowed:
+            return rule
+        name = type(self).__name__
+        listed = " or ".join(repr(r) for r in allowed)
+        if decoding:
+            raise ValueError(f"rule {rule!r} needs a categorical alignment; {name} allows only {listed}")
+        if self.deterministic:
+            raise ValueError(f"{name} has no latent alignment to marginalise; use rule='soft'")
+        raise ValueError(f"rule={rule!r} needs a categorical alignment; {name} has none (its rules: {listed})")
 
     def guide_probs(self, enc: Encoded) -> Tensor | None:
         """The guide's alignment probabilities (or normalised mean weights) ``(B, T, S)``; ``None`` when the guide
@@ -170,6 +254,85 @@ class AlignmentPair:
         """The context of the soft prediction rule, ``(B, T, D)``: by default ``sum_s E_p[z_{t,s}] x_s``
         (structured pairs: their structured context)."""
         return expected_context(self.attention_prior(enc), enc.values)
+
+    # -- what the pair answers ----------------------------------------------------------------------------------
+    @torch.no_grad()
+    def log_likelihood(self, batch: Any, num_samples: int = 100, proposal: str | None = None) -> LogLikelihood:
+        """``log p(y | x)`` per token and per example; ``exact`` and ``method`` of the result say how it was got.
+
+        Here (every pair without a better way): the model traced with its latent sites enumerated -- exact when
+        all are (deterministic and categorical pairs), otherwise an importance-weighted estimate with
+        ``num_samples`` draws from ``proposal`` (``"guide"`` or ``"prior"``; ``None``:
+        :attr:`likelihood_proposal`), see :func:`pyro_attention.inference.evaluate.traced_log_likelihood`.
+        """
+        from pyro_attention.inference.evaluate import traced_log_likelihood
+
+        return traced_log_likelihood(self, batch, num_samples=num_samples, proposal=proposal)
+
+    def kmax_log_likelihood(self, batch: Any, k: int) -> LogLikelihood:
+        """The K-max ``log p(y | x)`` (Deng et al. 2018): only categorical alignments have one; refused here."""
+        raise ValueError(f"K-max needs a categorical alignment; {type(self).__name__} has latent {self.latent!r}")
+
+    @torch.no_grad()
+    def predict(self, batch: Any, rule: str | None = None, num_samples: int = 100, k: int = 5) -> Tensor:
+        """Predictive probabilities ``(B, T, V)`` under ``rule``, one of :meth:`prediction_rules` (``None``: the
+        default); a rule the pair does not allow is refused (``ValueError``), never replaced.
+
+        ``"soft"`` -- :math:`p(y_t \\mid x, c_t)` with the pair's :meth:`soft_context`; ``"marginal"`` --
+        :math:`\\mathbb{E}_{p(z \\mid x)}[p(y \\mid x, z)]` (exact for categorical and structured pairs, a
+        ``num_samples`` Monte Carlo average for continuous ones); ``"kmax"`` -- the marginal over the ``k`` most
+        probable prior alignments, renormalised over them (categorical pairs).
+        """
+        rule = self.check_rule(rule)
+        if rule == "kmax" and k < 1:
+            raise ValueError(f"rule='kmax' needs k >= 1, got k={k}")
+        return self.predictive(self.network.encode(batch), rule, num_samples=num_samples, k=k)
+
+    def predictive(self, enc: Encoded, rule: str, num_samples: int = 100, k: int = 5) -> Tensor:
+        """:meth:`predict` on an encoding, for a rule already checked; here the soft rule, the network run once on
+        :meth:`soft_context`."""
+        return self.network.output_logits(enc, self.soft_context(enc)).softmax(-1)
+
+    def posterior_probs(self, batch: Any) -> Tensor | None:
+        """The exact posterior ``p(z_t = s | x, y)`` ``(B, T, S)``; ``None`` here (no random alignment, or no exact
+        posterior)."""
+        return None
+
+    @torch.no_grad()
+    def alignment_posterior(self, batch: Any) -> dict[str, Tensor]:
+        """``{"prior": ..., "posterior": ..., "guide": ...}``: prior (:meth:`attention_prior`), exact posterior
+        (:meth:`posterior_probs`) and guide (:meth:`guide_probs`, else read from the guide's ``"align"`` site)
+        alignment probabilities, those the pair has, each ``(B, T, S)`` with zeros at padded sources."""
+        enc = self.network.encode(batch)
+        out = {"prior": self.attention_prior(enc)}
+        posterior = self.posterior_probs(batch)
+        if posterior is not None:
+            out["posterior"] = posterior
+        guide = self.guide_probs(enc)
+        if guide is None:  # a user's pair without guide_probs: read the guide's distribution if it has weights
+            site = poutine.trace(self.guide).get_trace(batch).nodes.get("align")
+            guide = None if site is None else _site_probs(site["fn"])
+        if guide is not None:
+            out["guide"] = guide
+        mask = enc.source_mask.unsqueeze(-2)
+        return {key: value * mask for key, value in out.items()}
+
+    def guide_kl(self, probs: dict[str, Tensor]) -> Tensor | None:
+        """The exact per-token ``KL(q || p(z | x, y))`` ``(B, T)`` from :meth:`alignment_posterior` output, where the
+        guide and the exact posterior are distributions over the same discrete alignment; ``None`` otherwise."""
+        return None
+
+    def map_alignment(self, batch: Any) -> Tensor:
+        """The exact MAP alignment ``argmax_z p(z | x, y)`` ``(B, T)``: categorical pairs; refused here."""
+        raise ValueError(f"{type(self).__name__} has no categorical alignment to decode")
+
+    # -- training hooks -------------------------------------------------------------------------------------------
+    def warmup_guide(self, batch: Any) -> None:
+        """The warm-start guide (pairs with :attr:`has_warmup`); refused here."""
+        raise ValueError(f"{type(self).__name__} has no warmup_guide")
+
+    def set_step(self, step: int) -> None:
+        """Set the training-step counter (KL annealing resumes from it); a no-op for pairs without one."""
 
     def soft_log_likelihood(self, enc: Encoded) -> Tensor:
         """``log p(y_t | x, c_t = E_p[x_z])`` per token ``(B, T)``: soft attention with the prior's weights."""
@@ -232,13 +395,39 @@ class AlignmentPair:
         return self.get_estimator().elbo(self)
 
     def __repr__(self) -> str:
-        est = getattr(self, "estimator", None)
+        est = self.chosen_estimator()
         return f"{type(self).__name__}({'estimator=' + repr(str(est)) if est is not None else ''})"
 
 
 def observed_log_likelihood(logits: Tensor, enc: Encoded) -> Tensor:
     """``log softmax(logits)`` at the observed targets, ``(B, T)``, zero at padded targets."""
     return logits.log_softmax(-1).gather(-1, enc.target.unsqueeze(-1)).squeeze(-1) * enc.target_mask
+
+
+def kmax_mixture(
+    log_prior: Tensor, k: int, log_probs: Callable[[Tensor], Tensor], renormalise: bool = False
+) -> Tensor:
+    """The K-max mixture of Deng et al. (2018), the one implementation (likelihood, prediction and decoding).
+
+    :param log_prior: ``(..., S)`` normalised log prior over source positions (``-inf`` at padding).
+    :param log_probs: ``index (..., K) -> (..., K, V)``: ``log p(. | x, z = index)`` for the ``K`` positions.
+    :param renormalise: weigh the ``K`` alignments by their prior renormalised over them (a distribution), or by
+        the prior itself (``False``: a lower bound on the exact marginal, equal to it when ``K`` covers the source).
+    :returns: ``(..., V)``: ``log sum_{s in top-K} w_s p(. | x, z = s)``.
+    """
+    top, index = log_prior.topk(min(k, log_prior.shape[-1]), dim=-1)
+    if renormalise:
+        top = top.log_softmax(-1)
+    return (top.unsqueeze(-1) + log_probs(index)).logsumexp(-2)
+
+
+def _site_probs(fn: Any) -> Tensor | None:
+    """Probabilities over source positions of a guide's ``"align"`` distribution, where it has them."""
+    if isinstance(fn, dist.Categorical):
+        return fn.probs
+    if isinstance(fn, dist.Dirichlet):
+        return fn.mean
+    return None
 
 
 def check_estimator(pair: str, estimator: str) -> str:

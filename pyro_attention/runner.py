@@ -216,7 +216,7 @@ def evaluate_row(config: TranslationConfig, folder: Path, label: str, bleu: bool
     val = evaluate(best, "val", kmax=0, bleu=False, device=config.device)
     test = evaluate(best, "test", kmax=5, bleu=False, device=config.device)
     ckpt = load_checkpoint(best, device=config.device)
-    categorical = ckpt.pair.latent == "categorical"
+    kmax_decoding = "kmax" in ckpt.pair.decoding_rules()
     row: dict[str, Any] = {
         "label": label, "pair": config.model, "estimator": config.estimator, "output": config.output,
         "attention_type": config.attention_type, "options": config.options,
@@ -231,7 +231,7 @@ def evaluate_row(config: TranslationConfig, folder: Path, label: str, bleu: bool
     }
     if bleu:
         data = load_split(config, "test", size=config.test_size, references=True)
-        rule = "marginal" if categorical else "soft"
+        rule = ckpt.pair.default_rule(decoding=True)
         row["decode_rule"] = rule
         started = time.perf_counter()
         hyps = _decode(ckpt, data.source, 5, rule, 5, 0.0, None, False)
@@ -241,7 +241,7 @@ def evaluate_row(config: TranslationConfig, folder: Path, label: str, bleu: bool
         row["bleu"], row["bleu_signature"] = scored.score, scored.signature
         refs = [" ".join(t) for t in data.target]
         row["bleu_tok_none"] = sacrebleu.corpus_bleu([" ".join(h) for h in hyps], [refs], tokenize="none").score
-        if categorical:
+        if kmax_decoding:
             kmax = _decode(ckpt, data.source, 5, "kmax", 5, 0.0, None, False)
             text = [metrics.detokenize(h, config.tgt) for h in kmax]
             row["bleu_kmax5"] = metrics.bleu(text, data.references, lowercase=config.lowercased).score

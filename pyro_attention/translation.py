@@ -295,8 +295,8 @@ class TranslationConfig:
             raise ValueError(f"clip_norm must be > 0 and finite, got {self.clip_norm}")
         if not 0.0 < self.lr_decay <= 1.0:
             raise ValueError(f"lr_decay must be in (0, 1], got {self.lr_decay}")
-        if self.warmup_steps and not hasattr(ALL_PAIRS[self.model], "warmup_guide"):
-            with_warmup = [k for k, v in ALL_PAIRS.items() if hasattr(v, "warmup_guide")]
+        if self.warmup_steps and not ALL_PAIRS[self.model].has_warmup:
+            with_warmup = [k for k, v in ALL_PAIRS.items() if v.has_warmup]
             raise ValueError(
                 f"warmup_steps: model {self.model!r} has no warm-up guide; only {', '.join(with_warmup)} has one"
             )
@@ -1246,8 +1246,7 @@ def _train(
         bad, lr, history, optim_state = saved["bad_epochs"], saved["lr"], saved["history"], saved["optim"]
         position = saved.get("position", 0)
         epoch_loss, epoch_tokens = saved.get("epoch_loss", 0.0), saved.get("epoch_tokens", 0)
-        if hasattr(pair, "set_step"):  # KL annealing continues where it stopped
-            pair.set_step(step)
+        pair.set_step(step)  # KL annealing continues where it stopped (a no-op for the other pairs)
     broadcast_parameters()
     if saved is not None and saved["config"].get("lr") != config.lr:
         lr = config.lr  # a new --lr replaces the saved (possibly decayed) one
@@ -1447,12 +1446,9 @@ def _move(ckpt: Checkpoint, device: str) -> None:
 def _default_rule(pair: AlignmentPair, rule: str | None) -> str:
     from pyro_attention.inference.decode import DECODE_RULES
 
-    if rule is None:
-        return "marginal" if pair.latent == "categorical" else "soft"
-    _choice("rule", rule, DECODE_RULES)
-    if rule != "soft" and pair.latent != "categorical":
-        raise ValueError(f"rule {rule!r} needs a categorical alignment; {type(pair).__name__} allows only 'soft'")
-    return rule
+    if rule is not None:
+        _choice("rule", rule, DECODE_RULES)
+    return pair.check_rule(rule, decoding=True)  # None: the pair's default decoding rule
 
 
 def _decode(
@@ -1553,6 +1549,7 @@ def evaluate(
     ckpt.network.eval()
     samples = num_samples or config.num_samples
     total, tokens, exact, method = 0.0, 0, True, ""
+    kmax_bound = kmax if "kmax" in pair.prediction_rules() else 0  # only categorical alignments have a K-max bound
     kmax_total = 0.0
     kmax_exact = True
     entropy_total = 0.0
@@ -1563,7 +1560,7 @@ def evaluate(
         total += float(ll.per_example.sum())
         tokens += int(ll.num_tokens.sum())
         exact, method = exact and ll.exact, ll.method
-        if kmax and pair.latent == "categorical":
+        if kmax_bound:
             km = kmax_log_likelihood(pair, batch, kmax)
             kmax_total += float(km.per_example.sum())
             kmax_exact = kmax_exact and km.exact
@@ -1582,11 +1579,11 @@ def evaluate(
         "ppl": metrics.perplexity(total, tokens),
         "ppl_exact": exact,
         "ppl_method": method,
-        "kmax": kmax if kmax and pair.latent == "categorical" else None,
-        "kmax_ppl": metrics.perplexity(kmax_total, tokens) if kmax and pair.latent == "categorical" else None,
+        "kmax": kmax_bound or None,
+        "kmax_ppl": metrics.perplexity(kmax_total, tokens) if kmax_bound else None,
         "kmax_method": (
             f"K-max, K={kmax}, " + ("covers every source position: exact" if kmax_exact else "a lower bound on log p")
-            if kmax and pair.latent == "categorical"
+            if kmax_bound
             else None
         ),
         "prior_entropy": entropy_total / tokens,

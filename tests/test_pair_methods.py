@@ -1,0 +1,160 @@
+"""Every pair answers the questions of "What a pair answers" (pyro_attention/pair.py) as methods, inference code
+asks them instead of switching on the pair's kind, and the public wrappers give the numbers they gave before."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pyro
+import pytest
+import torch
+from pair_snapshot import BEFORE, differences, snapshot
+from toy_network import ToyNetwork, make_toy_batch
+
+from pyro_attention.inference.evaluate import LogLikelihood
+from pyro_attention.pair import DECODE_RULES, RULES, AlignmentPair
+from pyro_attention.registry import ALL_PAIRS, make_pair
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("name", list(ALL_PAIRS))
+def test_every_pair_answers_every_method(float64, name):
+    torch.manual_seed(0)
+    pair = make_pair(name, ToyNetwork())
+    batch = make_toy_batch(B=2, S=3, T=2, seed=1)
+    B, T, S, V = 2, 2, 3, 4
+    cls = type(pair).__name__
+    assert isinstance(pair, AlignmentPair)
+    assert isinstance(pair.latent, str) and isinstance(pair.deterministic, bool)
+    assert pair.continuous in (None, "weights", "context")
+
+    ll = pair.log_likelihood(batch, num_samples=3)
+    assert isinstance(ll, LogLikelihood) and ll.per_token.shape == (B, T) and isinstance(ll.exact, bool) and ll.method
+    assert ll.exact == (pair.continuous is None)  # exact unless the alignment is continuous (then an estimate)
+
+    rules = pair.prediction_rules()
+    assert rules and set(rules) <= set(RULES) and pair.default_rule() == rules[0]
+    decoding = pair.decoding_rules()
+    assert decoding and set(decoding) <= set(DECODE_RULES) & set(rules) and pair.default_rule(True) == decoding[0]
+    assert "soft" in decoding
+    for rule in RULES:
+        if rule in rules:
+            probs = pair.predict(batch, rule, num_samples=3, k=2)
+            assert probs.shape == (B, T, V) and torch.allclose(probs.sum(-1), torch.ones(B, T))
+        else:
+            with pytest.raises(ValueError, match=cls):
+                pair.predict(batch, rule)
+    with pytest.raises(ValueError, match="rule must be one of"):
+        pair.predict(batch, "mean")
+
+    if "kmax" in rules:
+        km = pair.kmax_log_likelihood(batch, S)
+        assert km.exact and torch.allclose(km.per_token, ll.per_token)
+    else:
+        with pytest.raises(ValueError, match=f"K-max needs a categorical alignment; {cls}"):
+            pair.kmax_log_likelihood(batch, 2)
+
+    probs = pair.alignment_posterior(batch)
+    assert set(probs) <= {"prior", "posterior", "guide"} and "prior" in probs
+    assert all(p.shape == (B, T, S) for p in probs.values())
+    posterior = pair.posterior_probs(batch)
+    assert (posterior is None) == ("posterior" not in probs)
+    assert posterior is None or torch.allclose(posterior.sum(-1), torch.ones(B, T))
+    kl = pair.guide_kl(probs)
+    assert kl is None or (kl.shape == (B, T) and (kl > -1e-9).all())
+
+    if pair.latent == "categorical":
+        assert pair.map_alignment(batch).shape == (B, T)
+    else:
+        with pytest.raises(ValueError, match=f"{cls} has no categorical alignment to decode"):
+            pair.map_alignment(batch)
+
+    if pair.has_warmup:
+        pair.warmup_guide(batch)
+    else:
+        with pytest.raises(ValueError, match=f"{cls} has no warmup_guide"):
+            pair.warmup_guide(batch)
+    pair.set_step(3)  # a no-op, or the KL annealing counter
+    if hasattr(pair, "kl_schedule"):
+        assert pair.step == 3
+
+
+def test_the_families_answer_as_documented():
+    """The rules and capabilities per family (the table of docs/architecture.md)."""
+    net = ToyNetwork()
+    table = {
+        name: (make_pair(name, net).prediction_rules(), make_pair(name, net).decoding_rules()) for name in ALL_PAIRS
+    }
+    for name in ("soft", "segmentation", "syntactic"):
+        assert table[name] == (("soft",), ("soft",)), name
+    for name in ("marginal", "hard", "variational", "rws"):
+        assert table[name] == (("marginal", "soft", "kmax"), ("marginal", "soft", "kmax")), name
+    for name in ("relaxed", "gumbel", "segmentation-marginal"):
+        assert table[name] == (("marginal", "soft"), ("soft",)), name
+    for name in ("gaussian", "bayesian"):  # their prediction_rule: the mean context / mean weights
+        assert table[name] == (("soft", "marginal"), ("soft",)), name
+    assert [n for n, c in ALL_PAIRS.items() if c.has_warmup] == ["relaxed"]
+
+
+#: ``.latent`` compared with something, and probes for optional behaviour
+_SWITCH = re.compile(
+    r"\.latent\s*(==|!=|\bin\b|\bnot in\b)|\blatent\s*(==|!=)|_latent\([^)]*\)\s*(==|!=)"
+    r"|hasattr\(\s*(pair|self\.pair|ckpt\.pair|ALL_PAIRS)"
+)
+_PROBE = re.compile(r"getattr\(\s*pair\s*,\s*\"(warmup_guide|set_step|categorical|posterior_probs|log_likelihood|"
+                    r"predict|estimator)\"")
+
+
+def test_inference_code_asks_the_pair_instead_of_switching_on_its_kind():
+    files = sorted((ROOT / "inference").glob("*.py")) + [
+        ROOT / "pyro_attention" / f
+        for f in ("translation.py", "runner.py", "experiment.py", "inspect.py", "cli.py", "align.py")
+    ]
+    found = []
+    for path in files:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if _SWITCH.search(line) or _PROBE.search(line):
+                found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not found, "\n".join(found)
+
+
+#: what changed on purpose: a rule a pair does not have is refused instead of silently answered with another
+#: rule (the structured pairs' own ``predict`` used to ignore ``rule``), and SegmentationMarginal's "soft" rule
+#: is now the soft rule (it returned the marginal)
+REFUSED_NOW = {
+    "toy/segmentation/predict_marginal",
+    "toy/segmentation/predict_kmax",
+    "toy/syntactic/predict_marginal",
+    "toy/syntactic/predict_kmax",
+    "toy/segmentation-marginal/predict_kmax",
+}
+SOFT_NOW = {"toy/segmentation-marginal/predict_soft"}
+
+
+def test_public_wrappers_give_the_values_they_gave_before():
+    """``log_likelihood``, ``alignment_posterior``, ``predict``, ``map_alignment``, ``kmax_log_likelihood``,
+    ``diagnostics``, ``to_inference_data`` and decoding, for every registry pair on the toy networks, against the
+    values computed before the pairs got their methods (tests/data/pair_methods_before.pt)."""
+    before = torch.load(BEFORE, weights_only=False)
+    after = snapshot()
+    changed = {}
+    for diff in differences(before, after):
+        key = "/".join(diff.split(":")[0].strip("/").split("/")[:3])
+        changed.setdefault(key, []).append(diff)
+    assert set(changed) == REFUSED_NOW | SOFT_NOW, "\n".join(d for ds in changed.values() for d in ds)
+    for key in REFUSED_NOW:
+        group, name, what = key.split("/")
+        assert after[f"{group}/{name}"][what][:2] == ("error", "ValueError")
+    pyro.clear_param_store()
+    torch.set_default_dtype(torch.float64)
+    try:
+        torch.manual_seed(0)
+        pair = make_pair("segmentation-marginal", ToyNetwork())
+        enc = pair.network.encode(make_toy_batch(B=2, S=3, T=2, seed=1))
+        with torch.no_grad():
+            soft = pair.network.output_logits(enc, pair.soft_context(enc)).softmax(-1)
+        assert torch.allclose(after["toy/segmentation-marginal"]["predict_soft"], soft, atol=1e-12)
+    finally:
+        torch.set_default_dtype(torch.float32)
