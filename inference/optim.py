@@ -115,3 +115,11 @@ class FusedClippedAdam(PyroOptim):
         state = self._state_waiting_to_be_consumed.pop(param_name, None)
         if state is not None:
             _load_state_dict(optimizer, state)
+
+
+def set_lr(optim: PyroOptim, lr: float) -> None:
+    """Set the learning rate of a Pyro optimiser: of the optimisers it holds and of those it creates later."""
+    optim.pt_optim_args["lr"] = lr
+    for opt in optim.optim_objs.values():
+        for group in opt.param_groups:
+            group["lr"] = lr

@@ -1,8 +1,10 @@
 """``fit``: stochastic variational inference for any pair, with Pyro's own ELBO and optimiser.
 
-Each step is ``SVI(pair.model, guide, FusedClippedAdam, pair.elbo()).step(batch)`` (Pyro's ``ClippedAdam`` update
-in one fused pass; as
-:class:`~pyro_attention.inference.distributed.DataParallelSVI` takes it in one process); ``guide`` is
+``fit`` is a use of the one training loop, :class:`~pyro_attention.inference.loop.Trainer` (its step an
+:class:`~pyro_attention.inference.loop.SVIStep`; recording, validation, the progress bar and the CSV log are
+callbacks).  Each step is ``SVI(pair.model, guide, FusedClippedAdam, pair.elbo()).step(batch)`` (Pyro's
+``ClippedAdam`` update in one fused pass; as :class:`~pyro_attention.inference.distributed.DataParallelSVI`
+takes it in one process); ``guide`` is
 ``pair.warmup_guide`` for the first ``warmup_steps`` steps when the pair has one (the Dirichlet pair's warm
 start on ``E_p[log p(y | x, z)]``), and ``pair.guide`` after.  ``fit`` owns Pyro's global parameter store: it
 clears it and registers the pair's network afresh, so training several pairs one after the other is safe.
@@ -10,22 +12,18 @@ clears it and registers the pair's network afresh, so training several pairs one
 
 from __future__ import annotations
 
-import csv
-import math
 import os
-import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyro
 import torch
-from tqdm.auto import tqdm
 
 from pyro_attention.inference.distributed import DataParallelSVI
 from pyro_attention.inference.evaluate import log_likelihood
+from pyro_attention.inference.loop import Callback, CsvLogger, ProgressBar, SVIStep, Trainer
 from pyro_attention.inference.optim import FusedClippedAdam, check_lr
-from pyro_attention.outputs import writing
 from pyro_attention.pair import AlignmentPair
 
 
@@ -46,8 +44,13 @@ def _batches(data: Any, batch_size: int, generator: torch.Generator) -> Iterator
 
 
 def _num_tokens(pair: AlignmentPair, batch: Any) -> int:
-    with torch.no_grad():
-        return int(pair.network.encode(batch).target_mask.sum())
+    """The batch's target tokens, from its ``target_mask`` (every batch of the package has one); a batch type
+    without one is encoded (under ``no_grad``) to read the network's mask."""
+    mask = getattr(batch, "target_mask", None)
+    if mask is None:
+        with torch.no_grad():
+            mask = pair.network.encode(batch).target_mask
+    return int(mask.sum())
 
 
 def evaluate_nll(pair: AlignmentPair, data: Any, batch_size: int = 256, num_samples: int = 20) -> float:
@@ -62,14 +65,6 @@ def evaluate_nll(pair: AlignmentPair, data: Any, batch_size: int = 256, num_samp
 
 
 CSV_FIELDS = ("kind", "epoch", "step", "loss", "tokens", "val_nll", "seconds")
-
-
-def _write(log: tuple[csv.DictWriter, Any] | None, **values: Any) -> None:
-    """One CSV row, flushed (so a crashed run keeps every row it wrote)."""
-    if log is not None:
-        with writing(log[1].name):  # a full disk: "cannot write PATH: No space left on device (errno 28)"
-            log[0].writerow({k: f"{v:.9g}" if isinstance(v, float) else v for k, v in values.items()})
-            log[1].flush()
 
 
 def fit(
@@ -113,50 +108,58 @@ def fit(
     generator = torch.Generator().manual_seed(seed)
     optim = FusedClippedAdam({"lr": lr, "clip_norm": clip_norm})
     elbo = pair.elbo()
-    svi = DataParallelSVI(pair.model, pair.guide, optim, elbo, distributed=False)
-    warm = DataParallelSVI(pair.model, pair.warmup_guide, optim, elbo, distributed=False) if warmup_steps else None
+    step = SVIStep(
+        DataParallelSVI(pair.model, pair.guide, optim, elbo, distributed=False),
+        tokens=lambda batch: _num_tokens(pair, batch),
+        diverged=lambda loss, trainer: (f"fit: training diverged: non-finite loss {loss} at step {trainer.step} "
+                                        f"(epoch {trainer.epoch + 1}); lower lr (it is {lr:g})"),
+        warmup=DataParallelSVI(pair.model, pair.warmup_guide, optim, elbo, distributed=False) if warmup_steps else None,
+        warmup_steps=warmup_steps,
+    )
     result = FitResult()
-    start = time.perf_counter()
-    bar = tqdm(total=None, disable=None if progress else True, desc=type(pair).__name__, unit="step", leave=False)
-    seen = 0
-    with writing(log_csv or ""):
-        log_file = None if log_csv is None else open(log_csv, "w", newline="", encoding="utf-8")  # closed below
-    log = None if log_file is None else (csv.DictWriter(log_file, CSV_FIELDS), log_file)
-    if log is not None:
-        log[0].writeheader()
-    try:
-        for epoch in range(num_epochs):
-            for batch in _batches(train, batch_size, generator):
-                tokens = _num_tokens(pair, batch)
-                step = warm if (warm is not None and result.steps < warmup_steps) else svi
-                loss = step.step(batch) / max(tokens, 1)
-                if not math.isfinite(loss):
-                    raise FloatingPointError(
-                        f"fit: training diverged: non-finite loss {loss} at step {result.steps} (epoch {epoch + 1}); "
-                        f"lower lr (it is {lr:g})"
-                    )
-                result.losses.append(loss)
-                result.steps += 1
-                seen += tokens
-                bar.update(1)
-                elapsed = time.perf_counter() - start
-                bar.set_postfix(epoch=f"{epoch + 1}/{num_epochs}", loss=f"{loss:.3f}", tok_s=f"{seen / elapsed:.0f}")
-                _write(log, kind="step", epoch=epoch, step=result.steps, loss=loss, tokens=tokens,
-                       seconds=time.perf_counter() - start)
-            if result.steps == 0:
-                bar.close()
-                raise ValueError(
-                    f"fit: the training data ({type(train).__name__}) holds no batches; nothing to train on"
-                )
-            if val is not None:
-                result.val_nll.append(evaluate_nll(pair, val, num_samples=num_samples))
-                _write(log, kind="val", epoch=epoch, step=result.steps, val_nll=result.val_nll[-1],
-                       seconds=time.perf_counter() - start)
-                if progress:
-                    bar.write(f"{type(pair).__name__} epoch {epoch}: validation NLL/token {result.val_nll[-1]:.4f}")
-    finally:
-        if log_file is not None:
-            log_file.close()
-    bar.close()
-    result.seconds = time.perf_counter() - start
+    bar = ProgressBar(type(pair).__name__, disable=None if progress else True, leave=False)
+    callbacks: list[Callback] = [_Record(result, train), bar]
+    if val is not None:
+        callbacks.append(_Validate(pair, val, num_samples, result, bar if progress else None))
+    if log_csv is not None:
+        callbacks.append(CsvLogger(
+            log_csv, CSV_FIELDS,
+            step_row=lambda t: dict(kind="step", epoch=t.epoch, step=t.step, loss=t.loss, tokens=t.tokens,
+                                    seconds=t.elapsed),
+            epoch_row=lambda t: None if val is None else dict(kind="val", epoch=t.epoch - 1, step=t.step,
+                                                              val_nll=result.val_nll[-1], seconds=t.elapsed),
+        ))
+    trainer = Trainer(step, lambda _: _batches(train, batch_size, generator), num_epochs, callbacks).fit()
+    result.seconds = trainer.elapsed
     return result
+
+
+class _Record(Callback):
+    """``fit``'s record: every step's loss and the step count; an epoch without a step is refused."""
+
+    def __init__(self, result: FitResult, train: Any) -> None:
+        self.result, self.train = result, train
+
+    def on_step_end(self, trainer: Trainer) -> None:
+        self.result.losses.append(trainer.loss)
+        self.result.steps = trainer.step
+
+    def on_epoch_end(self, trainer: Trainer) -> None:
+        if trainer.step == 0:
+            raise ValueError(
+                f"fit: the training data ({type(self.train).__name__}) holds no batches; nothing to train on"
+            )
+
+
+class _Validate(Callback):
+    """``fit``'s validation after every epoch: the mean NLL per token, printed above the bar when there is one."""
+
+    def __init__(self, pair: AlignmentPair, val: Any, num_samples: int, result: FitResult,
+                 bar: ProgressBar | None) -> None:
+        self.pair, self.val, self.num_samples, self.result, self.bar = pair, val, num_samples, result, bar
+
+    def on_epoch_end(self, trainer: Trainer) -> None:
+        self.result.val_nll.append(evaluate_nll(self.pair, self.val, num_samples=self.num_samples))
+        if self.bar is not None:
+            self.bar.write(f"{type(self.pair).__name__} epoch {trainer.epoch - 1}: validation NLL/token "
+                           f"{self.result.val_nll[-1]:.4f}")

@@ -40,10 +40,7 @@ import math
 import os
 import platform
 import re
-import signal
 import tempfile
-import threading
-import time
 import typing
 import zipfile
 from collections.abc import Callable, Iterable, Sequence
@@ -79,6 +76,16 @@ from pyro_attention.inference.distributed import (
     gather_objects,
     init_from_env,
     shard,
+)
+from pyro_attention.inference.loop import (
+    Callback,
+    CsvLogger,
+    EarlyStopping,
+    PlateauDecay,
+    ProgressBar,
+    SVIStep,
+    Trainer,
+    stop_requests,
 )
 from pyro_attention.inference.optim import FusedClippedAdam, check_lr
 from pyro_attention.networks import Seq2Seq
@@ -1041,13 +1048,6 @@ def _epoch_generator(seed: int, epoch: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed * 1_000_003 + epoch)
 
 
-def _set_lr(optim: FusedClippedAdam, lr: float) -> None:
-    optim.pt_optim_args["lr"] = lr
-    for opt in optim.optim_objs.values():
-        for group in opt.param_groups:
-            group["lr"] = lr
-
-
 def _write_csv(path: Path, history: dict[str, Any]) -> None:
     """Rewrite the CSV from ``history`` (step rows and epoch rows, in the order they happened).
 
@@ -1099,30 +1099,6 @@ class TrainingInterrupted(KeyboardInterrupt):
         where = f"in epoch {epoch + 1}, {position} batches in" if position else f"after epoch {epoch}"
         super().__init__(f"{signal_name}: stopped after step {step} ({where}); {checkpoint} written")
         self.checkpoint, self.signal_name, self.epoch, self.step = checkpoint, signal_name, epoch, step
-
-
-@contextlib.contextmanager
-def _stop_requests(enabled: bool):  # noqa: ANN202 - a context manager
-    """While active, SIGINT and SIGTERM set ``flag["signal"]`` instead of raising; a second one raises
-    ``KeyboardInterrupt`` at once (the last checkpoint written stays intact: saves are atomic)."""
-    flag: dict[str, str | None] = {"signal": None}
-    if not enabled or threading.current_thread() is not threading.main_thread():
-        yield flag
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        if flag["signal"] is not None:
-            raise KeyboardInterrupt(f"second {signal.Signals(signum).name}: abandoned without saving the step")
-        flag["signal"] = signal.Signals(signum).name
-
-    # a signal the process ignores stays ignored (a shell starts background jobs with SIGINT ignored)
-    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)
-           if signal.getsignal(sig) is not signal.SIG_IGN}
-    try:
-        yield flag
-    finally:
-        for sig, previous in old.items():
-            signal.signal(sig, previous)
 
 
 def train(
@@ -1197,24 +1173,85 @@ def _train(
     overwrite: bool,
     log: Log | None,
 ) -> TrainResult:
+    """The run: prepared by :func:`_prepare`, trained by the one loop (:class:`~pyro_attention.inference.loop.
+    Trainer`) with translation's callbacks."""
+    run, start = _prepare(config, resume=resume, overwrite=overwrite, log=log)
+    plateau = PlateauDecay(run.optim, start["lr"], config.lr_decay, lambda _: run.val.ppl, best=start["best"],
+                           best_epoch=start["best_epoch"], bad=start["bad"])
+    early = EarlyStopping(plateau, config.patience, run.log)
+    stopped = early.reached()
+    remaining = 0 if stopped else max(max(config.epochs - start["epoch"], 0) * len(run.train_batches)
+                                      - start["position"], 0)
+    if remaining == 0 and not stopped:
+        run.log(f"nothing to do: {start['epoch']} of {config.epochs} epochs done (raise --epochs to train further)")
+    checkpoints = _Checkpointing(run, plateau)
+    callbacks = [_Validate(run), plateau, _History(run, plateau), checkpoints]
+    if run.rank == 0:
+        callbacks.append(CsvLogger(run.csv_path, CSV_FIELDS, append=True,
+                                   step_row=lambda _: _last_row("step", run.history["steps"]),
+                                   epoch_row=lambda _: _last_row("epoch", run.history["epochs"])))
+        callbacks.append(_TensorBoard(run))
+    callbacks += [
+        ProgressBar(type(run.pair).__name__, total=remaining, disable=_no_bar(progress and run.rank == 0),
+                    dynamic_ncols=True),
+        _EpochLog(run, plateau), early, _StopOnSignal(run, checkpoints),
+    ]
+    trainer = Trainer(_svi_step(run, plateau), run.epoch_batches, config.epochs, callbacks, epoch=start["epoch"],
+                      global_step=start["step"], position=start["position"], epoch_loss=start["epoch_loss"],
+                      epoch_tokens=start["epoch_tokens"]).fit()
+    run.log(f"best validation PPL {plateau.best:.4f} at epoch {plateau.best_epoch + 1}; checkpoints in {run.out}")
+    return TrainResult(run.pair, run.network, run.src_vocab, run.tgt_vocab, run.out, trainer.epoch, trainer.step,
+                       plateau.best, plateau.best_epoch, plateau.lr, run.history, early.stopped)
+
+
+@dataclass
+class _Run:
+    """A translation run being trained: what :func:`_train`'s callbacks share."""
+
+    config: TranslationConfig
+    rank: int
+    world_size: int
+    log: Log
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    network: Seq2Seq
+    pair: AlignmentPair
+    optim: FusedClippedAdam
+    train_batches: list[TranslationBatch]
+    val_batches: list[TranslationBatch]
+    history: dict[str, Any]
+    val: Validation | None = None  # of the epoch just finished
+
+    @property
+    def out(self) -> Path:
+        return self.config.out_dir
+
+    @property
+    def last_path(self) -> Path:
+        return self.out / "last.pt"
+
+    @property
+    def csv_path(self) -> Path:
+        return self.out / "history.csv"
+
+    def epoch_batches(self, epoch: int) -> list[TranslationBatch]:
+        """The batches of ``epoch`` in its order (drawn from ``(seed, epoch)``), the network in training mode."""
+        self.network.train()
+        order = torch.randperm(len(self.train_batches), generator=_epoch_generator(self.config.seed, epoch)).tolist()
+        return [self.train_batches[i] for i in order]
+
+
+def _prepare(
+    config: TranslationConfig, *, resume: bool, overwrite: bool, log: Log | None
+) -> tuple[_Run, dict[str, Any]]:
+    """Data, vocabularies, the pair and its optimiser, restored from ``last.pt`` when resuming; the output folder
+    made and ``history.csv`` (re)written.  Returns the run and the counters to start from."""
     rank, world_size = init_from_env()
     device = resolve_device(config.device, int(os.environ.get("LOCAL_RANK", rank)) if world_size > 1 else None)
     log = (log or (lambda _: None)) if rank == 0 else (lambda _: None)  # only process 0 logs and writes
     if config.threads:
         torch.set_num_threads(config.threads)
-    out = config.out_dir
-    last_path, best_path, csv_path = out / "last.pt", out / "best.pt", out / "history.csv"
-    saved = None
-    if resume:
-        if not last_path.is_file():
-            raise FileNotFoundError(f"cannot resume: {last_path} does not exist (train without --resume first)")
-        saved = _read_checkpoint(last_path)
-    elif last_path.exists() and not overwrite:
-        raise FileExistsError(
-            f"{out} already holds a checkpoint ({last_path}); pass --resume to continue it, --overwrite to start "
-            f"afresh, or choose another --out"
-        )
-
+    saved = _saved_state(config, resume=resume, overwrite=overwrite)
     corpora = load_corpora(config, log)
     src_vocab, tgt_vocab = build_vocabs(config, corpora.train)
     if saved is not None:
@@ -1228,62 +1265,169 @@ def _train(
         f"max_vocab {config.max_vocab})")
     train_batches = [b.to(device) for b in make_batches(corpora.train, src_vocab, tgt_vocab, config.batch_size)]
     val_batches = [b.to(device) for b in make_batches(corpora.val, src_vocab, tgt_vocab, max(config.batch_size, 64))]
-
     pyro.clear_param_store()
     pyro.set_rng_seed(config.seed)
     network, pair = build_pair(config, src_vocab, tgt_vocab)
     for name, module in pair.modules().items():  # every parameter in the store before the first step
         module.to(device)
         pyro.module(name, module)
-    epoch, step, best, best_epoch, bad, lr = 0, 0, math.inf, -1, 0, config.lr
-    position, epoch_loss, epoch_tokens = 0, 0.0, 0  # batches done in the current epoch (mid-epoch checkpoints)
-    history = _empty_history()
-    optim_state: dict[str, Any] | None = None
+    start = dict(epoch=0, step=0, best=math.inf, best_epoch=-1, bad=0, lr=config.lr, position=0, epoch_loss=0.0,
+                 epoch_tokens=0)
     if saved is not None:
         _load_weights(pair, saved)
         _check_param_store(saved)
-        epoch, step, best, best_epoch = saved["epoch"], saved["step"], saved["best_metric"], saved["best_epoch"]
-        bad, lr, history, optim_state = saved["bad_epochs"], saved["lr"], saved["history"], saved["optim"]
-        position = saved.get("position", 0)
-        epoch_loss, epoch_tokens = saved.get("epoch_loss", 0.0), saved.get("epoch_tokens", 0)
-        pair.set_step(step)  # KL annealing continues where it stopped (a no-op for the other pairs)
+        start.update(epoch=saved["epoch"], step=saved["step"], best=saved["best_metric"],
+                     best_epoch=saved["best_epoch"], bad=saved["bad_epochs"], lr=saved["lr"],
+                     position=saved.get("position", 0), epoch_loss=saved.get("epoch_loss", 0.0),
+                     epoch_tokens=saved.get("epoch_tokens", 0))
+        pair.set_step(start["step"])  # KL annealing continues where it stopped (a no-op for the other pairs)
     broadcast_parameters()
     if saved is not None and saved["config"].get("lr") != config.lr:
-        lr = config.lr  # a new --lr replaces the saved (possibly decayed) one
+        start["lr"] = config.lr  # a new --lr replaces the saved (possibly decayed) one
+    optim = _optimiser(config, start["lr"], saved)
+    run = _Run(config, rank, world_size, log, src_vocab, tgt_vocab, network, pair, optim, train_batches, val_batches,
+               saved["history"] if saved is not None else _empty_history())
+    if saved is not None:
+        _restore_rng(run, saved, start)
+    _make_out(run)
+    return run, start
+
+
+def _saved_state(config: TranslationConfig, *, resume: bool, overwrite: bool) -> dict[str, Any] | None:
+    """``last.pt`` of the output folder when resuming; a fresh run into a folder that holds one is refused
+    (unless ``overwrite``)."""
+    last_path = config.out_dir / "last.pt"
+    if resume:
+        if not last_path.is_file():
+            raise FileNotFoundError(f"cannot resume: {last_path} does not exist (train without --resume first)")
+        return _read_checkpoint(last_path)
+    if last_path.exists() and not overwrite:
+        raise FileExistsError(
+            f"{config.out_dir} already holds a checkpoint ({last_path}); pass --resume to continue it, --overwrite to "
+            f"start afresh, or choose another --out"
+        )
+    return None
+
+
+def _optimiser(config: TranslationConfig, lr: float, saved: dict[str, Any] | None) -> FusedClippedAdam:
+    """The optimiser at ``lr``, its state restored from ``saved`` with this run's ``lr`` and ``clip_norm``."""
     optim = FusedClippedAdam({"lr": lr, "clip_norm": config.clip_norm})
-    if optim_state is not None:
-        optim.set_state(optim_state)
+    if saved is not None:
+        optim.set_state(saved["optim"])
         for state in optim._state_waiting_to_be_consumed.values():  # the optimiser's own copies of the settings
             for group in state["param_groups"]:
                 group["lr"], group["clip_norm"] = lr, config.clip_norm
-    elbo = pair.elbo()
-    svi = DataParallelSVI(pair.model, pair.guide, optim, elbo)
-    warm = DataParallelSVI(pair.model, pair.warmup_guide, optim, elbo) if config.warmup_steps else None
-    if saved is not None:
-        ranks, written_by = saved.get("rng_ranks"), saved.get("world_size", 1)
-        if written_by != world_size:
-            raise ValueError(
-                f"{last_path}: written by {written_by} process(es), resumed by {world_size}: the shards and "
-                "sampling streams cannot continue exactly; resume with the same number of processes"
-            )
-        _set_rng_state(ranks[rank] if world_size > 1 else saved["rng"])
-        log(  # epochs counted from 1, as in the progress bar and the "epoch E/N" lines
-            f"resumed from {last_path}: "
-            + (f"in epoch {epoch + 1}/{config.epochs}, {position} batches in" if position
-               else f"after epoch {epoch}/{config.epochs}")
-            + f" (step {step}), best validation {best:.4g}, lr {lr:.3g}"
-        )
-    if rank == 0:
-        with writing(out):
-            out.mkdir(parents=True, exist_ok=True)
-        for stale in out.glob(".*.pt.*.tmp"):  # a save that a crash interrupted (the checkpoint itself is intact)
-            with contextlib.suppress(OSError):
-                stale.unlink(missing_ok=True)
-        _write_csv(csv_path, history)
-    with writing(out / "tensorboard"):
-        board = _tensorboard(config, out) if rank == 0 else None
+    return optim
 
-    def checkpoint(val: Validation | None) -> dict[str, Any]:
+
+def _restore_rng(run: _Run, saved: dict[str, Any], start: dict[str, Any]) -> None:
+    """This process's random states of the checkpoint (written by as many processes as resume it), and say so."""
+    ranks, written_by = saved.get("rng_ranks"), saved.get("world_size", 1)
+    if written_by != run.world_size:
+        raise ValueError(
+            f"{run.last_path}: written by {written_by} process(es), resumed by {run.world_size}: the shards and "
+            "sampling streams cannot continue exactly; resume with the same number of processes"
+        )
+    _set_rng_state(ranks[run.rank] if run.world_size > 1 else saved["rng"])
+    epoch, position, epochs = start["epoch"], start["position"], run.config.epochs
+    run.log(  # epochs counted from 1, as in the progress bar and the "epoch E/N" lines
+        f"resumed from {run.last_path}: "
+        + (f"in epoch {epoch + 1}/{epochs}, {position} batches in" if position else f"after epoch {epoch}/{epochs}")
+        + f" (step {start['step']}), best validation {start['best']:.4g}, lr {start['lr']:.3g}"
+    )
+
+
+def _make_out(run: _Run) -> None:
+    """Process 0: the output folder, without the temporary files of an interrupted save, and ``history.csv``
+    rewritten from the history (a resumed run drops the rows of an interrupted epoch)."""
+    if run.rank != 0:
+        return
+    with writing(run.out):
+        run.out.mkdir(parents=True, exist_ok=True)
+    for stale in run.out.glob(".*.pt.*.tmp"):  # a save that a crash interrupted (the checkpoint itself is intact)
+        with contextlib.suppress(OSError):
+            stale.unlink(missing_ok=True)
+    _write_csv(run.csv_path, run.history)
+
+
+def _svi_step(run: _Run, plateau: PlateauDecay) -> SVIStep:
+    """One SVI step on this process's shard of a batch (the warm-up guide first), per token of the global batch."""
+    config, elbo, pair = run.config, run.pair.elbo(), run.pair
+    return SVIStep(
+        DataParallelSVI(pair.model, pair.guide, run.optim, elbo),
+        tokens=lambda batch: int(batch.target_mask.sum()),  # of the global batch: every process shards the same one
+        diverged=lambda loss, t: (
+            f"training diverged: non-finite loss {loss} at step {t.step + 1} (epoch {t.epoch + 1}) with lr "
+            f"{plateau.lr:g}; lower --lr (or --clip-norm) and start again with --overwrite, or --resume from "
+            f"{run.last_path} with the lower --lr"
+        ),
+        warmup=DataParallelSVI(pair.model, pair.warmup_guide, run.optim, elbo) if config.warmup_steps else None,
+        warmup_steps=config.warmup_steps,
+        shard=lambda batch: shard(batch, run.rank, run.world_size),
+    )
+
+
+def _last_row(kind: str, columns: dict[str, list]) -> dict[str, Any]:
+    """The last entry of a history table as a ``history.csv`` row (``epoch`` counted from 1)."""
+    return _csv_row(kind, **{k: v[-1] for k, v in columns.items()})
+
+
+class _Validate(Callback):
+    """After every epoch: validation perplexity (computed by process 0, shared with the others) as ``run.val``."""
+
+    def __init__(self, run: _Run) -> None:
+        self.run = run
+
+    def on_epoch_end(self, trainer: Trainer) -> None:
+        run = self.run
+        run.val = broadcast_object(validate(run.pair, run.val_batches, run.config.num_samples) if run.rank == 0
+                                   else None)
+
+
+class _History(Callback):
+    """The history a checkpoint keeps (and ``history.csv`` shows): a row per step and per epoch."""
+
+    def __init__(self, run: _Run, plateau: PlateauDecay) -> None:
+        self.run, self.plateau = run, plateau
+
+    def _append(self, table: str, values: tuple) -> None:
+        for key, value in zip(self.run.history[table], values, strict=True):
+            self.run.history[table][key].append(value)
+
+    def on_step_end(self, trainer: Trainer) -> None:
+        self._append("steps", (trainer.epoch, trainer.step, trainer.loss, trainer.tokens, self.plateau.lr,
+                               trainer.elapsed))
+
+    def on_epoch_end(self, trainer: Trainer) -> None:
+        val = self.run.val
+        self._append("epochs", (trainer.epoch - 1, trainer.step, val.nll, val.ppl, val.exact, self.plateau.lr,
+                                trainer.elapsed))
+
+
+class _Checkpointing(Callback):
+    """``last.pt`` every ``checkpoint_every`` steps inside an epoch and after every epoch; ``best.pt`` when the
+    epoch improved.  Every process builds the state (gathering random states is a collective); process 0 writes."""
+
+    def __init__(self, run: _Run, plateau: PlateauDecay) -> None:
+        self.run, self.plateau = run, plateau
+
+    def on_step_end(self, trainer: Trainer) -> None:
+        every = self.run.config.checkpoint_every
+        if every and trainer.step % every == 0 and trainer.mid_epoch:
+            state = self.state(trainer, None)
+            if self.run.rank == 0:
+                save_checkpoint(state, self.run.last_path)
+
+    def on_epoch_end(self, trainer: Trainer) -> None:
+        state = self.state(trainer, self.run.val)
+        if self.run.rank == 0:
+            save_checkpoint(state, self.run.last_path)
+            if self.plateau.improved:
+                save_checkpoint(state, self.run.out / "best.pt")
+
+    def state(self, trainer: Trainer, val: Validation | None) -> dict[str, Any]:
+        """The checkpoint's contents now (``val``: the epoch's validation; ``None`` inside an epoch)."""
+        run, plateau = self.run, self.plateau
         rng_ranks = gather_objects(_rng_state())  # a collective: every process takes part
         return {
             "format": CHECKPOINT_FORMAT,
@@ -1292,141 +1436,108 @@ def _train(
             "torch_version": str(torch.__version__),
             "pyro_version": str(pyro.__version__),
             "python_version": platform.python_version(),
-            "config": config.to_dict(),
-            "src_vocab": src_vocab.to_json(),
-            "tgt_vocab": tgt_vocab.to_json(),
-            "network": _on_cpu(network.state_dict()),
-            "pair_modules": {name: _on_cpu(m.state_dict()) for name, m in pair.owned_modules().items()},
+            "config": run.config.to_dict(),
+            "src_vocab": run.src_vocab.to_json(),
+            "tgt_vocab": run.tgt_vocab.to_json(),
+            "network": _on_cpu(run.network.state_dict()),
+            "pair_modules": {name: _on_cpu(m.state_dict()) for name, m in run.pair.owned_modules().items()},
             "param_store": {name: p.detach().cpu().clone() for name, p in pyro.get_param_store().named_parameters()},
-            "optim": _on_cpu(optim.get_state()),
+            "optim": _on_cpu(run.optim.get_state()),
             "rng": rng_ranks[0],
-            "rng_ranks": rng_ranks if world_size > 1 else None,
-            "world_size": world_size,
-            "epoch": epoch,
-            "step": step,
-            "position": position,
-            "epoch_loss": epoch_loss,
-            "epoch_tokens": epoch_tokens,
+            "rng_ranks": rng_ranks if run.world_size > 1 else None,
+            "world_size": run.world_size,
+            "epoch": trainer.epoch,
+            "step": trainer.step,
+            "position": trainer.position,
+            "epoch_loss": trainer.epoch_loss,
+            "epoch_tokens": trainer.epoch_tokens,
             "metric": "val_ppl",
-            "best_metric": best,
-            "best_epoch": best_epoch,
-            "bad_epochs": bad,
-            "lr": lr,
+            "best_metric": plateau.best,
+            "best_epoch": plateau.best_epoch,
+            "bad_epochs": plateau.bad,
+            "lr": plateau.lr,
             "val": dataclasses.asdict(val) if val is not None else None,
-            "history": history,
+            "history": run.history,
         }
 
-    stopped = bool(config.patience) and bad >= config.patience
-    if stopped:
-        log(f"early stopping already reached ({bad} epochs without improvement, patience {config.patience})")
-    remaining = 0 if stopped else max(max(config.epochs - epoch, 0) * len(train_batches) - position, 0)
-    if remaining == 0 and not stopped:
-        log(f"nothing to do: {epoch} of {config.epochs} epochs done (raise --epochs to train further)")
-    bar = tqdm(
-        total=remaining, disable=_no_bar(progress and rank == 0), unit="step", desc=f"{type(pair).__name__}",
-        dynamic_ncols=True,
-    )
-    with writing(csv_path):
-        csv_file = open(csv_path, "a", newline="", encoding="utf-8") if rank == 0 else None  # closed in the finally
-    rows = csv.DictWriter(csv_file, CSV_FIELDS) if csv_file is not None else None
-    start, seen = time.perf_counter(), 0
-    stop_requests = _stop_requests(world_size == 1)  # several processes: the launcher's signal handling
-    requests = stop_requests.__enter__()
-    try:
-        while not stopped and epoch < config.epochs:
-            network.train()
-            order = torch.randperm(len(train_batches), generator=_epoch_generator(config.seed, epoch)).tolist()
-            for index in order[position:]:
-                batch = train_batches[index]
-                tokens = int(batch.target_mask.sum())  # of the global batch: every process shards the same one
-                runner = warm if warm is not None and step < config.warmup_steps else svi
-                loss = runner.step(shard(batch, rank, world_size)) / tokens
-                if not math.isfinite(loss):
-                    raise FloatingPointError(
-                        f"training diverged: non-finite loss {loss} at step {step + 1} (epoch {epoch + 1}) with lr "
-                        f"{lr:g}; lower --lr (or --clip-norm) and start again with --overwrite, or --resume from "
-                        f"{last_path} with the lower --lr"
-                    )
-                step += 1
-                position += 1
-                seen += tokens
-                epoch_loss += loss * tokens
-                epoch_tokens += tokens
-                elapsed = time.perf_counter() - start
-                values = dict(zip(history["steps"], (epoch, step, loss, tokens, lr, elapsed), strict=True))
-                for key, value in values.items():
-                    history["steps"][key].append(value)
-                if rows is not None:
-                    with writing(csv_path):
-                        rows.writerow(_csv_row("step", **values))
-                        csv_file.flush()
-                if board is not None:
-                    board.add_scalar("train/loss_per_token", loss, step)
-                    board.add_scalar("train/lr", lr, step)
-                    board.add_scalar("train/tokens_per_s", seen / max(elapsed, 1e-9), step)
-                bar.update(1)
-                bar.set_postfix(epoch=f"{epoch + 1}/{config.epochs}", loss=f"{loss:.3f}",  # from 1, as the log
-                                tok_s=f"{seen / max(elapsed, 1e-9):.0f}", refresh=False)
-                if config.checkpoint_every and step % config.checkpoint_every == 0 and position < len(order):
-                    state = checkpoint(None)
-                    if rank == 0:
-                        save_checkpoint(state, last_path)
-                if requests["signal"] is not None and position < len(order):
-                    save_checkpoint(checkpoint(None), last_path)
-                    log(f"{requests['signal']}: stopped after step {step} (batch {position}/{len(order)} of epoch "
-                        f"{epoch + 1}/{config.epochs}); wrote {last_path}")
-                    raise TrainingInterrupted(last_path, requests["signal"], epoch, step, position)
-            val = broadcast_object(validate(pair, val_batches, config.num_samples) if rank == 0 else None)
-            improved = val.ppl < best
-            if improved:
-                best, best_epoch, bad = val.ppl, epoch, 0
-            else:
-                bad += 1
-                lr *= config.lr_decay
-                _set_lr(optim, lr)
-            epoch += 1
-            train_loss = epoch_loss / max(epoch_tokens, 1)
-            position, epoch_loss, epoch_tokens = 0, 0.0, 0
-            elapsed = time.perf_counter() - start
-            values = (epoch - 1, step, val.nll, val.ppl, val.exact, lr, elapsed)
-            values = dict(zip(history["epochs"], values, strict=True))
-            for key, value in values.items():
-                history["epochs"][key].append(value)
-            state = checkpoint(val)
-            if rank == 0:
-                save_checkpoint(state, last_path)
-                if improved:
-                    save_checkpoint(state, best_path)
-                with writing(csv_path):
-                    rows.writerow(_csv_row("epoch", **values))
-                    csv_file.flush()
-            if board is not None:
-                board.add_scalar("val/nll_per_token", val.nll, step)
-                board.add_scalar("val/ppl", val.ppl, step)
-                board.flush()
-            log(
-                f"epoch {epoch}/{config.epochs} step {step}: train loss/token "
-                f"{train_loss:.4f}, validation NLL/token {val.nll:.4f}, {val.label()} "
-                f"{val.ppl:.4f}" + (" (best)" if improved else f", no improvement ({bad}); lr -> {lr:.3g}")
-            )
-            if config.patience and bad >= config.patience:
-                stopped = True
-                log(f"early stopping: {bad} epochs without improvement (patience {config.patience})")
-            if requests["signal"] is not None and not stopped and epoch < config.epochs:
-                # arrived during the epoch's last step or its validation: the epoch's checkpoint is written
-                log(f"{requests['signal']}: stopped after epoch {epoch}/{config.epochs} (step {step}); wrote "
-                    f"{last_path}")
-                raise TrainingInterrupted(last_path, requests["signal"], epoch, step)
-    finally:
-        stop_requests.__exit__(None, None, None)
-        if csv_file is not None:
-            with contextlib.suppress(OSError):  # every row was flushed (and checked) as it was written
-                csv_file.close()
-        if board is not None:
-            board.close()
-        bar.close()
-    log(f"best validation PPL {best:.4f} at epoch {best_epoch + 1}; checkpoints in {out}")
-    return TrainResult(pair, network, src_vocab, tgt_vocab, out, epoch, step, best, best_epoch, lr, history, stopped)
+
+class _TensorBoard(Callback):
+    """Process 0: loss, learning rate and tokens per second every step, validation every epoch, under
+    ``out/tensorboard`` (when ``config.tensorboard`` asks for it: see :func:`_tensorboard`)."""
+
+    def __init__(self, run: _Run) -> None:
+        self.run, self.board = run, None
+
+    def on_fit_start(self, trainer: Trainer) -> None:
+        with writing(self.run.out / "tensorboard"):
+            self.board = _tensorboard(self.run.config, self.run.out)
+
+    def on_step_end(self, trainer: Trainer) -> None:
+        if self.board is not None:
+            steps = self.run.history["steps"]
+            self.board.add_scalar("train/loss_per_token", trainer.loss, trainer.step)
+            self.board.add_scalar("train/lr", steps["lr"][-1], trainer.step)
+            self.board.add_scalar("train/tokens_per_s", trainer.seen / max(steps["seconds"][-1], 1e-9), trainer.step)
+
+    def on_epoch_end(self, trainer: Trainer) -> None:
+        if self.board is not None:
+            self.board.add_scalar("val/nll_per_token", self.run.val.nll, trainer.step)
+            self.board.add_scalar("val/ppl", self.run.val.ppl, trainer.step)
+            self.board.flush()
+
+    def on_fit_end(self, trainer: Trainer) -> None:
+        if self.board is not None:
+            self.board.close()
+
+
+class _EpochLog(Callback):
+    """The line every epoch logs: train loss, validation, best or the learning-rate decay."""
+
+    def __init__(self, run: _Run, plateau: PlateauDecay) -> None:
+        self.run, self.plateau = run, plateau
+
+    def on_epoch_end(self, trainer: Trainer) -> None:
+        val, plateau = self.run.val, self.plateau
+        self.run.log(
+            f"epoch {trainer.epoch}/{trainer.epochs} step {trainer.step}: train loss/token "
+            f"{trainer.train_loss:.4f}, validation NLL/token {val.nll:.4f}, {val.label()} "
+            f"{val.ppl:.4f}" + (" (best)" if plateau.improved else f", no improvement ({plateau.bad}); lr -> "
+                                f"{plateau.lr:.3g}")
+        )
+
+
+class _StopOnSignal(Callback):
+    """SIGINT / SIGTERM (one process) stop training after the current step: ``last.pt`` written (inside an epoch:
+    with the position in it), :class:`TrainingInterrupted` raised.  A second signal abandons the step at once."""
+
+    def __init__(self, run: _Run, checkpoints: _Checkpointing) -> None:
+        self.run, self.checkpoints = run, checkpoints
+        self.requests: Any = None
+        self.flag: dict[str, str | None] = {"signal": None}
+
+    def on_fit_start(self, trainer: Trainer) -> None:
+        self.requests = stop_requests(self.run.world_size == 1)  # several processes: the launcher's handling
+        self.flag = self.requests.__enter__()
+
+    def on_step_end(self, trainer: Trainer) -> None:
+        name, run = self.flag["signal"], self.run
+        if name is not None and trainer.mid_epoch:
+            save_checkpoint(self.checkpoints.state(trainer, None), run.last_path)
+            run.log(f"{name}: stopped after step {trainer.step} (batch {trainer.position}/{trainer.epoch_length} of "
+                    f"epoch {trainer.epoch + 1}/{trainer.epochs}); wrote {run.last_path}")
+            raise TrainingInterrupted(run.last_path, name, trainer.epoch, trainer.step, trainer.position)
+
+    def on_epoch_end(self, trainer: Trainer) -> None:
+        name = self.flag["signal"]
+        if name is not None and not trainer.should_stop and trainer.epoch < trainer.epochs:
+            # arrived during the epoch's last step or its validation: the epoch's checkpoint is written
+            self.run.log(f"{name}: stopped after epoch {trainer.epoch}/{trainer.epochs} (step {trainer.step}); wrote "
+                         f"{self.run.last_path}")
+            raise TrainingInterrupted(self.run.last_path, name, trainer.epoch, trainer.step)
+
+    def on_fit_end(self, trainer: Trainer) -> None:
+        if self.requests is not None:
+            self.requests.__exit__(None, None, None)
 
 
 # ----------------------------------------------------------------------------------------------------------------

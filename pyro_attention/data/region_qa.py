@@ -43,6 +43,11 @@ class RegionBatch:
     def __len__(self) -> int:
         return self.regions.shape[0]
 
+    @property
+    def target_mask(self) -> Tensor:
+        """``(B, 1)``, all ``True``: one target (the answer) per question, as the network encodes it."""
+        return torch.ones(len(self), 1, dtype=torch.bool, device=self.regions.device)
+
     def __getitem__(self, index: slice | Tensor) -> RegionBatch:
         return RegionBatch(
             self.regions[index],
