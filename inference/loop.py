@@ -71,7 +71,7 @@ class Trainer:
     :param batches: ``batches(epoch)``: the batches of ``epoch`` (from 0), in their order.
     :param epochs: train until ``epoch == epochs`` (or a callback stops it).
     :param callbacks: called in this order at every hook.
-    :param epoch, step, position, epoch_loss, epoch_tokens: counters to start from (a resumed run): epochs done,
+    :param epoch, global_step, position, epoch_loss, epoch_tokens: counters to start from (a resumed run): epochs done,
         steps done, batches done in the current epoch, and that epoch's summed ``loss * tokens`` and tokens.
     """
 

@@ -13,7 +13,10 @@ This module is the glue behind ``pyro-attention train | evaluate | translate`` a
   pass by :class:`~pyro_attention.inference.optim.FusedClippedAdam` (per-parameter gradient
   clipping), length-bucketed batches, validation perplexity every epoch, learning-rate halving when it does
   not improve, early stopping, atomic checkpoints (``last.pt`` every epoch, ``best.pt`` at the best validation)
-  and exact resumption (``resume=True``);
+  and exact resumption (``resume=True``) -- the package's one training loop,
+  :class:`~pyro_attention.inference.loop.Trainer`, with this module's callbacks (validation, history,
+  checkpoints, TensorBoard, the epoch line, Ctrl-C / SIGTERM) and the generic ones (``SVIStep``, ``PlateauDecay``,
+  ``EarlyStopping``, ``CsvLogger``, ``ProgressBar``);
 * :func:`evaluate` -- exact perplexity (an importance-weighted bound for the Dirichlet pair), K-max perplexity,
   prior entropy per token and sacreBLEU of beam-search output;
 * :func:`translate_lines` -- detokenised translations of raw lines.

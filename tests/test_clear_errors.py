@@ -184,12 +184,12 @@ class _RecordingBar:
 def test_epochs_are_counted_from_1_in_the_bar_the_log_and_the_resume_message(tmp_path, monkeypatch):
     import signal
 
-    from pyro_attention import translation
+    from pyro_attention.inference import loop
     from pyro_attention.inference.distributed import DataParallelSVI
     from pyro_attention.translation import TrainingInterrupted
 
     _RecordingBar.postfixes = []
-    monkeypatch.setattr(translation, "tqdm", _RecordingBar)
+    monkeypatch.setattr(loop, "tqdm", _RecordingBar)  # the bar of the training loop (inference/loop.py)
     config = TranslationConfig(**{**TINY, "epochs": 2}, out=str(tmp_path / "run"))  # 2 batches an epoch
     lines: list[str] = []
     train(config, progress=True, log=lines.append)
