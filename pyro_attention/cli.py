@@ -195,7 +195,7 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
     from pyro_attention.networks.output import OUTPUT_LAYERS
     from pyro_attention.networks.seq2seq import BRIDGES, INPUT_FEEDS
     from pyro_attention.registry import ALL_PAIRS, PAIR_ESTIMATORS
-    from pyro_attention.translation import DATA_KINDS
+    from pyro_attention.tasks.translation import DATA_KINDS
 
     S = argparse.SUPPRESS  # only flags given on the command line override the config file (or a resumed run)
     pos, nonneg = _int_at_least(1), _int_at_least(0)
@@ -342,7 +342,8 @@ def _config_error(
 ) -> None:
     """``parser.error`` naming the flag when the message starts with a config key, or the config file ``path``
     when the key's value came from the file (``from_file``) and not from a flag."""
-    from pyro_attention.translation import TranslationConfig, _message_key
+    from pyro_attention.tasks.translation import TranslationConfig
+    from pyro_attention.tasks.translation.config import _message_key
 
     message = str(error)
     if from_file and _message_key(message) in from_file:
@@ -385,7 +386,8 @@ def _os_error_text(error: BaseException, path: str | os.PathLike | None = None) 
 
 def _translation_config(args: argparse.Namespace, parser: argparse.ArgumentParser):  # noqa: ANN202
     from pyro_attention.registry import parse_options
-    from pyro_attention.translation import TranslationConfig, _read_checkpoint, read_config_file
+    from pyro_attention.tasks.translation import TranslationConfig, read_config_file
+    from pyro_attention.tasks.translation.checkpoints import _read_checkpoint
 
     keys = set(TranslationConfig.keys())
     from_file: dict = {}
@@ -410,7 +412,7 @@ def _translation_config(args: argparse.Namespace, parser: argparse.ArgumentParse
 
 
 def _train(args: argparse.Namespace) -> int:
-    from pyro_attention.translation import TrainingInterrupted, train
+    from pyro_attention.tasks.translation import TrainingInterrupted, train
 
     parser = args.parser
     config = _translation_config(args, parser)
@@ -464,7 +466,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     import json
 
     from pyro_attention.outputs import write_text
-    from pyro_attention.translation import evaluate
+    from pyro_attention.tasks.translation import evaluate
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -506,7 +508,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 def _translate(args: argparse.Namespace) -> int:
     from pyro_attention.data.text import read_lines
-    from pyro_attention.translation import translate_lines
+    from pyro_attention.tasks.translation import translate_lines
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -759,7 +761,7 @@ class _DefaultsHelpFormatter(argparse.HelpFormatter):
 
 def _experiment(args: argparse.Namespace) -> int:
     from pyro_attention.runner import markdown_table, run_experiment
-    from pyro_attention.translation import TrainingInterrupted
+    from pyro_attention.tasks.translation import TrainingInterrupted
 
     try:
         overrides = {k: v for k, v in (("device", args.device), ("threads", args.threads)) if v is not None}

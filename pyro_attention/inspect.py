@@ -34,7 +34,7 @@ def inspect_checkpoint(
     data_dir: str | None = None,
 ) -> dict[str, Any]:
     """Write ``out`` (NetCDF) and figures under ``plots``; return ``{"idata", "diagnostics", "table", "figures"}``."""
-    from pyro_attention.translation import load_checkpoint, load_split
+    from pyro_attention.tasks.translation import load_checkpoint, load_split
 
     warnings.filterwarnings("ignore", category=FutureWarning, module="arviz")
     ckpt = load_checkpoint(checkpoint)

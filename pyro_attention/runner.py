@@ -46,18 +46,17 @@ from pathlib import Path
 from typing import Any
 
 from pyro_attention.outputs import write_text, writing
-from pyro_attention.translation import (
+from pyro_attention.tasks.translation import (
     TrainingInterrupted,
     TranslationConfig,
-    _decode,
-    _normalise_keys,
-    _read_checkpoint,
-    _toml,
     evaluate,
     load_checkpoint,
     load_split,
     train,
 )
+from pyro_attention.tasks.translation.checkpoints import _read_checkpoint
+from pyro_attention.tasks.translation.config import _normalise_keys, _toml
+from pyro_attention.tasks.translation.evaluation import _decode
 
 Log = Callable[[str], None]
 #: the fields of one row of ``table.json``

@@ -1,0 +1,292 @@
+"""Translation evaluation: perplexities, K-max perplexity, prior entropy and sacreBLEU of beam-search output
+(:func:`evaluate`), and detokenised translations of raw lines (:func:`translate_lines`)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import pyro
+import torch
+from tqdm.auto import tqdm
+
+from pyro_attention.pair import AlignmentPair
+from pyro_attention.tasks.translation.checkpoints import Checkpoint, _move, load_checkpoint
+from pyro_attention.tasks.translation.config import SPLITS, _choice, _no_bar
+from pyro_attention.tasks.translation.corpora import load_split, make_batches
+
+
+def _as_checkpoint(checkpoint: Checkpoint | str | os.PathLike) -> Checkpoint:
+    return checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
+
+
+def _default_rule(pair: AlignmentPair, rule: str | None) -> str:
+    from pyro_attention.inference.decode import DECODE_RULES
+
+    if rule is not None:
+        _choice("rule", rule, DECODE_RULES)
+    return pair.check_rule(rule, decoding=True)  # None: the pair's default decoding rule
+
+
+def _decode(
+    ckpt: Checkpoint,
+    sources: Sequence[Sequence[str]],
+    beam: int,
+    rule: str,
+    k: int,
+    length_penalty: float,
+    max_decode_len: int | None,
+    progress: bool,
+) -> list[list[str]]:
+    from pyro_attention.inference.decode import translate
+
+    # sentences of similar length decoded together (beam search is batched), each with its own length limit
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    out: list[list[str]] = [[] for _ in sources]
+    chunk = 64
+    bar = tqdm(total=len(sources), disable=_no_bar(progress), desc="decoding", unit="sent", leave=False)
+    for start in range(0, len(order), chunk):
+        rows = order[start : start + chunk]
+        ids = [ckpt.src_vocab.encode(sources[i]) for i in rows]
+        width = max(len(x) for x in ids)
+        source = torch.tensor([x + [0] * (width - len(x)) for x in ids], dtype=torch.long,
+                              device=next(ckpt.network.parameters()).device)
+        limits = [max_decode_len or 2 * len(sources[i]) + 10 for i in rows]
+        hyps = translate(ckpt.pair, source, source != 0, beam, rule, k, limits, length_penalty, batch_size=chunk)
+        for i, hyp in zip(rows, hyps, strict=True):
+            out[i] = ckpt.tgt_vocab.decode(hyp)
+        bar.update(len(rows))
+    bar.close()
+    return out
+
+
+@torch.no_grad()
+def evaluate(
+    checkpoint: Checkpoint | str | os.PathLike,
+    split: str = "test",
+    *,
+    src_file: str | os.PathLike | None = None,
+    tgt_file: str | os.PathLike | None = None,
+    ref_file: str | os.PathLike | None = None,
+    data_dir: str | None = None,
+    size: int | None = None,
+    kmax: int = 5,
+    beam: int = 5,
+    rule: str | None = None,
+    length_penalty: float = 0.0,
+    max_decode_len: int | None = None,
+    batch_size: int = 64,
+    num_samples: int | None = None,
+    bleu: bool = True,
+    lowercase: bool | None = None,
+    seed: int | None = 0,
+    progress: bool = False,
+    device: str | None = None,
+) -> dict[str, Any]:
+    """Perplexity, K-max perplexity, prior entropy and BLEU of a checkpoint on a split or on given files.
+
+    :param split: ``"train"``, ``"val"`` or ``"test"`` of the corpus the checkpoint was trained on, unless
+        ``src_file`` / ``tgt_file`` (and optionally raw ``ref_file``) are given.
+    :param size: the first ``size`` pairs (synthetic: generate ``size``); default: the config's
+        ``{split}_size`` (so ``split="val"`` scores what validation scored), else all.
+    :param kmax: ``K`` of the K-max perplexity (categorical pairs; 0 skips it) and of ``rule="kmax"``.
+    :param rule: decoding rule, ``"soft"``, ``"marginal"`` or ``"kmax"`` (default: ``"marginal"`` for the
+        categorical pairs, ``"soft"`` otherwise).
+    :param num_samples: importance samples of the Dirichlet pair's bound (default: the training config's).
+    :param lowercase: case-insensitive BLEU (default: when the corpus is lower-cased, Multi30k and IWSLT14).
+    :param seed: seeds Pyro's RNGs first (``pyro.set_rng_seed``) so that the Dirichlet pair's sampled bound is
+        reproducible; ``None`` leaves them alone.
+    :param device: where to evaluate (default: where the loaded checkpoint's network is, the CPU for a path).
+    :returns: a dict with ``ppl`` (+ ``ppl_exact``, ``ppl_method``, ``nll``, ``tokens``), ``kmax_ppl``,
+        ``prior_entropy`` (mean nats per target token), ``bleu`` and ``bleu_signature``, ``hypotheses``, ... and
+        ``degenerate``: ``None``, or a warning when the model gives the same output whatever the input (every
+        occurrence of a target token has the same log-probability, or every sentence decodes to the same output);
+        the command line prints it.
+    """
+    from pyro_attention import metrics
+    from pyro_attention.inference import alignment_posterior, kmax_log_likelihood, log_likelihood
+
+    ckpt = _as_checkpoint(checkpoint)
+    if device is not None:
+        _move(ckpt, device)
+    if seed is not None:
+        pyro.set_rng_seed(seed)
+    config = ckpt.config if data_dir is None else ckpt.config.replace(data_dir=data_dir)
+    pair = ckpt.pair
+    rule = _default_rule(pair, rule)  # checked even without BLEU: a rule the pair does not allow is a mistake
+    if kmax < 0 or beam < 1 or batch_size < 1:
+        raise ValueError(f"need kmax >= 0, beam >= 1, batch_size >= 1; got {kmax}, {beam}, {batch_size}")
+    if size is None and src_file is None and split in SPLITS:
+        size = getattr(config, f"{split}_size")  # the subset training used (val), or the configured one
+    data = load_split(
+        config, split, size=size, src_file=src_file, tgt_file=tgt_file, ref_file=ref_file, references=bleu
+    )
+    where = next(ckpt.network.parameters()).device
+    batches = [b.to(where) for b in make_batches(data, ckpt.src_vocab, ckpt.tgt_vocab, batch_size)]
+    ckpt.network.eval()
+    samples = num_samples or config.num_samples
+    total, tokens, exact, method = 0.0, 0, True, ""
+    kmax_bound = kmax if "kmax" in pair.prediction_rules() else 0  # only categorical alignments have a K-max bound
+    kmax_total = 0.0
+    kmax_exact = True
+    entropy_total = 0.0
+    spread = _TokenSpread(len(ckpt.tgt_vocab))
+    for batch in tqdm(batches, disable=_no_bar(progress), desc="scoring", unit="batch", leave=False):
+        ll = log_likelihood(pair, batch, num_samples=samples)
+        spread.add(batch.target, batch.target_mask, ll.per_token)
+        total += float(ll.per_example.sum())
+        tokens += int(ll.num_tokens.sum())
+        exact, method = exact and ll.exact, ll.method
+        if kmax_bound:
+            km = kmax_log_likelihood(pair, batch, kmax)
+            kmax_total += float(km.per_example.sum())
+            kmax_exact = kmax_exact and km.exact
+        ent, _ = metrics.prior_entropy(alignment_posterior(pair, batch)["prior"], batch.target_mask)
+        entropy_total += ent
+    result: dict[str, Any] = {
+        "checkpoint": str(ckpt.path),
+        "model": config.model,
+        "estimator": config.estimator,
+        "options": config.options,
+        "split": split if src_file is None else str(src_file),
+        "data": data.description,
+        "sentences": len(data),
+        "tokens": tokens,
+        "nll": -total / tokens,
+        "ppl": metrics.perplexity(total, tokens),
+        "ppl_exact": exact,
+        "ppl_method": method,
+        "kmax": kmax_bound or None,
+        "kmax_ppl": metrics.perplexity(kmax_total, tokens) if kmax_bound else None,
+        "kmax_method": (
+            f"K-max, K={kmax}, " + ("covers every source position: exact" if kmax_exact else "a lower bound on log p")
+            if kmax_bound
+            else None
+        ),
+        "prior_entropy": entropy_total / tokens,
+        "bleu": None,
+        "bleu_signature": None,
+        "rule": rule,
+        "beam": beam,
+        "length_penalty": length_penalty,
+        "hypotheses": None,
+        "degenerate": None,
+    }
+    distinct_sources = len({tuple(s) for s in data.source})
+    reasons = [spread.degenerate(-total / tokens, distinct_sources)] if exact else []
+    if bleu:
+        hyps = _decode(ckpt, data.source, beam, rule, kmax or 5, length_penalty, max_decode_len, progress)
+        text = [metrics.detokenize(h, config.tgt) for h in hyps]
+        lc = config.lowercased if lowercase is None else lowercase
+        scored = metrics.bleu(text, data.references, lowercase=lc)
+        result.update(bleu=scored.score, bleu_signature=scored.signature, bleu_text=scored.text, hypotheses=text)
+        longest = max(hyps, key=len)
+        if distinct_sources >= 5 and longest and all(h == longest[: len(h)] for h in hyps):
+            # the same output for every source (cut at each sentence's length limit when </s> never comes)
+            reasons.insert(0, f"every one of the {len(text)} sentences ({distinct_sources} different sources) "
+                           f"translates to the same output {metrics.detokenize(longest, config.tgt)[:60]!r}"
+                           + ("" if len(set(text)) == 1 else " (or a prefix of it)"))
+    reasons = [r for r in reasons if r]
+    if reasons:
+        result["degenerate"] = ("degenerate: " + "; ".join(reasons) + ". The model ignores its input: training "
+                                "collapsed or diverged (check --lr and the training curve in history.csv)")
+    return result
+
+
+class _TokenSpread:
+    """How much the log-probability of each target token varies across its positions (sums per token id).
+
+    A model that predicts the same next-token distribution everywhere (one that ignores the source and the
+    prefix: training collapsed, or the output layer's bias drowns its weights) gives every occurrence of a token
+    the same log-probability; a working model's vary by whole nats.
+    """
+
+    #: below this pooled spread (nats) the predictions do not depend on the input
+    THRESHOLD = 1e-3
+
+    def __init__(self, vocab_size: int) -> None:
+        self.n = torch.zeros(vocab_size, dtype=torch.float64)
+        self.sum = torch.zeros(vocab_size, dtype=torch.float64)
+        self.sq = torch.zeros(vocab_size, dtype=torch.float64)
+
+    def add(self, target: torch.Tensor, mask: torch.Tensor, per_token: torch.Tensor) -> None:
+        ids = target[mask].cpu()
+        lp = per_token[mask].detach().cpu().double()
+        self.n.index_add_(0, ids, torch.ones_like(lp))
+        self.sum.index_add_(0, ids, lp)
+        self.sq.index_add_(0, ids, lp * lp)
+
+    def degenerate(self, nll: float, sentences: int) -> str | None:  # sentences: how many different sources
+        """What is wrong when the log-probabilities barely vary (and the model is not simply sure of every token),
+        else ``None``."""
+        seen = self.n >= 2
+        if sentences < 2 or int(seen.sum()) < 2 or nll < 0.1:
+            return None
+        n, mean = self.n[seen], self.sum[seen] / self.n[seen]
+        var = (self.sq[seen] / n - mean * mean).clamp(min=0.0)
+        pooled = float(((n * var).sum() / n.sum()).sqrt())
+        if pooled >= self.THRESHOLD:
+            return None
+        return (
+            f"the model predicts the same next-token distribution for every input (each target token's "
+            f"log-probability varies by {pooled:.1e} nats across its {int(n.sum())} positions in {sentences} "
+            "different sentences)"
+        )
+
+
+def _tokenizer(kind: str, lang: str) -> Callable[[str], list[str]]:
+    if kind == "none":
+        return str.split
+    if kind == "moses":
+        from sacremoses import MosesTokenizer
+
+        moses = MosesTokenizer(lang=lang)
+        return lambda line: moses.tokenize(line, escape=True, aggressive_dash_splits=False)
+    raise ValueError(f"tokenize must be one of none, moses; got {kind!r}")
+
+
+@torch.no_grad()
+def translate_lines(
+    checkpoint: Checkpoint | str | os.PathLike,
+    lines: Iterable[str],
+    *,
+    beam: int = 5,
+    rule: str | None = None,
+    k: int = 5,
+    length_penalty: float = 0.0,
+    max_decode_len: int | None = None,
+    tokenize: str = "none",
+    lowercase: bool | None = None,
+    progress: bool = False,
+    device: str | None = None,
+) -> list[str]:
+    """Detokenised translations of ``lines`` (one sentence each; an empty line gives an empty line).
+
+    :param tokenize: ``"none"`` (the lines are tokenised like the training data: split on whitespace) or
+        ``"moses"`` (Moses-tokenise raw text with ``sacremoses``, escaping as the Multi30k / IWSLT files do).
+        BPE corpora need BPE-segmented input.
+    :param lowercase: lower-case the input (default: when the training corpus is lower-cased).
+    :param max_decode_len: at most this many target tokens (default ``2 * source length + 10``).
+    :param device: where to decode (default: where a loaded checkpoint's network is, the CPU for a path).
+    """
+    from pyro_attention.metrics import detokenize
+
+    if isinstance(lines, (str, bytes)):
+        raise TypeError(
+            f"translate_lines: lines must be a list (or other iterable) of sentences, got one {type(lines).__name__} "
+            f"{lines[:40]!r}; wrap a single sentence in a list: [{lines[:40]!r}]"
+        )
+    ckpt = _as_checkpoint(checkpoint)
+    if device is not None:
+        _move(ckpt, device)
+    rule = _default_rule(ckpt.pair, rule)
+    split = _tokenizer(tokenize, ckpt.config.src)
+    lc = ckpt.config.lowercased if lowercase is None else lowercase
+    sources = [split(line.lower() if lc else line) for line in lines]
+    real = [i for i, s in enumerate(sources) if s]
+    hyps = _decode(ckpt, [sources[i] for i in real], beam, rule, k, length_penalty, max_decode_len, progress)
+    out = [""] * len(sources)
+    for i, hyp in zip(real, hyps, strict=True):
+        out[i] = detokenize(hyp, ckpt.config.tgt)
+    return out

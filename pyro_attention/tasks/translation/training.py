@@ -1,0 +1,312 @@
+"""Translation training: :func:`train` builds or restores a run and composes the package's one training loop
+(:class:`~pyro_attention.inference.loop.Trainer`) with the generic and the translation callbacks."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyro
+import torch
+
+from pyro_attention.data.text import Vocab
+from pyro_attention.data.translation import TranslationBatch
+from pyro_attention.inference.distributed import DataParallelSVI, broadcast_parameters, init_from_env, shard
+from pyro_attention.inference.loop import CsvLogger, EarlyStopping, PlateauDecay, ProgressBar, SVIStep, Trainer
+from pyro_attention.inference.optim import FusedClippedAdam
+from pyro_attention.networks import Seq2Seq
+from pyro_attention.outputs import write_error, writing
+from pyro_attention.pair import AlignmentPair
+from pyro_attention.tasks.translation.callbacks import (
+    TrainResult,
+    Validation,
+    _Checkpointing,
+    _empty_history,
+    _epoch_generator,
+    _EpochLog,
+    _History,
+    _last_row,
+    _StopOnSignal,
+    _TensorBoard,
+    _Validate,
+    _write_csv,
+)
+from pyro_attention.tasks.translation.checkpoints import (
+    _check_param_store,
+    _load_weights,
+    _read_checkpoint,
+    _set_rng_state,
+    check_compatible,
+)
+from pyro_attention.tasks.translation.config import CSV_FIELDS, Log, TranslationConfig, _log, _no_bar, resolve_device
+from pyro_attention.tasks.translation.corpora import build_pair, build_vocabs, load_corpora, make_batches
+
+
+def train(
+    config: TranslationConfig,
+    progress: bool = True,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    log: Log | None = _log,
+) -> TrainResult:
+    """Train ``config``'s pair by SVI and write checkpoints and ``history.csv`` to ``config.out_dir``.
+
+    Every epoch: the length-bucketed batches in an order drawn from ``(seed, epoch)``, one
+    ``SVI(pair.model, pair.guide, FusedClippedAdam, pair.elbo()).step`` each (``pair.warmup_guide`` for the first
+    ``warmup_steps``); then validation perplexity; the learning rate is multiplied by ``lr_decay`` when it did not
+    improve on the best; ``last.pt`` is written, and ``best.pt`` when it improved; training stops early after
+    ``patience`` epochs in a row without improvement.
+
+    :param resume: continue from ``last.pt`` in the output folder, restoring network, optimiser, RNG states,
+        counters and history; the checkpoint must have the same model, estimator, sizes and vocabularies.
+    :param overwrite: start afresh even if the output folder holds a checkpoint (otherwise refused).
+    :raises FileNotFoundError: ``resume`` without a ``last.pt``.
+    :raises FileExistsError: a fresh run into a folder that holds ``last.pt`` without ``overwrite``.
+    :raises ValueError: a checkpoint that does not fit this run (naming every difference).
+    :raises TrainingInterrupted: on SIGINT (Ctrl-C) or SIGTERM (one process): the current step is finished,
+        ``last.pt`` written with the position in the epoch, and the run resumes exactly from there with
+        ``resume=True``.  A second signal abandons the step at once (the previous ``last.pt`` is intact).
+    """
+    rank = init_from_env()[0]
+    with _run_lock(config.out_dir) if rank == 0 else contextlib.nullcontext():
+        return _train(config, progress, resume=resume, overwrite=overwrite, log=log)
+
+
+@contextlib.contextmanager
+def _run_lock(out: Path):  # noqa: ANN202 - a context manager
+    """Hold ``out/.lock`` (``flock``, released when the process ends, however it ends) while training writes to
+    ``out``; a second writer is refused with the holder's PID."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX: no lock
+        yield
+        return
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        handle = open(out / ".lock", "a+", encoding="utf-8")
+    except OSError as e:
+        raise write_error(out / ".lock", e) from None
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown"
+            raise FileExistsError(
+                f"{out} is being written by another training process (PID {holder}, lock {out / '.lock'}); wait for "
+                "it to finish, stop it, or use another --out"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        yield
+    finally:
+        handle.close()  # releases the lock
+
+
+def _train(
+    config: TranslationConfig,
+    progress: bool,
+    *,
+    resume: bool,
+    overwrite: bool,
+    log: Log | None,
+) -> TrainResult:
+    """The run: prepared by :func:`_prepare`, trained by the one loop (:class:`~pyro_attention.inference.loop.
+    Trainer`) with translation's callbacks."""
+    run, start = _prepare(config, resume=resume, overwrite=overwrite, log=log)
+    plateau = PlateauDecay(run.optim, start["lr"], config.lr_decay, lambda _: run.val.ppl, best=start["best"],
+                           best_epoch=start["best_epoch"], bad=start["bad"])
+    early = EarlyStopping(plateau, config.patience, run.log)
+    stopped = early.reached()
+    remaining = 0 if stopped else max(max(config.epochs - start["epoch"], 0) * len(run.train_batches)
+                                      - start["position"], 0)
+    if remaining == 0 and not stopped:
+        run.log(f"nothing to do: {start['epoch']} of {config.epochs} epochs done (raise --epochs to train further)")
+    checkpoints = _Checkpointing(run, plateau)
+    callbacks = [_Validate(run), plateau, _History(run, plateau), checkpoints]
+    if run.rank == 0:
+        callbacks.append(CsvLogger(run.csv_path, CSV_FIELDS, append=True,
+                                   step_row=lambda _: _last_row("step", run.history["steps"]),
+                                   epoch_row=lambda _: _last_row("epoch", run.history["epochs"])))
+        callbacks.append(_TensorBoard(run))
+    callbacks += [
+        ProgressBar(type(run.pair).__name__, total=remaining, disable=_no_bar(progress and run.rank == 0),
+                    dynamic_ncols=True),
+        _EpochLog(run, plateau), early, _StopOnSignal(run, checkpoints),
+    ]
+    trainer = Trainer(_svi_step(run, plateau), run.epoch_batches, config.epochs, callbacks, epoch=start["epoch"],
+                      global_step=start["step"], position=start["position"], epoch_loss=start["epoch_loss"],
+                      epoch_tokens=start["epoch_tokens"]).fit()
+    run.log(f"best validation PPL {plateau.best:.4f} at epoch {plateau.best_epoch + 1}; checkpoints in {run.out}")
+    return TrainResult(run.pair, run.network, run.src_vocab, run.tgt_vocab, run.out, trainer.epoch, trainer.step,
+                       plateau.best, plateau.best_epoch, plateau.lr, run.history, early.stopped)
+
+
+@dataclass
+class _Run:
+    """A translation run being trained: what :func:`_train`'s callbacks share."""
+
+    config: TranslationConfig
+    rank: int
+    world_size: int
+    log: Log
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    network: Seq2Seq
+    pair: AlignmentPair
+    optim: FusedClippedAdam
+    train_batches: list[TranslationBatch]
+    val_batches: list[TranslationBatch]
+    history: dict[str, Any]
+    val: Validation | None = None  # of the epoch just finished
+
+    @property
+    def out(self) -> Path:
+        return self.config.out_dir
+
+    @property
+    def last_path(self) -> Path:
+        return self.out / "last.pt"
+
+    @property
+    def csv_path(self) -> Path:
+        return self.out / "history.csv"
+
+    def epoch_batches(self, epoch: int) -> list[TranslationBatch]:
+        """The batches of ``epoch`` in its order (drawn from ``(seed, epoch)``), the network in training mode."""
+        self.network.train()
+        order = torch.randperm(len(self.train_batches), generator=_epoch_generator(self.config.seed, epoch)).tolist()
+        return [self.train_batches[i] for i in order]
+
+
+def _prepare(
+    config: TranslationConfig, *, resume: bool, overwrite: bool, log: Log | None
+) -> tuple[_Run, dict[str, Any]]:
+    """Data, vocabularies, the pair and its optimiser, restored from ``last.pt`` when resuming; the output folder
+    made and ``history.csv`` (re)written.  Returns the run and the counters to start from."""
+    rank, world_size = init_from_env()
+    device = resolve_device(config.device, int(os.environ.get("LOCAL_RANK", rank)) if world_size > 1 else None)
+    log = (log or (lambda _: None)) if rank == 0 else (lambda _: None)  # only process 0 logs and writes
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    saved = _saved_state(config, resume=resume, overwrite=overwrite)
+    corpora = load_corpora(config, log)
+    src_vocab, tgt_vocab = build_vocabs(config, corpora.train)
+    if saved is not None:
+        check_compatible(saved, config, src_vocab, tgt_vocab)
+        changed = [k for k, v in config.to_dict().items() if saved["config"].get(k) != v and k not in ("epochs",)]
+        if changed:
+            log("note: changed since the checkpoint, applied from here on: " + ", ".join(
+                f"{k} {saved['config'].get(k)!r} -> {getattr(config, k)!r}" for k in changed)
+                + (" (the learning rate restarts at the new --lr)" if "lr" in changed else ""))
+    log(f"vocabularies: source {len(src_vocab)}, target {len(tgt_vocab)} (min_freq {config.min_freq}, "
+        f"max_vocab {config.max_vocab})")
+    train_batches = [b.to(device) for b in make_batches(corpora.train, src_vocab, tgt_vocab, config.batch_size)]
+    val_batches = [b.to(device) for b in make_batches(corpora.val, src_vocab, tgt_vocab, max(config.batch_size, 64))]
+    pyro.clear_param_store()
+    pyro.set_rng_seed(config.seed)
+    network, pair = build_pair(config, src_vocab, tgt_vocab)
+    for name, module in pair.modules().items():  # every parameter in the store before the first step
+        module.to(device)
+        pyro.module(name, module)
+    start = dict(epoch=0, step=0, best=math.inf, best_epoch=-1, bad=0, lr=config.lr, position=0, epoch_loss=0.0,
+                 epoch_tokens=0)
+    if saved is not None:
+        _load_weights(pair, saved)
+        _check_param_store(saved)
+        start.update(epoch=saved["epoch"], step=saved["step"], best=saved["best_metric"],
+                     best_epoch=saved["best_epoch"], bad=saved["bad_epochs"], lr=saved["lr"],
+                     position=saved.get("position", 0), epoch_loss=saved.get("epoch_loss", 0.0),
+                     epoch_tokens=saved.get("epoch_tokens", 0))
+        pair.set_step(start["step"])  # KL annealing continues where it stopped (a no-op for the other pairs)
+    broadcast_parameters()
+    if saved is not None and saved["config"].get("lr") != config.lr:
+        start["lr"] = config.lr  # a new --lr replaces the saved (possibly decayed) one
+    optim = _optimiser(config, start["lr"], saved)
+    run = _Run(config, rank, world_size, log, src_vocab, tgt_vocab, network, pair, optim, train_batches, val_batches,
+               saved["history"] if saved is not None else _empty_history())
+    if saved is not None:
+        _restore_rng(run, saved, start)
+    _make_out(run)
+    return run, start
+
+
+def _saved_state(config: TranslationConfig, *, resume: bool, overwrite: bool) -> dict[str, Any] | None:
+    """``last.pt`` of the output folder when resuming; a fresh run into a folder that holds one is refused
+    (unless ``overwrite``)."""
+    last_path = config.out_dir / "last.pt"
+    if resume:
+        if not last_path.is_file():
+            raise FileNotFoundError(f"cannot resume: {last_path} does not exist (train without --resume first)")
+        return _read_checkpoint(last_path)
+    if last_path.exists() and not overwrite:
+        raise FileExistsError(
+            f"{config.out_dir} already holds a checkpoint ({last_path}); pass --resume to continue it, --overwrite to "
+            f"start afresh, or choose another --out"
+        )
+    return None
+
+
+def _optimiser(config: TranslationConfig, lr: float, saved: dict[str, Any] | None) -> FusedClippedAdam:
+    """The optimiser at ``lr``, its state restored from ``saved`` with this run's ``lr`` and ``clip_norm``."""
+    optim = FusedClippedAdam({"lr": lr, "clip_norm": config.clip_norm})
+    if saved is not None:
+        optim.set_state(saved["optim"])
+        for state in optim._state_waiting_to_be_consumed.values():  # the optimiser's own copies of the settings
+            for group in state["param_groups"]:
+                group["lr"], group["clip_norm"] = lr, config.clip_norm
+    return optim
+
+
+def _restore_rng(run: _Run, saved: dict[str, Any], start: dict[str, Any]) -> None:
+    """This process's random states of the checkpoint (written by as many processes as resume it), and say so."""
+    ranks, written_by = saved.get("rng_ranks"), saved.get("world_size", 1)
+    if written_by != run.world_size:
+        raise ValueError(
+            f"{run.last_path}: written by {written_by} process(es), resumed by {run.world_size}: the shards and "
+            "sampling streams cannot continue exactly; resume with the same number of processes"
+        )
+    _set_rng_state(ranks[run.rank] if run.world_size > 1 else saved["rng"])
+    epoch, position, epochs = start["epoch"], start["position"], run.config.epochs
+    run.log(  # epochs counted from 1, as in the progress bar and the "epoch E/N" lines
+        f"resumed from {run.last_path}: "
+        + (f"in epoch {epoch + 1}/{epochs}, {position} batches in" if position else f"after epoch {epoch}/{epochs}")
+        + f" (step {start['step']}), best validation {start['best']:.4g}, lr {start['lr']:.3g}"
+    )
+
+
+def _make_out(run: _Run) -> None:
+    """Process 0: the output folder, without the temporary files of an interrupted save, and ``history.csv``
+    rewritten from the history (a resumed run drops the rows of an interrupted epoch)."""
+    if run.rank != 0:
+        return
+    with writing(run.out):
+        run.out.mkdir(parents=True, exist_ok=True)
+    for stale in run.out.glob(".*.pt.*.tmp"):  # a save that a crash interrupted (the checkpoint itself is intact)
+        with contextlib.suppress(OSError):
+            stale.unlink(missing_ok=True)
+    _write_csv(run.csv_path, run.history)
+
+
+def _svi_step(run: _Run, plateau: PlateauDecay) -> SVIStep:
+    """One SVI step on this process's shard of a batch (the warm-up guide first), per token of the global batch."""
+    config, elbo, pair = run.config, run.pair.elbo(), run.pair
+    return SVIStep(
+        DataParallelSVI(pair.model, pair.guide, run.optim, elbo),
+        tokens=lambda batch: int(batch.target_mask.sum()),  # of the global batch: every process shards the same one
+        diverged=lambda loss, t: (
+            f"training diverged: non-finite loss {loss} at step {t.step + 1} (epoch {t.epoch + 1}) with lr "
+            f"{plateau.lr:g}; lower --lr (or --clip-norm) and start again with --overwrite, or --resume from "
+            f"{run.last_path} with the lower --lr"
+        ),
+        warmup=DataParallelSVI(pair.model, pair.warmup_guide, run.optim, elbo) if config.warmup_steps else None,
+        warmup_steps=config.warmup_steps,
+        shard=lambda batch: shard(batch, run.rank, run.world_size),
+    )
