@@ -1,0 +1,36 @@
+"""The ``pyro-attention`` command.
+
+``pyro-attention demo`` trains every pair of the paper on synthetic region-QA scenes (a few minutes on two
+CPU cores), prints the comparison table and writes a heatmap of prior / exact posterior / q alignments;
+``demo --task clevr`` does the same on real CLEVR scene graphs (``--data-dir``).
+``pyro-attention train | evaluate | translate`` train a translation pair (synthetic data by default; Multi30k,
+IWSLT14 or any parallel files), score a checkpoint (perplexity, K-max perplexity, prior entropy, BLEU) and
+translate a file or stdin (see ``docs/translation.md``).
+
+One module per command (``demo``, ``train``, ``evaluate``, ``translate``, ``align``, ``inspect``, ``experiment``),
+each with its ``add_<command>(sub)`` (the sub-parser and its flags) and its handler; ``common`` holds the argparse
+types and error handling they share, ``main`` the parser and :func:`main`.
+"""
+
+# ruff: noqa: F401 - the commands' handlers re-exported under their old names (pyro_attention/cli.py was one module)
+from __future__ import annotations
+
+from pyro_attention.cli.align import _align
+from pyro_attention.cli.common import (
+    _DefaultsHelpFormatter,
+    _fail,
+    _float_in,
+    _int_at_least,
+    _learning_rate,
+    _os_error_text,
+    _positive_float,
+)
+from pyro_attention.cli.demo import _all_rows, _ambiguous, _demo, _demo_clevr
+from pyro_attention.cli.evaluate import _add_decoding_options, _evaluate, _print_scores
+from pyro_attention.cli.experiment import _experiment
+from pyro_attention.cli.inspect import _inspect
+from pyro_attention.cli.main import main, make_parser
+from pyro_attention.cli.train import _add_train_options, _config_error, _train, _translation_config
+from pyro_attention.cli.translate import _translate
+
+__all__ = ["main", "make_parser"]

@@ -1,0 +1,83 @@
+"""``pyro-attention align``: alignment error rates of a pair's prior, exact posterior, q and soft attention
+against gold alignments."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from pyro_attention.cli.common import (
+    _fail,
+    _int_at_least,
+    _learning_rate,
+)
+
+
+def _align(args: argparse.Namespace) -> int:
+    from pyro_attention.align import AlignConfig, format_rows, run_align
+
+    keys = [f for f in AlignConfig.__dataclass_fields__ if f in vars(args)]
+    try:
+        config = AlignConfig(**{k: getattr(args, k.replace("-", "_")) for k in keys})
+        rows = run_align(config)
+    except (FileNotFoundError, ValueError) as error:
+        _fail(args.parser, error)
+        return 1
+    table = format_rows(rows)
+    print(table)
+    if args.markdown:
+        Path(args.markdown).write_text(table + "\n")
+    if args.json:
+        from pyro_attention.align import json_rows, merge_json
+
+        merge_json(args.json, json_rows(rows, "user" if config.gold_links else config.corpus))
+    return 0
+
+
+
+def add_align(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
+    """``pyro-attention align``."""
+    al = sub.add_parser("align", help="AER of prior / exact posterior / q / soft attention against gold alignments")
+    al.add_argument("--corpus", default="enfr", choices=["enfr", "csen"],
+                    help="gold set: enfr (English-French Hansards, NAACL 2003) or csen (Czech-English)")
+    al.add_argument("--data-dir", default=None, help="data folder (default: $PYRO_ATTENTION_DATA)")
+    al.add_argument("--extra-size", type=_int_at_least(0), default=5000, help="extra Multi30k training pairs")
+    from pyro_attention.align import ALIGN_NETWORKS, LINK_FORMATS, LINK_ORDERS
+    from pyro_attention.registry import ALL_PAIRS
+
+    al.add_argument("--models", nargs="+", default=["soft", "variational"], choices=tuple(ALL_PAIRS),
+                    help="the pairs to train and score")
+    al.add_argument("--network", default="seq2seq", choices=tuple(ALIGN_NETWORKS),
+                    help="; ".join(f"{k}: {v.description}" for k, v in ALIGN_NETWORKS.items())
+                    + " (ibm1, ibm1-rank, distortion: --models marginal; ibm1-rank and distortion: --embedding = "
+                    "the lexical table's rank)")
+    al.add_argument("--epochs", type=_int_at_least(1), default=5, help="training epochs")
+    al.add_argument("--batch-size", type=_int_at_least(1), default=32, help="sentences per batch")
+    al.add_argument("--lr", type=_learning_rate, default=3e-3, help="Adam learning rate, in (0, 1]")
+    al.add_argument("--max-len", type=_int_at_least(1), default=60, help="drop training pairs with a longer side")
+    for name, default, what in (("embedding", 64, "embedding size"), ("encoder", 64, "BiLSTM size per direction"),
+                                ("decoder", 128, "decoder LSTM size"), ("attention", 64, "MLP attention size")):
+        al.add_argument(f"--{name}", type=_int_at_least(1), default=default, help=what)
+    al.add_argument("--both-directions", action="store_true",
+                    help="also train target->source; report every symmetrisation (intersection, union, grow-diag, "
+                    "grow-diag-final, grow-diag-final-and)")
+    g = al.add_argument_group("a gold set of your own (instead of --corpus)")
+    g.add_argument("--gold-text", default=None, help="'source ||| target' sentence pairs, one per line")
+    g.add_argument("--gold-src", default=None, help="the source sentences, one per line (with --gold-tgt)")
+    g.add_argument("--gold-tgt", default=None, help="the target sentences, line-aligned with --gold-src")
+    g.add_argument("--gold-links", default=None, help="the gold links, in --links-format")
+    g.add_argument("--links-format", default="pharaoh1", choices=LINK_FORMATS,
+                   help="pharaoh0 / pharaoh1: 'i-j' sure and 'ipj' possible links per line, 0- or 1-indexed; naacl: "
+                   "'SNUM i j [S|P]' per link, 1-indexed (default pharaoh1)")
+    g.add_argument("--links-order", default="source-target", choices=LINK_ORDERS,
+                   help="which sentence a link's first number counts in (default source-target)")
+    g.add_argument("--extra-src", default=None, help="more unlabelled training text, source side (with --extra-tgt)")
+    g.add_argument("--extra-tgt", default=None, help="its target side, line-aligned")
+    g.add_argument("--no-lowercase", dest="lowercase", action="store_false",
+                   help="keep the case of a gold set of your own (default: lower-case it)")
+    al.add_argument("--seed", type=_int_at_least(0), default=0, help="seed of weights, sampling and batch order")
+    al.add_argument("--threads", type=_int_at_least(1), default=1, help="torch threads")
+    al.add_argument("--out", default="runs/align", help="folder for the runs")
+    al.add_argument("--markdown", default="", help="also write the table to this file")
+    al.add_argument("--json", default="", help="also merge the rows into this JSON list (e.g. docs/results/aer.json)")
+    al.set_defaults(func=_align, parser=al)

@@ -1,0 +1,146 @@
+"""``pyro-attention evaluate``: perplexity, K-max perplexity, prior entropy and BLEU of a checkpoint; and the
+decoding flags it shares with ``translate``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from pyro_attention.cli.common import (
+    _fail,
+    _float_in,
+    _int_at_least,
+)
+
+
+def _print_scores(res: dict) -> None:
+    print(
+        f"evaluate {res['checkpoint']} ({res['model']}{', ' + res['estimator'] if res['estimator'] else ''}) on "
+        f"{res['data']}: {res['sentences']} sentences, {res['tokens']} target tokens (with </s>)"
+    )
+    if res["ppl_exact"]:
+        print(f"perplexity           {res['ppl']:.4f}  (exact: {res['ppl_method']}; NLL/token {res['nll']:.4f})")
+    else:
+        print(f"perplexity bound     {res['ppl']:.4f}  ({res['ppl_method']}; importance-weighted bound, not exact)")
+    if res["kmax_ppl"] is not None:
+        print(f"K-max perplexity     {res['kmax_ppl']:.4f}  ({res['kmax_method']})")
+    else:
+        print("K-max perplexity     -  (needs a categorical alignment)")
+    print(f"prior entropy        {res['prior_entropy']:.4f}  nats per target token")
+    if res["bleu"] is not None:
+        print(
+            f"BLEU                 {res['bleu']:.2f}  (beam {res['beam']}, rule {res['rule']}, length penalty "
+            f"{res['length_penalty']:g})"
+        )
+        print(f"sacreBLEU signature  {res['bleu_signature']}")
+        print(f"sacreBLEU            {res['bleu_text']}")
+    if res.get("degenerate"):
+        print(f"pyro-attention evaluate: warning: {res['degenerate']}", file=sys.stderr)
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    import json
+
+    from pyro_attention.outputs import write_text
+    from pyro_attention.tasks.translation import evaluate
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        res = evaluate(
+            args.checkpoint,
+            args.split,
+            src_file=args.src_file,
+            tgt_file=args.tgt_file,
+            ref_file=args.ref_file,
+            data_dir=args.data_dir,
+            size=args.size,
+            kmax=args.kmax,
+            beam=args.beam,
+            rule=args.rule,
+            length_penalty=args.length_penalty,
+            max_decode_len=args.max_decode_len,
+            batch_size=args.batch_size,
+            num_samples=args.num_samples,
+            bleu=not args.no_bleu,
+            lowercase=args.lowercase_bleu,
+            progress=not args.quiet,
+            device=args.device,
+        )
+    except (ValueError, OSError) as e:
+        _fail(args.parser, e)
+    _print_scores(res)
+    try:
+        if args.hypotheses and res["hypotheses"] is not None:
+            write_text(args.hypotheses, "".join(h + "\n" for h in res["hypotheses"]))
+            print(f"wrote {len(res['hypotheses'])} translations to {args.hypotheses}")
+        if args.json:
+            scores = {k: v for k, v in res.items() if k != "hypotheses"}
+            write_text(args.json, json.dumps(scores, indent=2) + "\n")
+    except OSError as e:
+        _fail(args.parser, e)
+    return 0
+
+
+def _add_decoding_options(p: argparse.ArgumentParser) -> None:
+    from pyro_attention.inference.decode import DECODE_RULES
+
+    p.add_argument("--beam", type=_int_at_least(1), default=5, help="beam size (1: greedy; default 5)")
+    p.add_argument(
+        "--rule",
+        choices=DECODE_RULES,
+        default=None,
+        help="prediction rule (default marginal for categorical pairs, soft otherwise)",
+    )
+    p.add_argument(
+        "--length-penalty", type=_float_in(0, float("inf")), default=0.0, help="GNMT length penalty alpha (0: none)"
+    )
+    p.add_argument(
+        "--max-decode-len",
+        type=_int_at_least(1),
+        default=None,
+        help="longest translation (default 2 x source length + 10)",
+    )
+    p.add_argument("--threads", type=_int_at_least(0), default=1, help="torch threads (1; 0: torch's choice)")
+    p.add_argument("--device", default=None, help="cpu (default), cuda, cuda:N or mps: where the model runs")
+
+
+
+def add_evaluate(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
+    """``pyro-attention evaluate``."""
+    ev = sub.add_parser(
+        "evaluate",
+        help="perplexity, K-max perplexity, prior entropy and BLEU of a checkpoint",
+        description="Score a checkpoint on a split of its corpus or on given files.",
+    )
+    ev.add_argument("checkpoint", help="a .pt checkpoint or a run folder (its best.pt, else last.pt)")
+    ev.add_argument("--split", choices=("train", "val", "test"), default="test", help="split (default test)")
+    ev.add_argument("--src-file", help="score these source sentences instead of a split (with --tgt-file)")
+    ev.add_argument("--tgt-file", help="their tokenised targets")
+    ev.add_argument("--ref-file", help="raw references for BLEU, line-aligned (default: detokenised targets)")
+    ev.add_argument("--data-dir", help="where the corpus lives now (default: as in training)")
+    ev.add_argument("--size", type=_int_at_least(1), help="first N pairs only (synthetic: generate N)")
+    ev.add_argument(
+        "--kmax",
+        type=_int_at_least(0),
+        default=5,
+        help="K of the K-max perplexity and of --rule kmax (default 5; 0: skip K-max)",
+    )
+    ev.add_argument("--batch-size", type=_int_at_least(1), default=64, help="sentences per scoring batch")
+    ev.add_argument(
+        "--num-samples", type=_int_at_least(1), help="importance samples (relaxed; default: the training config's)"
+    )
+    ev.add_argument("--no-bleu", action="store_true", help="skip decoding and BLEU")
+    ev.add_argument(
+        "--lowercase-bleu",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="case-insensitive BLEU (default: when the corpus is lower-cased)",
+    )
+    ev.add_argument("--hypotheses", help="write the detokenised translations to this file")
+    ev.add_argument("--json", help="write the scores to this JSON file")
+    ev.add_argument("--quiet", action="store_true", help="no progress bars")
+    _add_decoding_options(ev)
+    ev.set_defaults(func=_evaluate, parser=ev)

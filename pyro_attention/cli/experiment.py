@@ -1,0 +1,52 @@
+"""``pyro-attention experiment``: a table of translation rows from an experiment file, resumable row by row."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from pyro_attention.cli.common import (
+    _fail,
+    _int_at_least,
+)
+
+
+def _experiment(args: argparse.Namespace) -> int:
+    from pyro_attention.runner import markdown_table, run_experiment
+    from pyro_attention.tasks.translation import TrainingInterrupted
+
+    try:
+        overrides = {k: v for k, v in (("device", args.device), ("threads", args.threads)) if v is not None}
+        table = run_experiment(args.config, args.out, only=args.rows, max_epochs=args.max_epochs,
+                               progress=not args.quiet, bleu=not args.no_bleu, overrides=overrides)
+    except (OSError, ValueError) as error:
+        _fail(args.parser, error)
+        return 1
+    except TrainingInterrupted as stop:
+        print(f"pyro-attention experiment: {stop.signal_name}: {stop.checkpoint} written; run the same command "
+              "again to continue", file=sys.stderr)
+        return 130
+    print(markdown_table(table))
+    return 0
+
+
+
+def add_experiment(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
+    """``pyro-attention experiment``."""
+    ex = sub.add_parser(
+        "experiment",
+        help="a table of translation rows (an experiment file): train each to convergence, evaluate, tabulate; "
+        "resumable row by row",
+    )
+    ex.add_argument("--config", required=True, help="experiment file (TOML or JSON): [shared] settings, [[rows]]")
+    ex.add_argument("--out", required=True, help="runs folder: one sub-folder per row, table.json, table.md")
+    ex.add_argument("--rows", nargs="+", default=None, metavar="LABEL", help="work on these rows only (default all)")
+    ex.add_argument("--max-epochs", type=_int_at_least(1), default=None,
+                    help="train at most N epochs per row in this call, then move on (default: to the end)")
+    ex.add_argument("--no-bleu", action="store_true", help="skip decoding (perplexities and entropies only)")
+    ex.add_argument("--device", default=None,
+                    help="train and evaluate every row here: cpu, cuda, cuda:N or mps (default: the file's, else cpu)")
+    ex.add_argument("--threads", type=_int_at_least(0), default=None,
+                    help="torch threads for every row (default: the file's; 0: torch's choice)")
+    ex.add_argument("--quiet", action="store_true", help="no progress bars")
+    ex.set_defaults(func=_experiment, parser=ex)
