@@ -25,9 +25,9 @@ def _demo(args: argparse.Namespace) -> int:
             raise PermissionError(13, "Permission denied")
     if args.task == "clevr":
         return _demo_clevr(args)
-    from pyro_attention.experiment import RegionQAConfig, format_table, run_region_qa
     from pyro_attention.inference import alignment_posterior
     from pyro_attention.plots import alignment_heatmaps
+    from pyro_attention.tasks.region_qa import RegionQAConfig, format_table, run_region_qa
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -76,9 +76,9 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _demo_clevr(args: argparse.Namespace) -> int:
     """``demo --task clevr``: every pair on real CLEVR scenes (original and generated questions)."""
-    from pyro_attention.clevr import ClevrConfig, format_clevr, run_clevr
     from pyro_attention.inference import alignment_posterior
     from pyro_attention.plots import alignment_heatmaps
+    from pyro_attention.tasks.clevr import ClevrConfig, format_clevr, run_clevr
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -129,7 +129,7 @@ def _demo_clevr(args: argparse.Namespace) -> int:
 
 def _all_rows() -> list:
     """``demo --neighbours``: the paper's rows and the neighbours'."""
-    from pyro_attention.experiment import ALL_ROWS
+    from pyro_attention.tasks.region_qa import ALL_ROWS
 
     return list(ALL_ROWS)
 

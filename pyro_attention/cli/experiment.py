@@ -12,8 +12,8 @@ from pyro_attention.cli.common import (
 
 
 def _experiment(args: argparse.Namespace) -> int:
-    from pyro_attention.runner import markdown_table, run_experiment
     from pyro_attention.tasks.translation import TrainingInterrupted
+    from pyro_attention.tasks.translation.runner import markdown_table, run_experiment
 
     try:
         overrides = {k: v for k, v in (("device", args.device), ("threads", args.threads)) if v is not None}

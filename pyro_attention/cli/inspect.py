@@ -14,7 +14,7 @@ from pyro_attention.cli.common import (
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from pyro_attention.inspect import inspect_checkpoint
+    from pyro_attention.tasks.inspect import inspect_checkpoint
 
     try:
         result = inspect_checkpoint(

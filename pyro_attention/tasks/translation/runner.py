@@ -1,0 +1,344 @@
+"""``pyro-attention experiment``: a table of translation rows, trained to convergence, resumable row by row.
+
+An experiment file (TOML or JSON) has one table of shared settings and a list of rows; every key is an option of
+:class:`~pyro_attention.translation.TranslationConfig` (the ``train`` flags), a row's keys win over the shared
+ones, and every row has a unique ``label``::
+
+    [shared]
+    data = "multi30k"
+    epochs = 30        # an upper bound: early stopping on validation perplexity (patience) ends a row
+    patience = 3
+    lr_decay = 0.5     # on a plateau
+
+    [[rows]]
+    label = "soft"
+    model = "soft"
+
+    [[rows]]
+    label = "marginal-product"
+    model = "marginal"
+    output = "product"
+
+Each row lives in ``RUNS/<label>/`` (the trainer's ``last.pt``, ``best.pt``, ``history.csv``), and
+
+* a finished row (``result.json`` there) is skipped;
+* a trained row (``trained.json``) is only evaluated;
+* a half-trained row (``last.pt``) resumes where it stopped -- bit-exactly, as ``train --resume`` does;
+* ``max_epochs`` limits the epochs one call trains per row (a table built over several sittings).
+
+A trained row is evaluated from ``best.pt``: validation and test perplexity (exact where the pair allows,
+:func:`~pyro_attention.translation.evaluate`), BLEU with beam 5 (sacreBLEU on detokenised output against the
+raw references, signature stored; and ``bleu_tok_none``: the tokenised output against the tokenised reference
+with ``tokenize="none"``, as a toolkit trained on the tokenised text is scored), K-max (K=5) BLEU for the
+categorical rows, and the prior's entropy.  ``RUNS/table.json`` (a list of rows) and ``RUNS/table.md`` are
+rewritten after every finished row.  Every file is written atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pyro_attention.outputs import write_text, writing
+from pyro_attention.tasks.translation import (
+    TrainingInterrupted,
+    TranslationConfig,
+    evaluate,
+    load_checkpoint,
+    load_split,
+    train,
+)
+from pyro_attention.tasks.translation.checkpoints import _read_checkpoint
+from pyro_attention.tasks.translation.config import _normalise_keys, _toml
+from pyro_attention.tasks.translation.evaluation import _decode
+
+Log = Callable[[str], None]
+#: the fields of one row of ``table.json``
+ROW_FIELDS = (
+    "label", "pair", "estimator", "output", "attention_type", "train_pairs", "val_ppl", "test_ppl", "ppl_exact",
+    "ppl_method", "bleu", "bleu_signature", "bleu_tok_none", "bleu_kmax5", "prior_entropy", "epochs", "best_epoch",
+    "stopped_early", "wall_s", "tokens_per_s", "device", "threads", "decode_sentences_per_s",
+)  # fmt: skip
+_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=,+-]*$")
+
+
+def read_experiment(path: str | os.PathLike) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The shared settings and the rows of an experiment file, every row checked as a ``TranslationConfig``.
+
+    :raises ValueError: naming the file and the row for a missing, duplicate or unsafe label, an unknown key
+        or a bad value.
+    """
+    from pyro_attention.data.text import require_file
+
+    path = require_file(path, "experiment file")
+    text = path.read_text(encoding="utf-8")
+    try:
+        raw = json.loads(text) if path.suffix.lower() == ".json" else _toml().loads(text)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
+    unknown = set(raw) - {"shared", "rows"}
+    if unknown or not isinstance(raw.get("rows"), list) or not raw["rows"]:
+        raise ValueError(f"{path}: an experiment file holds a table [shared] and a non-empty list [[rows]]"
+                         + (f"; unknown top-level keys {sorted(unknown)}" if unknown else ""))
+    shared = _normalise_keys(dict(raw.get("shared", {})))
+    rows, seen = [], set()
+    for i, row in enumerate(raw["rows"], 1):
+        row = dict(row)
+        label = row.pop("label", None)
+        where = f"{path}: row {i}" + (f" ({label!r})" if label else "")
+        if not isinstance(label, str) or not _LABEL.match(label):
+            raise ValueError(f"{where}: needs a label of letters, digits and _ . = , + - (it names the row's "
+                             f"folder), got {label!r}")
+        if label in seen:
+            raise ValueError(f"{where}: the label {label!r} is used twice")
+        seen.add(label)
+        if "out" in row or "out" in shared:
+            raise ValueError(f"{where}: 'out' is set by the runner (RUNS/<label>); remove it")
+        try:
+            settings = _normalise_keys(row)
+            TranslationConfig.from_dict({**shared, **settings})
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"{where}: {e}") from None
+        rows.append({"label": label, **settings})
+    return shared, rows
+
+
+def row_config(shared: dict[str, Any], row: dict[str, Any], runs: Path,
+               overrides: dict[str, Any] | None = None) -> TranslationConfig:
+    """The row's ``TranslationConfig``, writing to ``runs / label``; ``overrides`` (e.g. ``{"device": "cuda"}``)
+    win over the file's shared and row settings."""
+    settings = {k: v for k, v in row.items() if k != "label"}
+    return TranslationConfig.from_dict({**shared, **settings, **(overrides or {}), "out": str(runs / row["label"])})
+
+
+def run_experiment(
+    path: str | os.PathLike,
+    runs: str | os.PathLike,
+    *,
+    only: Sequence[str] | None = None,
+    max_epochs: int | None = None,
+    progress: bool = True,
+    log: Log | None = print,
+    bleu: bool = True,
+    overrides: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Train, evaluate and tabulate every row of the experiment file ``path`` in ``runs`` (see the module doc).
+
+    :param only: labels of the rows to work on (default: all); the table lists every finished row.
+    :param max_epochs: train at most this many epochs per row in this call (``None``: to the end).
+    :param overrides: settings that win over the file's for every row, e.g. ``{"device": "cuda", "threads": 4}``
+        (only settings a row may change when it resumes; a structural one is refused as ``train --resume`` does).
+    :returns: the finished rows (``table.json``'s content).
+    """
+    log = log or (lambda _: None)
+    shared, rows = read_experiment(path)
+    runs = Path(runs)
+    runs.mkdir(parents=True, exist_ok=True)
+    labels = [r["label"] for r in rows]
+    if only:
+        missing = [x for x in only if x not in labels]
+        if missing:
+            raise ValueError(f"{path}: no row labelled {missing}; the rows are {labels}")
+    for row in rows:
+        if only and row["label"] not in only:
+            continue
+        config = row_config(shared, row, runs, overrides)
+        folder = config.out_dir
+        if (folder / "result.json").is_file():
+            log(f"[{row['label']}] finished: {folder / 'result.json'}")
+            continue
+        if not (folder / "trained.json").is_file():
+            if not _train_row(config, folder, max_epochs, progress, log, row["label"]):
+                continue
+        log(f"[{row['label']}] evaluating {folder / 'best.pt'}")
+        _write_json(folder / "result.json", evaluate_row(config, folder, row["label"], bleu=bleu))
+    table = [json.loads((runs / r["label"] / "result.json").read_text()) for r in rows
+             if (runs / r["label"] / "result.json").is_file()]
+    _write_json(runs / "table.json", table)
+    _write_text(runs / "table.md", markdown_table(table) + "\n")
+    figure = plot_curves(runs, [r["label"] for r in rows], runs / "val_ppl.png")
+    log(f"{len(table)} of {len(rows)} rows finished; table: {runs / 'table.json'}, {runs / 'table.md'}"
+        + (f"; curves: {figure}" if figure else ""))
+    return table
+
+
+def _train_row(config: TranslationConfig, folder: Path, max_epochs: int | None, progress: bool, log: Log,
+               label: str) -> bool:
+    """Train (or resume) one row; ``True`` when its training is complete."""
+    resume = (folder / "last.pt").is_file()
+    done = 0
+    if resume:
+        done = int(_read_checkpoint(folder / "last.pt")["epoch"])  # no network built just to read a counter
+    target = config.epochs if max_epochs is None else min(config.epochs, done + max_epochs)
+    log(f"[{label}] {'resuming at epoch ' + str(done) if resume else 'training'} (this sitting: up to epoch "
+        f"{target} of {config.epochs})")
+    start = time.perf_counter()
+    try:
+        result = train(config.replace(epochs=target), progress, resume=resume, log=lambda m: log(f"[{label}] {m}"))
+    except TrainingInterrupted as stop:  # the sitting's time still counts
+        sittings = _read_json(folder / "sittings.json", [])
+        sittings.append({"wall_s": time.perf_counter() - start, "until_epoch": stop.epoch, "until_step": stop.step,
+                         "threads": config.threads, "interrupted": stop.signal_name})
+        _write_json(folder / "sittings.json", sittings)
+        raise
+    sittings = _read_json(folder / "sittings.json", [])
+    steps = result.history["steps"]
+    sittings.append({"wall_s": time.perf_counter() - start, "until_epoch": result.epoch, "until_step": result.step,
+                     "threads": config.threads})
+    _write_json(folder / "sittings.json", sittings)
+    finished = result.stopped_early or result.epoch >= config.epochs
+    if finished:
+        _write_json(folder / "trained.json", {
+            "epochs": result.epoch, "best_epoch": result.best_epoch + 1, "best_val_ppl": result.best_metric,
+            "stopped_early": result.stopped_early, "steps": result.step, "target_tokens": sum(steps["tokens"]),
+            "wall_s": sum(s["wall_s"] for s in sittings),
+        })
+    else:
+        log(f"[{label}] paused after epoch {result.epoch}; run the same command again to continue")
+    return finished
+
+
+def evaluate_row(config: TranslationConfig, folder: Path, label: str, bleu: bool = True) -> dict[str, Any]:
+    """The table row of a trained row folder (``best.pt``, ``trained.json``)."""
+    import sacrebleu
+
+    from pyro_attention import metrics
+
+    trained = json.loads((folder / "trained.json").read_text())
+    best = folder / "best.pt"
+    val = evaluate(best, "val", kmax=0, bleu=False, device=config.device)
+    test = evaluate(best, "test", kmax=5, bleu=False, device=config.device)
+    ckpt = load_checkpoint(best, device=config.device)
+    kmax_decoding = "kmax" in ckpt.pair.decoding_rules()
+    row: dict[str, Any] = {
+        "label": label, "pair": config.model, "estimator": config.estimator, "output": config.output,
+        "attention_type": config.attention_type, "options": config.options,
+        "train_pairs": _train_pairs(config), "val_ppl": val["ppl"], "test_ppl": test["ppl"],
+        "ppl_exact": bool(test["ppl_exact"]), "ppl_method": test["ppl_method"], "test_kmax5_ppl": test["kmax_ppl"],
+        "bleu": None, "bleu_signature": None, "bleu_tok_none": None, "bleu_kmax5": None,
+        "decode_sentences_per_s": None,
+        "prior_entropy": test["prior_entropy"], "epochs": trained["epochs"], "best_epoch": trained["best_epoch"],
+        "stopped_early": trained["stopped_early"], "wall_s": trained["wall_s"],
+        "tokens_per_s": trained["target_tokens"] / max(trained["wall_s"], 1e-9),
+        "device": config.device, "threads": config.threads, "config": config.to_dict(),
+    }
+    if bleu:
+        data = load_split(config, "test", size=config.test_size, references=True)
+        rule = ckpt.pair.default_rule(decoding=True)
+        row["decode_rule"] = rule
+        started = time.perf_counter()
+        hyps = _decode(ckpt, data.source, 5, rule, 5, 0.0, None, False)
+        row["decode_sentences_per_s"] = len(hyps) / max(time.perf_counter() - started, 1e-9)
+        scored = metrics.bleu([metrics.detokenize(h, config.tgt) for h in hyps], data.references,
+                              lowercase=config.lowercased)
+        row["bleu"], row["bleu_signature"] = scored.score, scored.signature
+        refs = [" ".join(t) for t in data.target]
+        row["bleu_tok_none"] = sacrebleu.corpus_bleu([" ".join(h) for h in hyps], [refs], tokenize="none").score
+        if kmax_decoding:
+            kmax = _decode(ckpt, data.source, 5, "kmax", 5, 0.0, None, False)
+            text = [metrics.detokenize(h, config.tgt) for h in kmax]
+            row["bleu_kmax5"] = metrics.bleu(text, data.references, lowercase=config.lowercased).score
+    return row
+
+
+def _train_pairs(config: TranslationConfig) -> int | None:
+    try:
+        return len(load_split(config, "train", max_len=config.max_len, size=config.train_size, references=False))
+    except (OSError, ValueError):  # pragma: no cover - data moved since training
+        return None
+
+
+def validation_curve(history_csv: Path) -> tuple[list[float], list[float]]:
+    """``(wall-clock seconds, validation PPL)`` after every epoch of a row's ``history.csv``; the clock runs on
+    across sittings (each sitting's ``seconds`` restarts at zero and is added to the previous sittings' total)."""
+    import csv
+
+    clock, offset, last, xs, ys = 0.0, 0.0, 0.0, [], []
+    with open(history_csv, newline="", encoding="utf-8") as f:
+        for rec in csv.DictReader(f):
+            seconds = float(rec["seconds"])
+            if seconds < last:  # a new sitting
+                offset += last
+            last = seconds
+            clock = offset + seconds
+            if rec["kind"] == "epoch":
+                xs.append(clock)
+                ys.append(float(rec["val_ppl"]))
+    return xs, ys
+
+
+def plot_curves(runs: Path, labels: Sequence[str], path: Path) -> Path | None:
+    """Validation perplexity against wall-clock training time for every row with a ``history.csv``, one PNG."""
+    curves = {label: validation_curve(runs / label / "history.csv") for label in labels
+              if (runs / label / "history.csv").is_file()}
+    curves = {k: v for k, v in curves.items() if v[0]}
+    if not curves:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, (xs, ys) in curves.items():
+        ax.plot([x / 60 for x in xs], ys, marker="o", markersize=3, label=label)
+    ax.set_xlabel("training wall-clock time [min] (validation included)")
+    ax.set_ylabel("validation perplexity (exact; relaxed: bound)")
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(f"validation perplexity per epoch: {runs.name}")
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    try:
+        with writing(path):
+            fig.savefig(tmp, dpi=100)
+            os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    """The finished rows as a markdown table (``~``: a perplexity that is a bound, not exact)."""
+    lines = [
+        "| row | pair | estimator | output | val PPL | test PPL | BLEU | BLEU tok none | K-max BLEU | H(prior) | "
+        "epochs | wall [s] | tok/s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def num(x: Any, fmt: str = ".2f") -> str:
+        return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
+
+    for r in rows:
+        mark = "" if r["ppl_exact"] else "~"
+        lines.append(
+            f"| {r['label']} | {r['pair']} | {r['estimator'] or '-'} | {r['output']} | {mark}{num(r['val_ppl'])} | "
+            f"{mark}{num(r['test_ppl'])} | {num(r['bleu'])} | {num(r['bleu_tok_none'])} | {num(r['bleu_kmax5'])} | "
+            f"{num(r['prior_entropy'], '.3f')} | {r['epochs']} | {num(r['wall_s'], '.0f')} | "
+            f"{num(r['tokens_per_s'], ',.0f')} |"
+        )
+    return "\n".join(lines)
+
+
+def _read_json(path: Path, default: Any) -> Any:
+    return json.loads(path.read_text()) if path.is_file() else default
+
+
+def _write_text(path: Path, text: str) -> None:
+    """Write ``text`` atomically (temporary file in the same folder, fsync, rename); a failure names the file."""
+    write_text(path, text)
+
+
+def _write_json(path: Path, value: Any) -> None:
+    _write_text(path, json.dumps(value, indent=1, default=str) + "\n")
