@@ -18,17 +18,25 @@ from pyro_attention.cli.common import (
     _positive_float,
 )
 
+#: a flag's default: only flags given on the command line override the config file (or a resumed run)
+S = argparse.SUPPRESS
+
 
 def _add_train_options(p: argparse.ArgumentParser) -> None:
-    from pyro_attention.networks.attention import ATTENTION_SCORES
-    from pyro_attention.networks.output import OUTPUT_LAYERS
-    from pyro_attention.networks.seq2seq import BRIDGES, INPUT_FEEDS
-    from pyro_attention.registry import ALL_PAIRS, PAIR_ESTIMATORS
+    """The flags of ``train``: ``--config``, then one group per part of the config (data, model, optimisation)."""
+    p.add_argument("--config", help="JSON or TOML file of options (keys as the flags, '-' or '_'); flags win")
+    _add_data_options(p)
+    _add_model_options(p)
+    _add_optimisation_options(p)
+    p.add_argument("--resume", action="store_true", help="continue from last.pt in --out (restores everything)")
+    p.add_argument("--overwrite", action="store_true", help="start afresh even if --out holds a checkpoint")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _add_data_options(p: argparse.ArgumentParser) -> None:
     from pyro_attention.tasks.translation import DATA_KINDS
 
-    S = argparse.SUPPRESS  # only flags given on the command line override the config file (or a resumed run)
     pos, nonneg = _int_at_least(1), _int_at_least(0)
-    p.add_argument("--config", help="JSON or TOML file of options (keys as the flags, '-' or '_'); flags win")
     g = p.add_argument_group("data")
     g.add_argument("--data", choices=DATA_KINDS, default=S, help="corpus (default synthetic: no files needed)")
     g.add_argument(
@@ -68,6 +76,15 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--synthetic-vocab", type=_int_at_least(4), default=S, help="synthetic source words (24)")
     g.add_argument("--synthetic-min-len", type=pos, default=S, help="synthetic shortest source (3)")
     g.add_argument("--synthetic-max-len", type=pos, default=S, help="synthetic longest source (8)")
+
+
+def _add_model_options(p: argparse.ArgumentParser) -> None:
+    from pyro_attention.networks.attention import ATTENTION_SCORES
+    from pyro_attention.networks.output import OUTPUT_LAYERS
+    from pyro_attention.networks.seq2seq import BRIDGES, INPUT_FEEDS
+    from pyro_attention.registry import ALL_PAIRS, PAIR_ESTIMATORS
+
+    pos, nonneg = _int_at_least(1), _int_at_least(0)
     g = p.add_argument_group("model")
     g.add_argument("--model", choices=tuple(ALL_PAIRS), default=S, help="the pair (default soft)")
     estimators = tuple(dict.fromkeys(e for v in PAIR_ESTIMATORS.values() for e in v))
@@ -131,6 +148,10 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
         default=S,
         help="source positions per chunk of the enumerated output layer (8; 0: all at once)",
     )
+
+
+def _add_optimisation_options(p: argparse.ArgumentParser) -> None:
+    pos, nonneg = _int_at_least(1), _int_at_least(0)
     g = p.add_argument_group("optimisation")
     g.add_argument("--epochs", type=pos, default=S, help="epochs in all, counting resumed ones (10)")
     g.add_argument("--batch-size", type=pos, default=S, help="sentences per batch (32)")
@@ -161,9 +182,7 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
         default=S,
         help="log to <out>/tensorboard (default: when the tensorboard package is installed)",
     )
-    p.add_argument("--resume", action="store_true", help="continue from last.pt in --out (restores everything)")
-    p.add_argument("--overwrite", action="store_true", help="start afresh even if --out holds a checkpoint")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
 
 
 def _config_error(

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyro
 import torch
 from tqdm.auto import tqdm
 
+from pyro_attention.data.translation import TranslationBatch
 from pyro_attention.pair import AlignmentPair
 from pyro_attention.tasks.translation.checkpoints import Checkpoint, _move, load_checkpoint
-from pyro_attention.tasks.translation.config import SPLITS, _choice, _no_bar
-from pyro_attention.tasks.translation.corpora import load_split, make_batches
+from pyro_attention.tasks.translation.config import SPLITS, TranslationConfig, _choice, _no_bar
+from pyro_attention.tasks.translation.corpora import Split, load_split, make_batches
 
 
 def _as_checkpoint(checkpoint: Checkpoint | str | os.PathLike) -> Checkpoint:
@@ -104,46 +106,18 @@ def evaluate(
         occurrence of a target token has the same log-probability, or every sentence decodes to the same output);
         the command line prints it.
     """
-    from pyro_attention import metrics
-    from pyro_attention.inference import alignment_posterior, kmax_log_likelihood, log_likelihood
-
-    ckpt = _as_checkpoint(checkpoint)
-    if device is not None:
-        _move(ckpt, device)
-    if seed is not None:
-        pyro.set_rng_seed(seed)
+    ckpt = _loaded(checkpoint, device, seed)
     config = ckpt.config if data_dir is None else ckpt.config.replace(data_dir=data_dir)
     pair = ckpt.pair
     rule = _default_rule(pair, rule)  # checked even without BLEU: a rule the pair does not allow is a mistake
     if kmax < 0 or beam < 1 or batch_size < 1:
         raise ValueError(f"need kmax >= 0, beam >= 1, batch_size >= 1; got {kmax}, {beam}, {batch_size}")
-    if size is None and src_file is None and split in SPLITS:
-        size = getattr(config, f"{split}_size")  # the subset training used (val), or the configured one
-    data = load_split(
-        config, split, size=size, src_file=src_file, tgt_file=tgt_file, ref_file=ref_file, references=bleu
-    )
-    where = next(ckpt.network.parameters()).device
-    batches = [b.to(where) for b in make_batches(data, ckpt.src_vocab, ckpt.tgt_vocab, batch_size)]
+    files = dict(src_file=src_file, tgt_file=tgt_file, ref_file=ref_file)
+    data, batches = _evaluation_batches(ckpt, config, split, size, batch_size, bleu, **files)
     ckpt.network.eval()
-    samples = num_samples or config.num_samples
-    total, tokens, exact, method = 0.0, 0, True, ""
     kmax_bound = kmax if "kmax" in pair.prediction_rules() else 0  # only categorical alignments have a K-max bound
-    kmax_total = 0.0
-    kmax_exact = True
-    entropy_total = 0.0
     spread = _TokenSpread(len(ckpt.tgt_vocab))
-    for batch in tqdm(batches, disable=_no_bar(progress), desc="scoring", unit="batch", leave=False):
-        ll = log_likelihood(pair, batch, num_samples=samples)
-        spread.add(batch.target, batch.target_mask, ll.per_token)
-        total += float(ll.per_example.sum())
-        tokens += int(ll.num_tokens.sum())
-        exact, method = exact and ll.exact, ll.method
-        if kmax_bound:
-            km = kmax_log_likelihood(pair, batch, kmax)
-            kmax_total += float(km.per_example.sum())
-            kmax_exact = kmax_exact and km.exact
-        ent, _ = metrics.prior_entropy(alignment_posterior(pair, batch)["prior"], batch.target_mask)
-        entropy_total += ent
+    scores = _score(pair, batches, num_samples or config.num_samples, kmax_bound, spread, progress)
     result: dict[str, Any] = {
         "checkpoint": str(ckpt.path),
         "model": config.model,
@@ -152,19 +126,7 @@ def evaluate(
         "split": split if src_file is None else str(src_file),
         "data": data.description,
         "sentences": len(data),
-        "tokens": tokens,
-        "nll": -total / tokens,
-        "ppl": metrics.perplexity(total, tokens),
-        "ppl_exact": exact,
-        "ppl_method": method,
-        "kmax": kmax_bound or None,
-        "kmax_ppl": metrics.perplexity(kmax_total, tokens) if kmax_bound else None,
-        "kmax_method": (
-            f"K-max, K={kmax}, " + ("covers every source position: exact" if kmax_exact else "a lower bound on log p")
-            if kmax_bound
-            else None
-        ),
-        "prior_entropy": entropy_total / tokens,
+        **scores.fields(kmax, kmax_bound),
         "bleu": None,
         "bleu_signature": None,
         "rule": rule,
@@ -174,24 +136,139 @@ def evaluate(
         "degenerate": None,
     }
     distinct_sources = len({tuple(s) for s in data.source})
-    reasons = [spread.degenerate(-total / tokens, distinct_sources)] if exact else []
+    reasons = [spread.degenerate(-scores.total / scores.tokens, distinct_sources)] if scores.exact else []
     if bleu:
-        hyps = _decode(ckpt, data.source, beam, rule, kmax or 5, length_penalty, max_decode_len, progress)
-        text = [metrics.detokenize(h, config.tgt) for h in hyps]
-        lc = config.lowercased if lowercase is None else lowercase
-        scored = metrics.bleu(text, data.references, lowercase=lc)
-        result.update(bleu=scored.score, bleu_signature=scored.signature, bleu_text=scored.text, hypotheses=text)
-        longest = max(hyps, key=len)
-        if distinct_sources >= 5 and longest and all(h == longest[: len(h)] for h in hyps):
-            # the same output for every source (cut at each sentence's length limit when </s> never comes)
-            reasons.insert(0, f"every one of the {len(text)} sentences ({distinct_sources} different sources) "
-                           f"translates to the same output {metrics.detokenize(longest, config.tgt)[:60]!r}"
-                           + ("" if len(set(text)) == 1 else " (or a prefix of it)"))
-    reasons = [r for r in reasons if r]
-    if reasons:
-        result["degenerate"] = ("degenerate: " + "; ".join(reasons) + ". The model ignores its input: training "
-                                "collapsed or diverged (check --lr and the training curve in history.csv)")
+        decoding = dict(beam=beam, rule=rule, kmax=kmax, length_penalty=length_penalty, max_decode_len=max_decode_len)
+        _add_bleu(result, reasons, ckpt, config, data, distinct_sources, lowercase, progress, **decoding)
+    result["degenerate"] = _degenerate(reasons)
     return result
+
+
+def _loaded(checkpoint: Checkpoint | str | os.PathLike, device: str | None, seed: int | None) -> Checkpoint:
+    """The checkpoint, on ``device`` when given, with Pyro's RNGs seeded by ``seed`` when given."""
+    ckpt = _as_checkpoint(checkpoint)
+    if device is not None:
+        _move(ckpt, device)
+    if seed is not None:
+        pyro.set_rng_seed(seed)
+    return ckpt
+
+
+def _evaluation_batches(
+    ckpt: Checkpoint, config: TranslationConfig, split: str, size: int | None, batch_size: int, references: bool,
+    **files: str | os.PathLike | None,
+) -> tuple[Split, list[TranslationBatch]]:
+    """The split (or ``files``) :func:`evaluate` scores, and its batches on the network's device."""
+    if size is None and files["src_file"] is None and split in SPLITS:
+        size = getattr(config, f"{split}_size")  # the subset training used (val), or the configured one
+    data = load_split(config, split, size=size, references=references, **files)
+    where = next(ckpt.network.parameters()).device
+    return data, [b.to(where) for b in make_batches(data, ckpt.src_vocab, ckpt.tgt_vocab, batch_size)]
+
+
+def _degenerate(reasons: list[str | None]) -> str | None:
+    """:func:`evaluate`'s ``degenerate`` warning from the reasons found (``None`` entries: none found)."""
+    reasons = [r for r in reasons if r]
+    if not reasons:
+        return None
+    return ("degenerate: " + "; ".join(reasons) + ". The model ignores its input: training collapsed or diverged "
+            "(check --lr and the training curve in history.csv)")
+
+
+@dataclass
+class _Scores:
+    """The sums :func:`evaluate` collects over the batches."""
+
+    total: float = 0.0  # log-likelihood
+    tokens: int = 0
+    exact: bool = True
+    method: str = ""
+    kmax_total: float = 0.0
+    kmax_exact: bool = True
+    entropy_total: float = 0.0  # of the prior, nats
+
+    def fields(self, kmax: int, kmax_bound: int) -> dict[str, Any]:
+        """The scores' entries of :func:`evaluate`'s result, ``tokens`` to ``prior_entropy``."""
+        from pyro_attention import metrics
+
+        return {
+            "tokens": self.tokens,
+            "nll": -self.total / self.tokens,
+            "ppl": metrics.perplexity(self.total, self.tokens),
+            "ppl_exact": self.exact,
+            "ppl_method": self.method,
+            "kmax": kmax_bound or None,
+            "kmax_ppl": metrics.perplexity(self.kmax_total, self.tokens) if kmax_bound else None,
+            "kmax_method": (
+                f"K-max, K={kmax}, "
+                + ("covers every source position: exact" if self.kmax_exact else "a lower bound on log p")
+                if kmax_bound
+                else None
+            ),
+            "prior_entropy": self.entropy_total / self.tokens,
+        }
+
+
+def _score(
+    pair: AlignmentPair,
+    batches: list[TranslationBatch],
+    num_samples: int,
+    kmax_bound: int,
+    spread: _TokenSpread,
+    progress: bool,
+) -> _Scores:
+    """Log-likelihood (exact or the importance-weighted bound), the K-max bound (``kmax_bound`` > 0) and the prior's
+    entropy, summed over ``batches``; every token's log-probability goes to ``spread``."""
+    from pyro_attention import metrics
+    from pyro_attention.inference import alignment_posterior, kmax_log_likelihood, log_likelihood
+
+    s = _Scores()
+    for batch in tqdm(batches, disable=_no_bar(progress), desc="scoring", unit="batch", leave=False):
+        ll = log_likelihood(pair, batch, num_samples=num_samples)
+        spread.add(batch.target, batch.target_mask, ll.per_token)
+        s.total += float(ll.per_example.sum())
+        s.tokens += int(ll.num_tokens.sum())
+        s.exact, s.method = s.exact and ll.exact, ll.method
+        if kmax_bound:
+            km = kmax_log_likelihood(pair, batch, kmax_bound)
+            s.kmax_total += float(km.per_example.sum())
+            s.kmax_exact = s.kmax_exact and km.exact
+        ent, _ = metrics.prior_entropy(alignment_posterior(pair, batch)["prior"], batch.target_mask)
+        s.entropy_total += ent
+    return s
+
+
+def _add_bleu(
+    result: dict[str, Any],
+    reasons: list[str | None],
+    ckpt: Checkpoint,
+    config: TranslationConfig,
+    data: Split,
+    distinct_sources: int,
+    lowercase: bool | None,
+    progress: bool,
+    *,
+    beam: int,
+    rule: str,
+    kmax: int,
+    length_penalty: float,
+    max_decode_len: int | None,
+) -> None:
+    """Beam-search ``data``'s sources; put sacreBLEU and the detokenised hypotheses in ``result``, and, first in
+    ``reasons``, a warning when every source (at least 5 different ones) translates to the same output."""
+    from pyro_attention import metrics
+
+    hyps = _decode(ckpt, data.source, beam, rule, kmax or 5, length_penalty, max_decode_len, progress)
+    text = [metrics.detokenize(h, config.tgt) for h in hyps]
+    lc = config.lowercased if lowercase is None else lowercase
+    scored = metrics.bleu(text, data.references, lowercase=lc)
+    result.update(bleu=scored.score, bleu_signature=scored.signature, bleu_text=scored.text, hypotheses=text)
+    longest = max(hyps, key=len)
+    if distinct_sources >= 5 and longest and all(h == longest[: len(h)] for h in hyps):
+        # the same output for every source (cut at each sentence's length limit when </s> never comes)
+        reasons.insert(0, f"every one of the {len(text)} sentences ({distinct_sources} different sources) "
+                       f"translates to the same output {metrics.detokenize(longest, config.tgt)[:60]!r}"
+                       + ("" if len(set(text)) == 1 else " (or a prefix of it)"))
 
 
 class _TokenSpread:
