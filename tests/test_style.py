@@ -57,15 +57,20 @@ def _functions(tree: ast.AST, prefix: str = ""):  # noqa: ANN202 - yields (quali
             yield from _functions(node, name + ".")
 
 
+def _check_sizes(sizes: dict[str, int], allowed: dict[str, int], limit: int, what: str, listed: str) -> None:
+    """Nothing over ``limit`` lines but what ``allowed`` lists, nothing listed grown, nothing listed back under."""
+    over = {k: v for k, v in sizes.items() if v > limit}
+    grown = {k: (v, allowed[k]) for k, v in over.items() if k in allowed and v > allowed[k]}
+    new = sorted(set(over) - set(allowed))
+    fixed = sorted(k for k in allowed if sizes.get(k, 0) <= limit)
+    assert not new, f"{what} over {limit} lines: {[(k, over[k]) for k in new]}; split them"
+    assert not grown, f"listed {what} that grew (lines now, allowed): {grown}"
+    assert not fixed, f"back under {limit} lines (or gone): take {fixed} off {listed}"
+
+
 def test_no_module_over_500_lines():
     sizes = {str(p.relative_to(ROOT)): len(p.read_text(encoding="utf-8").splitlines()) for p in _package_files()}
-    over = {k: v for k, v in sizes.items() if v > MAX_MODULE_LINES}
-    grown = {k: (v, MODULES_OVER[k]) for k, v in over.items() if k in MODULES_OVER and v > MODULES_OVER[k]}
-    new = sorted(set(over) - set(MODULES_OVER))
-    fixed = sorted(k for k in MODULES_OVER if sizes.get(k, 0) <= MAX_MODULE_LINES)
-    assert not new, f"modules over {MAX_MODULE_LINES} lines: {[(k, over[k]) for k in new]}; split them"
-    assert not grown, f"listed modules that grew (lines now, allowed): {grown}"
-    assert not fixed, f"back under {MAX_MODULE_LINES} lines (or gone): take {fixed} off MODULES_OVER"
+    _check_sizes(sizes, MODULES_OVER, MAX_MODULE_LINES, "modules", "MODULES_OVER")
 
 
 def test_no_function_over_80_lines():
@@ -74,13 +79,7 @@ def test_no_function_over_80_lines():
         rel = str(path.relative_to(ROOT))
         for name, lines in _functions(ast.parse(path.read_text(encoding="utf-8"))):
             sizes[f"{rel}::{name}"] = max(lines, sizes.get(f"{rel}::{name}", 0))
-    over = {k: v for k, v in sizes.items() if v > MAX_FUNCTION_LINES}
-    grown = {k: (v, FUNCTIONS_OVER[k]) for k, v in over.items() if k in FUNCTIONS_OVER and v > FUNCTIONS_OVER[k]}
-    new = sorted(set(over) - set(FUNCTIONS_OVER))
-    fixed = sorted(k for k in FUNCTIONS_OVER if sizes.get(k, 0) <= MAX_FUNCTION_LINES)
-    assert not new, f"functions over {MAX_FUNCTION_LINES} lines: {[(k, over[k]) for k in new]}; split them"
-    assert not grown, f"listed functions that grew (lines now, allowed): {grown}"
-    assert not fixed, f"back under {MAX_FUNCTION_LINES} lines (or gone): take {fixed} off FUNCTIONS_OVER"
+    _check_sizes(sizes, FUNCTIONS_OVER, MAX_FUNCTION_LINES, "functions", "FUNCTIONS_OVER")
 
 
 # ----------------------------------------------------------------------------------------------------------------

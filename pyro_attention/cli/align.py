@@ -6,11 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from pyro_attention.cli.common import (
-    _fail,
-    _int_at_least,
-    _learning_rate,
-)
+from pyro_attention.cli.common import _fail, _int_at_least, _learning_rate
 
 
 def _align(args: argparse.Namespace) -> int:
@@ -32,7 +28,6 @@ def _align(args: argparse.Namespace) -> int:
 
         merge_json(args.json, json_rows(rows, "user" if config.gold_links else config.corpus))
     return 0
-
 
 
 def add_align(sub) -> None:  # noqa: ANN001 - argparse's subparsers action

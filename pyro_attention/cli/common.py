@@ -49,7 +49,6 @@ def _learning_rate(text: str) -> float:
     return _float_in(0.0, MAX_LR, low_open=True)(text)
 
 
-
 def _fail(parser: argparse.ArgumentParser, error: Exception) -> None:
     """A run-time error (data, checkpoint): one line on stderr and exit status 1, without the usage text.
 
@@ -74,7 +73,6 @@ def _os_error_text(error: BaseException, path: str | os.PathLike | None = None) 
     if error.filename:
         return f"{error.filename}: {error.strerror} (errno {error.errno})"
     return str(error)
-
 
 
 class _DefaultsHelpFormatter(argparse.HelpFormatter):

@@ -7,13 +7,13 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from pyro_attention.cli.common import (
-    _int_at_least,
-)
+from pyro_attention.cli.common import _int_at_least
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -25,21 +25,9 @@ def _demo(args: argparse.Namespace) -> int:
             raise PermissionError(13, "Permission denied")
     if args.task == "clevr":
         return _demo_clevr(args)
-    from pyro_attention.inference import alignment_posterior
-    from pyro_attention.plots import alignment_heatmaps
     from pyro_attention.tasks.region_qa import RegionQAConfig, format_table, run_region_qa
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    config = RegionQAConfig(
-        train_size=args.train_size,
-        val_size=args.val_size,
-        num_epochs=args.epochs,
-        hidden_size=args.hidden,
-        seed=args.seed,
-    )
-    if args.neighbours:
-        config.rows = _all_rows()
+    config = _demo_config(args, RegionQAConfig, train_size=args.train_size, val_size=args.val_size)
     print(
         f"pyro-attention demo: {config.train_size} training / {config.val_size} held-out synthetic scenes, "
         f"{config.num_epochs} epochs, hidden {config.hidden_size}, seed {config.seed}, "
@@ -51,21 +39,11 @@ def _demo(args: argparse.Namespace) -> int:
     print("Held-out results (NLL per answer in nats; '~' = importance-weighted estimate, not exact):")
     print(format_table(rows))
     variational = next((r for r in rows if r.name.startswith("variational")), rows[-1])
-    post = alignment_posterior(variational.pair, val.data)
     ambiguous = [i for i in range(len(val)) if len(set(val.region_names[i])) and _ambiguous(val, i)]
     examples = (ambiguous[:2] + [i for i in range(len(val)) if i not in ambiguous[:2]])[: args.num_plots]
     titles = [f"#{i}: {val.question_text(i)} -> {val.answers[int(val.data.answer[i])]}" for i in examples]
-    path = alignment_heatmaps(
-        post,
-        examples,
-        val.region_names,
-        titles,
-        Path(args.out) / "alignments.png",
-        gold=val.data.gold,
-        suptitle=f"{variational.name}, {type(variational.pair.network).__name__} network, synthetic region QA, "
-        "held-out split",
-        soft=variational.pair.deterministic,
-    )
+    path = _heatmaps(variational, val, examples, titles, Path(args.out) / "alignments.png",
+                     "synthetic region QA, held-out split")
     print(
         f"\nWrote the prior / posterior / q heatmaps of {variational.name} for {len(examples)} held-out "
         f"examples to {path.resolve()}"
@@ -76,22 +54,10 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _demo_clevr(args: argparse.Namespace) -> int:
     """``demo --task clevr``: every pair on real CLEVR scenes (original and generated questions)."""
-    from pyro_attention.inference import alignment_posterior
-    from pyro_attention.plots import alignment_heatmaps
     from pyro_attention.tasks.clevr import ClevrConfig, format_clevr, run_clevr
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    config = ClevrConfig(
-        data_dir=args.data_dir,
-        generated_train=args.train_size,
-        generated_val=args.val_size,
-        num_epochs=args.epochs,
-        hidden_size=args.hidden,
-        seed=args.seed,
-    )
-    if args.neighbours:
-        config.rows = _all_rows()
+    sizes = dict(data_dir=args.data_dir, generated_train=args.train_size, generated_val=args.val_size)
+    config = _demo_config(args, ClevrConfig, **sizes)
     print(
         f"pyro-attention demo --task clevr: original CLEVR questions + {config.generated_train} generated training / "
         f"{config.generated_val} generated validation questions, {config.num_epochs} epochs, hidden "
@@ -109,22 +75,40 @@ def _demo_clevr(args: argparse.Namespace) -> int:
     variational = next((r for r in result.original if r.name.startswith("variational")), result.original[-1])
     examples = [i for i in range(len(val)) if int(val.data.gold[i]) >= 0][: args.num_plots]
     if examples:
-        post = alignment_posterior(variational.pair, val.data)
         titles = [f"#{i}: {val.questions[i].text} -> {val.answers[int(val.data.answer[i])]}" for i in examples]
-        path = alignment_heatmaps(
-            post,
-            examples,
-            val.region_names,
-            titles,
-            Path(args.out) / "clevr_alignments.png",
-            gold=val.data.gold,
-            suptitle=f"{variational.name}, {type(variational.pair.network).__name__} network, CLEVR, original "
-            "validation split",
-            soft=variational.pair.deterministic,
-        )
+        path = _heatmaps(variational, val, examples, titles, Path(args.out) / "clevr_alignments.png",
+                         "CLEVR, original validation split")
         print(f"\nWrote the prior / posterior / q heatmaps of {variational.name} to {path.resolve()}")
     print(f"Total time {time.perf_counter() - start:.1f} s")
     return 0
+
+
+def _demo_config(args: argparse.Namespace, make: Callable, **sizes: Any) -> Any:
+    """The torch threads set and the config of a demo run, ``make(**sizes, ...)`` with the run's epochs, hidden size
+    and seed; every row, neighbours included, with ``--neighbours``."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    config = make(**sizes, num_epochs=args.epochs, hidden_size=args.hidden, seed=args.seed)
+    if args.neighbours:
+        config.rows = _all_rows()
+    return config
+
+
+def _heatmaps(row: Any, val: Any, examples: list[int], titles: list[str], path: Path, where: str) -> Path:
+    """The prior / exact posterior / q heatmaps of ``row``'s pair on the ``examples`` of ``val``."""
+    from pyro_attention.inference import alignment_posterior
+    from pyro_attention.plots import alignment_heatmaps
+
+    return alignment_heatmaps(
+        alignment_posterior(row.pair, val.data),
+        examples,
+        val.region_names,
+        titles,
+        path,
+        gold=val.data.gold,
+        suptitle=f"{row.name}, {type(row.pair.network).__name__} network, {where}",
+        soft=row.pair.deterministic,
+    )
 
 
 def _all_rows() -> list:
@@ -138,7 +122,6 @@ def _ambiguous(val, i: int) -> bool:  # noqa: ANN001
     """Two regions of the asked kind: only the answer can tell which one the question means."""
     kind = val.vocab[int(val.data.question[i, 1])]
     return sum(name.endswith(" " + kind) for name in val.region_names[i]) > 1
-
 
 
 def add_demo(sub) -> None:  # noqa: ANN001 - argparse's subparsers action

@@ -8,11 +8,7 @@ import sys
 
 import torch
 
-from pyro_attention.cli.common import (
-    _fail,
-    _float_in,
-    _int_at_least,
-)
+from pyro_attention.cli.common import _fail, _float_in, _int_at_least
 
 
 def _print_scores(res: dict) -> None:
@@ -105,7 +101,6 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--threads", type=_int_at_least(0), default=1, help="torch threads (1; 0: torch's choice)")
     p.add_argument("--device", default=None, help="cpu (default), cuda, cuda:N or mps: where the model runs")
-
 
 
 def add_evaluate(sub) -> None:  # noqa: ANN001 - argparse's subparsers action

@@ -5,10 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pyro_attention.cli.common import (
-    _fail,
-    _int_at_least,
-)
+from pyro_attention.cli.common import _fail, _int_at_least
 
 
 def _experiment(args: argparse.Namespace) -> int:
@@ -28,7 +25,6 @@ def _experiment(args: argparse.Namespace) -> int:
         return 130
     print(markdown_table(table))
     return 0
-
 
 
 def add_experiment(sub) -> None:  # noqa: ANN001 - argparse's subparsers action

@@ -6,11 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from pyro_attention.cli.common import (
-    _fail,
-    _int_at_least,
-    _os_error_text,
-)
+from pyro_attention.cli.common import _fail, _int_at_least, _os_error_text
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -38,7 +34,6 @@ def _inspect(args: argparse.Namespace) -> int:
     for figure in result["figures"]:
         print(f"wrote {Path(figure).resolve()}")
     return 0
-
 
 
 def add_inspect(sub) -> None:  # noqa: ANN001 - argparse's subparsers action

@@ -10,13 +10,7 @@ import sys
 
 import torch
 
-from pyro_attention.cli.common import (
-    _fail,
-    _float_in,
-    _int_at_least,
-    _learning_rate,
-    _positive_float,
-)
+from pyro_attention.cli.common import _fail, _float_in, _int_at_least, _learning_rate, _positive_float
 
 #: a flag's default: only flags given on the command line override the config file (or a resumed run)
 S = argparse.SUPPRESS
@@ -184,7 +178,6 @@ def _add_optimisation_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-
 def _config_error(
     parser: argparse.ArgumentParser, error: Exception, from_file: dict | None = None, path: str | None = None
 ) -> None:
@@ -204,7 +197,6 @@ def _config_error(
             message = f"argument --{key.replace('_', '-')}: {message}"
             break
     parser.error(message)
-
 
 
 def _translation_config(args: argparse.Namespace, parser: argparse.ArgumentParser):  # noqa: ANN202
@@ -258,7 +250,6 @@ def _train(args: argparse.Namespace) -> int:
               f"Continue with:\n  {again}", file=sys.stderr)
         return 130
     return 0
-
 
 
 def add_train(sub) -> None:  # noqa: ANN001 - argparse's subparsers action

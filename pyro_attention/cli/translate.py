@@ -7,10 +7,7 @@ import sys
 
 import torch
 
-from pyro_attention.cli.common import (
-    _fail,
-    _int_at_least,
-)
+from pyro_attention.cli.common import _fail, _int_at_least
 from pyro_attention.cli.evaluate import _add_decoding_options
 
 
@@ -41,7 +38,6 @@ def _translate(args: argparse.Namespace) -> int:
         sys.stdout.write(line + "\n")
     sys.stdout.flush()
     return 0
-
 
 
 def add_translate(sub) -> None:  # noqa: ANN001 - argparse's subparsers action

@@ -154,7 +154,6 @@ class TrainingInterrupted(KeyboardInterrupt):
         self.checkpoint, self.signal_name, self.epoch, self.step = checkpoint, signal_name, epoch, step
 
 
-
 def _last_row(kind: str, columns: dict[str, list]) -> dict[str, Any]:
     """The last entry of a history table as a ``history.csv`` row (``epoch`` counted from 1)."""
     return _csv_row(kind, **{k: v[-1] for k, v in columns.items()})

@@ -51,7 +51,6 @@ def _no_bar(progress: bool) -> bool | None:
     return None if progress else True
 
 
-
 @dataclass
 class TranslationConfig:
     """Every option of a translation run (the command-line flags carry the same names, ``_`` as ``-``).
