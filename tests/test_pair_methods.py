@@ -108,10 +108,11 @@ _PROBE = re.compile(r"getattr\(\s*pair\s*,\s*\"(warmup_guide|set_step|categorica
 
 
 def test_inference_code_asks_the_pair_instead_of_switching_on_its_kind():
-    files = sorted((ROOT / "inference").glob("*.py")) + [
-        ROOT / "pyro_attention" / f
-        for f in ("translation.py", "runner.py", "experiment.py", "inspect.py", "cli.py", "align.py")
-    ]
+    package = ROOT / "pyro_attention"
+    files = (  # the tasks (translation, its runner, region QA, CLEVR, inspect), the command line, align
+        sorted((ROOT / "inference").glob("*.py")) + sorted((package / "tasks").rglob("*.py"))
+        + sorted((package / "cli").glob("*.py")) + [package / "align.py"]
+    )
     found = []
     for path in files:
         for number, line in enumerate(path.read_text().splitlines(), 1):
