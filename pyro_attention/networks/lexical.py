@@ -41,7 +41,7 @@ def lexical_table(embed: nn.Embedding, head: LexicalExpert, enc: Encoded) -> Ten
 
 
 class IBM1Network(HeadNetwork):
-    """Uniform prior and a lexical expert on source embeddings: IBM Model 1 with a neural lexical table.
+    """Uniform prior and a lexical expert on the source word: IBM Model 1 with a free (default) or rank-E lexical table.
 
     :param source_vocab: source vocabulary size.
     :param target_vocab: target vocabulary size ``V``.
@@ -53,7 +53,7 @@ class IBM1Network(HeadNetwork):
 
     chunk_size = None
 
-    def __init__(self, source_vocab: int, target_vocab: int, embedding_size: int = 256) -> None:
+    def __init__(self, source_vocab: int, target_vocab: int, embedding_size: int = 0) -> None:
         super().__init__()
         for name, size, low in (("source_vocab", source_vocab, len(SPECIALS)),
                                 ("target_vocab", target_vocab, len(SPECIALS)), ("embedding_size", embedding_size, 0)):
