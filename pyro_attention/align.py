@@ -49,6 +49,8 @@ from pyro_attention.data.text import Vocab, bucket_batches, multi30k_paths, read
 from pyro_attention.data.text import data_dir as resolve_data_dir
 from pyro_attention.data.translation import collate
 from pyro_attention.inference import alignment_posterior
+from pyro_attention.inference.optim import check_lr
+from pyro_attention.outputs import write_text
 
 CORPORA = ("enfr", "csen")
 #: ``--links-format`` values: Pharaoh ``i-j`` / ``ipj`` 0- or 1-indexed, NAACL ``SNUM i j [S|P]``
@@ -94,6 +96,7 @@ class AlignConfig:
     thresholds: tuple[float, ...] = field(default_factory=lambda: THRESHOLD_GRID)
 
     def __post_init__(self) -> None:
+        check_lr(self.lr, "AlignConfig: lr")
         if self.corpus not in CORPORA:
             raise ValueError(f"corpus must be one of {CORPORA}, got {self.corpus!r}")
         if self.links_format not in LINK_FORMATS:
@@ -566,10 +569,17 @@ def merge_json(path: str | Path, new: list[dict[str, Any]]) -> list[dict[str, An
     import json
 
     path = Path(path)
-    old = json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
+    old = []
+    if path.exists():
+        try:
+            old = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ValueError(f"{path}: not a JSON list of AER rows ({e}); give another --json file") from None
+        if not isinstance(old, list) or not all(isinstance(r, dict) for r in old):
+            raise ValueError(f"{path}: not a JSON list of AER rows (it holds a {type(old).__name__}); give another "
+                             "--json file")
     key = ("corpus", "model", "output", "source", "symmetrisation")
     replaced = {tuple(r[k] for k in key) for r in new}
     merged = [r for r in old if tuple(r.get(k) for k in key) not in replaced] + new
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(merged, indent=1) + "\n", encoding="utf-8")
+    write_text(path, json.dumps(merged, indent=1) + "\n")
     return merged

@@ -7,6 +7,7 @@ import argparse
 import contextlib
 import errno
 import io
+import json
 import os
 import stat
 from pathlib import Path
@@ -297,3 +298,44 @@ def test_a_file_in_the_way_is_named(tmp_path):
     with pytest.raises(WriteError, match=rf"cannot write {blocker}/a/b\.txt: .*\(errno 20\): {blocker} is a file, "
                                          "not a folder"):
         write_text(blocker / "a" / "b.txt", "text")
+
+
+@pytest.mark.parametrize("config", ["RegionQAConfig", "ClevrConfig", "AlignConfig"])
+def test_task_configs_check_the_learning_rate_where_it_enters(config):
+    """Every task's config refuses a learning rate out of (0, 1] when it is built, naming the config (not later,
+    inside fit)."""
+    from pyro_attention.align import AlignConfig
+    from pyro_attention.tasks.clevr import ClevrConfig
+    from pyro_attention.tasks.region_qa import RegionQAConfig
+
+    cls = {"RegionQAConfig": RegionQAConfig, "ClevrConfig": ClevrConfig, "AlignConfig": AlignConfig}[config]
+    for bad in (1e30, 0.0, float("nan"), "0.1"):
+        with pytest.raises(ValueError, match=rf"{config}: lr must be a learning rate in \(0, 1\]"):
+            cls(lr=bad)
+
+
+def test_align_json_that_is_damaged_or_unwritable_is_named(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    from pyro_attention.align import merge_json
+    from pyro_attention.outputs import WriteError
+
+    damaged = tmp_path / "aer.json"
+    damaged.write_text("[{", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"aer.json: not a JSON list of AER rows"):
+        merge_json(damaged, [])
+    damaged.write_text('{"a": 1}', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"aer.json: not a JSON list of AER rows \(it holds a dict\)"):
+        merge_json(damaged, [])
+    good = tmp_path / "good.json"
+    row = {"corpus": "enfr", "model": "m", "output": "o", "source": "posterior", "symmetrisation": "forward"}
+    assert merge_json(good, [row]) == [row]
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(WriteError, match=r"cannot write .*good.json: No space left on device"):
+        merge_json(good, [dict(row, model="n")])
+    assert json.loads(good.read_text()) == [row]

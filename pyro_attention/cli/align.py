@@ -4,9 +4,9 @@ against gold alignments."""
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from pyro_attention.cli.common import _fail, _int_at_least, _learning_rate
+from pyro_attention.outputs import write_text
 
 
 def _align(args: argparse.Namespace) -> int:
@@ -21,12 +21,16 @@ def _align(args: argparse.Namespace) -> int:
         return 1
     table = format_rows(rows)
     print(table)
-    if args.markdown:
-        Path(args.markdown).write_text(table + "\n")
-    if args.json:
-        from pyro_attention.align import json_rows, merge_json
+    try:
+        if args.markdown:
+            write_text(args.markdown, table + "\n")
+        if args.json:
+            from pyro_attention.align import json_rows, merge_json
 
-        merge_json(args.json, json_rows(rows, "user" if config.gold_links else config.corpus))
+            merge_json(args.json, json_rows(rows, "user" if config.gold_links else config.corpus))
+    except (OSError, ValueError) as error:  # a folder that cannot be written, a damaged --json file
+        _fail(args.parser, error)
+        return 1
     return 0
 
 

@@ -26,6 +26,7 @@ from typing import Any
 import pyro
 
 from pyro_attention.data.clevr import ClevrSplits, clevr_splits
+from pyro_attention.inference.optim import check_lr
 from pyro_attention.tasks.region_qa import RegionQAConfig, Row, evaluate_pair, format_table, run_region_qa
 
 #: the paper's VQA 2.0 columns (Deng et al. 2018, Table 2): label -> (NLL, accuracy %)
@@ -56,6 +57,9 @@ class ClevrConfig:
     #: ``None``: every row of the paper's table; else :class:`~pyro_attention.registry.PairSpec` or
     #: ``(name, estimator)`` rows
     rows: list[Any] | None = None
+
+    def __post_init__(self) -> None:
+        check_lr(self.lr, "ClevrConfig: lr")
 
 
 @dataclass

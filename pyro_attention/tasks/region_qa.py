@@ -21,6 +21,7 @@ import torch
 from pyro_attention import registry
 from pyro_attention.data import RegionQADataset, make_region_qa
 from pyro_attention.inference import alignment_posterior, entropy, fit, log_likelihood, predict
+from pyro_attention.inference.optim import check_lr
 from pyro_attention.networks import RegionQA
 from pyro_attention.pair import AlignmentPair
 from pyro_attention.registry import NEIGHBOUR_ROWS, PAPER_ROWS, PairSpec
@@ -48,6 +49,9 @@ class RegionQAConfig:
     seed: int = 0
     #: rows: :class:`~pyro_attention.registry.PairSpec` or ``(name, estimator[, options])`` tuples
     rows: list[Any] = field(default_factory=lambda: list(PAPER_ROWS))
+
+    def __post_init__(self) -> None:
+        check_lr(self.lr, "RegionQAConfig: lr")
 
 
 @dataclass
