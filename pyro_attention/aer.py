@@ -14,14 +14,18 @@ convention, and what the NAACL 2003 / WPT 2005 scorers do).  A ratio with a zero
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from pyro_attention.data.alignments import GoldAlignment, invert
+from pyro_attention.outputs import write_text
 
 __all__ = [
     "AERResult",
@@ -253,3 +257,23 @@ def symmetrize(forward, backward, method: str = "intersection"):
     if _is_link_set(backward):
         return combine(forward, invert(backward))
     return combine(forward, [invert(x) for x in backward])
+
+
+def merge_json(path: str | Path, new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Write ``new`` into the JSON list at ``path``, replacing rows with the same corpus, model, output, source
+    and symmetrisation (other rows are kept; the file is written atomically)."""
+    path = Path(path)
+    old = []
+    if path.exists():
+        try:
+            old = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ValueError(f"{path}: not a JSON list of AER rows ({e}); give another --json file") from None
+        if not isinstance(old, list) or not all(isinstance(r, dict) for r in old):
+            raise ValueError(f"{path}: not a JSON list of AER rows (it holds a {type(old).__name__}); give another "
+                             "--json file")
+    key = ("corpus", "model", "output", "source", "symmetrisation")
+    replaced = {tuple(r[k] for k in key) for r in new}
+    merged = [r for r in old if tuple(r.get(k) for k in key) not in replaced] + new
+    write_text(path, json.dumps(merged, indent=1) + "\n")
+    return merged

@@ -44,13 +44,13 @@ from typing import Any
 import torch
 
 from pyro_attention.aer import SYMMETRIZATIONS, AERResult, alignment_error_rate, links_from_probs, symmetrize
+from pyro_attention.aer import merge_json as merge_json  # re-exported: it lived here
 from pyro_attention.data.alignments import GoldAlignments, read_bitext, read_naacl, read_pharaoh
 from pyro_attention.data.text import Vocab, bucket_batches, multi30k_paths, read_parallel
 from pyro_attention.data.text import data_dir as resolve_data_dir
 from pyro_attention.data.translation import collate
 from pyro_attention.inference import alignment_posterior
 from pyro_attention.inference.optim import check_lr
-from pyro_attention.outputs import write_text
 
 CORPORA = ("enfr", "csen")
 #: ``--links-format`` values: Pharaoh ``i-j`` / ``ipj`` 0- or 1-indexed, NAACL ``SNUM i j [S|P]``
@@ -561,25 +561,3 @@ def json_rows(rows: list[AlignRow], corpus: str) -> list[dict[str, Any]]:
             "note": r.note,
         })
     return out
-
-
-def merge_json(path: str | Path, new: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Write ``new`` into the JSON list at ``path``, replacing rows with the same corpus, model, output, source
-    and symmetrisation (other rows are kept)."""
-    import json
-
-    path = Path(path)
-    old = []
-    if path.exists():
-        try:
-            old = json.loads(path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"{path}: not a JSON list of AER rows ({e}); give another --json file") from None
-        if not isinstance(old, list) or not all(isinstance(r, dict) for r in old):
-            raise ValueError(f"{path}: not a JSON list of AER rows (it holds a {type(old).__name__}); give another "
-                             "--json file")
-    key = ("corpus", "model", "output", "source", "symmetrisation")
-    replaced = {tuple(r[k] for k in key) for r in new}
-    merged = [r for r in old if tuple(r.get(k) for k in key) not in replaced] + new
-    write_text(path, json.dumps(merged, indent=1) + "\n")
-    return merged

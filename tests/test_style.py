@@ -30,7 +30,7 @@ PACKAGE_DIRS = ("pyro_attention", "models", "inference")  # models/ and inferenc
 
 #: module -> its lines today
 MODULES_OVER = {
-    "pyro_attention/align.py": 575,  # word alignment (AER); to become tasks/align/ once its author's change lands
+    "pyro_attention/align.py": 563,  # word alignment (AER); to become tasks/align/ once its author's change lands
     "pyro_attention/data/text.py": 565,  # corpora paths, readers, Vocab and bucketing together
 }
 #: "module::qualified.function" -> its lines today (decorators included)
