@@ -4,6 +4,7 @@ rows): every name it had, re-exported."""
 # ruff: noqa: F401 - a re-export module
 from __future__ import annotations
 
+from pyro_attention.outputs import write_text as _write_text  # the runner's own writer until it used this one
 from pyro_attention.tasks.translation.runner import (
     _LABEL,
     ROW_FIELDS,
@@ -12,7 +13,6 @@ from pyro_attention.tasks.translation.runner import (
     _train_pairs,
     _train_row,
     _write_json,
-    _write_text,
     evaluate_row,
     markdown_table,
     plot_curves,

@@ -161,7 +161,7 @@ def run_experiment(
     table = [json.loads((runs / r["label"] / "result.json").read_text()) for r in rows
              if (runs / r["label"] / "result.json").is_file()]
     _write_json(runs / "table.json", table)
-    _write_text(runs / "table.md", markdown_table(table) + "\n")
+    write_text(runs / "table.md", markdown_table(table) + "\n")
     figure = plot_curves(runs, [r["label"] for r in rows], runs / "val_ppl.png")
     log(f"{len(table)} of {len(rows)} rows finished; table: {runs / 'table.json'}, {runs / 'table.md'}"
         + (f"; curves: {figure}" if figure else ""))
@@ -212,9 +212,9 @@ def evaluate_row(config: TranslationConfig, folder: Path, label: str, bleu: bool
 
     trained = json.loads((folder / "trained.json").read_text())
     best = folder / "best.pt"
-    val = evaluate(best, "val", kmax=0, bleu=False, device=config.device)
-    test = evaluate(best, "test", kmax=5, bleu=False, device=config.device)
-    ckpt = load_checkpoint(best, device=config.device)
+    ckpt = load_checkpoint(best, device=config.device)  # read once: both splits and the decoding use it
+    val = evaluate(ckpt, "val", kmax=0, bleu=False)
+    test = evaluate(ckpt, "test", kmax=5, bleu=False)
     kmax_decoding = "kmax" in ckpt.pair.decoding_rules()
     row: dict[str, Any] = {
         "label": label, "pair": config.model, "estimator": config.estimator, "output": config.output,
@@ -335,10 +335,5 @@ def _read_json(path: Path, default: Any) -> Any:
     return json.loads(path.read_text()) if path.is_file() else default
 
 
-def _write_text(path: Path, text: str) -> None:
-    """Write ``text`` atomically (temporary file in the same folder, fsync, rename); a failure names the file."""
-    write_text(path, text)
-
-
 def _write_json(path: Path, value: Any) -> None:
-    _write_text(path, json.dumps(value, indent=1, default=str) + "\n")
+    write_text(path, json.dumps(value, indent=1, default=str) + "\n")
