@@ -123,6 +123,99 @@ def _padded_nan(
     return out
 
 
+_DIMS = {
+    "weights": ["example", "target", "source"],
+    "align_probs": ["example", "target", "source"],
+    "attention_weights": ["example", "target", "source"],
+    "context": ["example", "target", "feature"],
+    "y": ["example", "target"],
+    "target_mask": ["example", "target"],
+    "prior_probs": ["example", "target", "source"],
+    "posterior_probs": ["example", "target", "source"],
+    "q_probs": ["example", "target", "source"],
+    "source_mask": ["example", "source"],
+    "log_weight": ["example"],
+}
+#: the ``posterior_source`` attribute: where the posterior group comes from
+_POSTERIOR_SOURCES = {
+    "exact": "exact posterior p(z|x,y): posterior.align_probs, one draw (the parameters are a point "
+    "estimate; the probabilities are exact, not sampled)",
+    "exact-categorical": "exact posterior p(z|x,y) of the underlying categorical model (pair.categorical()):"
+    " constant_data.posterior_probs",
+    "guide": "draws from the guide q(z|x,y) (no exact posterior)",
+    "guide-probs": "guide q(z|x,y): constant_data.q_probs",
+    "none": "none (deterministic attention: posterior.attention_weights, one draw, holds its attention "
+    "weights)",
+}
+
+
+def _posterior_source(probs: dict, guide_draws: bool, continuous: bool) -> str:
+    """The key of :data:`_POSTERIOR_SOURCES` for a pair's posterior group."""
+    if guide_draws:
+        return "guide"
+    if "posterior" in probs:
+        # a continuous pair's exact posterior is that of its underlying categorical model (pair.categorical())
+        return "exact-categorical" if continuous else "exact"
+    return "guide-probs" if "guide" in probs else "none"
+
+
+def _add_per_token_and_example(idata: Any, ll: Any, ex_idx: np.ndarray, pos_idx: np.ndarray,
+                               per_example: dict) -> None:
+    """The log-likelihood group and the per-example statistics (ELBO, KL, k-hat) of :func:`to_inference_data`."""
+    # one entry per *real* target token (padding dropped), with where it comes from as coordinates; no chain /
+    # draw dimensions: it is one number per token, not a set of posterior draws
+    tokens = {"token": np.arange(len(ex_idx)), "token_example": ("token", ex_idx), "token_position": ("token", pos_idx)}
+    values = _np(ll.per_token)[ex_idx, pos_idx].astype(np.float64)
+    log_lik = xr.Dataset({"y": (("token",), values)}, coords=tokens)
+    with warnings.catch_warnings():  # "not defined in the InferenceData scheme": on purpose, see the module doc
+        warnings.simplefilter("ignore", UserWarning)
+        idata.add_groups({LOG_LIKELIHOOD_GROUP: log_lik})
+    # per-example statistics have no draw dimension: added after from_dict, which would force (chain, draw)
+    num_examples = len(per_example["elbo"])
+    stats = xr.Dataset({k: (("example",), v) for k, v in per_example.items()},
+                       coords={"example": np.arange(num_examples)})
+    if "sample_stats" in idata.groups():
+        idata.sample_stats = idata.sample_stats.assign(stats)
+    else:
+        idata.add_groups(sample_stats=stats)
+
+
+def _add_labels(idata: Any, source_labels: Any, target_labels: Any, shape: tuple[int, int, int]) -> None:
+    """Source / target tokens (or region names) as ``constant_data.source_label`` / ``target_label``."""
+    B, T, S = shape
+    for name, labels, dim in (("source_label", source_labels, "source"), ("target_label", target_labels, "target")):
+        if labels is not None:
+            table = np.full((B, S if dim == "source" else T), "", dtype=object)
+            for i, row in enumerate(labels):
+                table[i, : len(row)] = list(row)[: table.shape[1]]
+            idata.constant_data[name] = (("example", dim), table.astype(str))
+
+
+def _point_posterior(pair: AlignmentPair, probs: dict, enc: Any) -> dict | None:
+    """The posterior group of a pair without draws: one draw, the exact posterior (or a deterministic pair's
+    attention weights); the parameters are a point estimate, and these probabilities are a function of them."""
+    name, value = ("align_probs", probs["posterior"]) if "posterior" in probs else ("attention_weights", None)
+    if value is None and pair.deterministic:
+        value = probs["prior"]
+    if value is None:
+        return None
+    return {name: _padded_nan(value[None], enc.source_mask, enc.target_mask, True)[None]}
+
+
+def _attrs(pair: AlignmentPair, ll: Any, posterior_source: str) -> dict:
+    """The attributes of every group: the pair, its estimator, how its log-likelihood was computed, its latent kind,
+    where the posterior group comes from and why there is no LOO."""
+    return {
+        "pair": type(pair).__name__,
+        "estimator": "" if pair.chosen_estimator() is None else str(pair.chosen_estimator()),
+        "log_likelihood_method": ll.method,
+        "log_likelihood_exact": int(ll.exact),
+        "latent": pair.latent,
+        "posterior_source": _POSTERIOR_SOURCES[posterior_source],
+        "loo": NO_LOO,
+    }
+
+
 def to_inference_data(
     pair: AlignmentPair,
     batch: Any,
@@ -155,15 +248,7 @@ def to_inference_data(
     draws_name = pair.continuous
     continuous = draws_name is not None
     post = draws.get("q") if continuous else None
-    if continuous and post is not None:
-        posterior_source = "guide"
-    elif "posterior" in probs:
-        # a continuous pair's exact posterior is that of its underlying categorical model (pair.categorical())
-        posterior_source = "exact-categorical" if continuous else "exact"
-    elif "guide" in probs:
-        posterior_source = "guide-probs"
-    else:
-        posterior_source = "none"
+    posterior_source = _posterior_source(probs, continuous and post is not None, continuous)
     ll = log_likelihood(pair, batch, num_samples=num_importance_samples)
     mask = _np(enc.target_mask)
     ex_idx, pos_idx = np.nonzero(mask)
@@ -181,32 +266,12 @@ def to_inference_data(
 
     posterior = group(post)
     if posterior is None and not continuous:
-        # one draw: the parameters are a point estimate, and these probabilities are a function of them
-        name, value = ("align_probs", probs["posterior"]) if "posterior" in probs else ("attention_weights", None)
-        if value is None and pair.deterministic:
-            value = probs["prior"]
-        if value is not None:
-            posterior = {name: _padded_nan(value[None], enc.source_mask, enc.target_mask, True)[None]}
+        posterior = _point_posterior(pair, probs, enc)
 
     coords = {"example": np.arange(B), "target": np.arange(T), "source": np.arange(S)}
-    dims = {
-        "weights": ["example", "target", "source"],
-        "align_probs": ["example", "target", "source"],
-        "attention_weights": ["example", "target", "source"],
-        "context": ["example", "target", "feature"],
-        "y": ["example", "target"],
-        "target_mask": ["example", "target"],
-        "prior_probs": ["example", "target", "source"],
-        "posterior_probs": ["example", "target", "source"],
-        "q_probs": ["example", "target", "source"],
-        "source_mask": ["example", "source"],
-        "log_weight": ["example"],
-    }
     constant = {"prior_probs": _np(probs["prior"]), "source_mask": _np(enc.source_mask)}
-    if "guide" in probs:
-        constant["q_probs"] = _np(probs["guide"])
-    if "posterior" in probs:
-        constant["posterior_probs"] = _np(probs["posterior"])
+    constant.update({name: _np(probs[k]) for k, name in (("guide", "q_probs"), ("posterior", "posterior_probs"))
+                     if k in probs})
     log_weight = None
     if "log_weight" in draws:
         log_weight = {"log_weight": _chains(_np(draws["log_weight"]).astype(np.float64), num_chains)}
@@ -217,48 +282,13 @@ def to_inference_data(
         constant_data=constant,
         sample_stats=log_weight,
         coords=coords,
-        dims=dims,
+        dims={k: list(v) for k, v in _DIMS.items()},  # a copy: ArviZ may keep it
     )
-    attrs = {
-        "pair": type(pair).__name__,
-        "estimator": "" if pair.chosen_estimator() is None else str(pair.chosen_estimator()),
-        "log_likelihood_method": ll.method,
-        "log_likelihood_exact": int(ll.exact),
-        "latent": pair.latent,
-        "posterior_source": {
-            "exact": "exact posterior p(z|x,y): posterior.align_probs, one draw (the parameters are a point "
-            "estimate; the probabilities are exact, not sampled)",
-            "exact-categorical": "exact posterior p(z|x,y) of the underlying categorical model (pair.categorical()):"
-            " constant_data.posterior_probs",
-            "guide": "draws from the guide q(z|x,y) (no exact posterior)",
-            "guide-probs": "guide q(z|x,y): constant_data.q_probs",
-            "none": "none (deterministic attention: posterior.attention_weights, one draw, holds its attention "
-            "weights)",
-        }[posterior_source],
-        "loo": NO_LOO,
-    }
-    # one entry per *real* target token (padding dropped), with where it comes from as coordinates; no chain /
-    # draw dimensions: it is one number per token, not a set of posterior draws
-    tokens = {"token": np.arange(len(ex_idx)), "token_example": ("token", ex_idx), "token_position": ("token", pos_idx)}
-    values = _np(ll.per_token)[ex_idx, pos_idx].astype(np.float64)
-    log_lik = xr.Dataset({"y": (("token",), values)}, coords=tokens)
-    with warnings.catch_warnings():  # "not defined in the InferenceData scheme": on purpose, see the module doc
-        warnings.simplefilter("ignore", UserWarning)
-        idata.add_groups({LOG_LIKELIHOOD_GROUP: log_lik})
-    # per-example statistics have no draw dimension: added after from_dict, which would force (chain, draw)
-    stats = xr.Dataset({k: (("example",), v) for k, v in per_example.items()}, coords={"example": np.arange(B)})
-    if "sample_stats" in idata.groups():
-        idata.sample_stats = idata.sample_stats.assign(stats)
-    else:
-        idata.add_groups(sample_stats=stats)
+    attrs = _attrs(pair, ll, posterior_source)
+    _add_per_token_and_example(idata, ll, ex_idx, pos_idx, per_example)
     for group_name in idata.groups():
         getattr(idata, group_name).attrs.update(attrs)
-    for name, labels, dim in (("source_label", source_labels, "source"), ("target_label", target_labels, "target")):
-        if labels is not None:
-            table = np.full((B, S if dim == "source" else T), "", dtype=object)
-            for i, row in enumerate(labels):
-                table[i, : len(row)] = list(row)[: table.shape[1]]
-            idata.constant_data[name] = (("example", dim), table.astype(str))
+    _add_labels(idata, source_labels, target_labels, (B, T, S))
     return idata
 
 

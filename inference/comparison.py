@@ -56,26 +56,8 @@ def _ratio_se(totals: np.ndarray, counts: np.ndarray) -> float:
     return float(math.sqrt((resid**2).sum() / (m * (m - 1))) / counts.mean())
 
 
-@torch.no_grad()
-def compare(pairs: Mapping[str, AlignmentPair], data: Any, by: str = "token", num_samples: int = 100) -> Any:
-    """A ranked ``pandas.DataFrame`` of held-out log predictive density per token, one row per pair.
-
-    :param pairs: name -> trained pair; all on the same vocabulary.
-    :param data: one batch (e.g. ``make_region_qa(...).data`` or a collated translation batch) or a list of
-        batches; every pair is scored on the same real target tokens.
-    :param by: the independent unit of the standard errors: ``"token"`` (each real target token) or
-        ``"example"`` (each example's tokens together; the per-token mean is then a ratio estimator).
-    :param num_samples: importance samples for pairs whose log-likelihood is estimated (not enumerable).
-    :returns: index = pair names, best first; columns ``rank`` (0 = best), ``elpd_per_token`` (mean
-        ``log p(y_t | x, y_<t)``, nats), ``se`` (its standard error), ``elpd_diff`` (best minus this pair, per
-        token, >= 0), ``dse`` (standard error of the paired differences over the same units), ``n_tokens``,
-        ``n_examples``, ``exact`` (``False``: an importance-weighted estimate), ``warning`` (``True`` where it is
-        estimated) and ``method``.
-    :raises TypeError: if ``pairs`` is not a mapping of names to pairs.
-    :raises ValueError: no pairs, empty data, pairs on different vocabularies, or an unknown ``by``.
-    """
-    import pandas as pd
-
+def _check_pairs(pairs: Any, by: str) -> None:
+    """``pairs`` a non-empty mapping of names to pairs and ``by`` a unit; else the error :func:`compare` raises."""
     if not isinstance(pairs, Mapping):
         raise TypeError(
             f"compare: pairs must be a dict of name -> trained pair (as az.compare takes a dict of models), "
@@ -88,8 +70,11 @@ def compare(pairs: Mapping[str, AlignmentPair], data: Any, by: str = "token", nu
             raise TypeError(f"compare: pairs[{name!r}] is a {type(pair).__name__}, not an AlignmentPair")
     if by not in UNITS:
         raise ValueError(f"compare: by must be one of {UNITS}, got {by!r}")
-    _check_vocabularies(pairs)
-    batches = _batches(data)
+
+
+def _scores(pairs: Mapping[str, AlignmentPair], batches: list, num_samples: int) -> tuple:
+    """Per pair the log-likelihoods of the real target tokens of every batch, the example of each token (numbered
+    across batches), whether each pair's are exact, and their method."""
     values: dict[str, list[np.ndarray]] = {name: [] for name in pairs}
     example_of: list[np.ndarray] = []
     exact = dict.fromkeys(pairs, True)
@@ -110,6 +95,32 @@ def compare(pairs: Mapping[str, AlignmentPair], data: Any, by: str = "token", nu
         ex, _ = np.nonzero(mask)
         example_of.append(ex + offset)
         offset += mask.shape[0]
+    return values, example_of, exact, method
+
+
+@torch.no_grad()
+def compare(pairs: Mapping[str, AlignmentPair], data: Any, by: str = "token", num_samples: int = 100) -> Any:
+    """A ranked ``pandas.DataFrame`` of held-out log predictive density per token, one row per pair.
+
+    :param pairs: name -> trained pair; all on the same vocabulary.
+    :param data: one batch (e.g. ``make_region_qa(...).data`` or a collated translation batch) or a list of
+        batches; every pair is scored on the same real target tokens.
+    :param by: the independent unit of the standard errors: ``"token"`` (each real target token) or
+        ``"example"`` (each example's tokens together; the per-token mean is then a ratio estimator).
+    :param num_samples: importance samples for pairs whose log-likelihood is estimated (not enumerable).
+    :returns: index = pair names, best first; columns ``rank`` (0 = best), ``elpd_per_token`` (mean
+        ``log p(y_t | x, y_<t)``, nats), ``se`` (its standard error), ``elpd_diff`` (best minus this pair, per
+        token, >= 0), ``dse`` (standard error of the paired differences over the same units), ``n_tokens``,
+        ``n_examples``, ``exact`` (``False``: an importance-weighted estimate), ``warning`` (``True`` where it is
+        estimated) and ``method``.
+    :raises TypeError: if ``pairs`` is not a mapping of names to pairs.
+    :raises ValueError: no pairs, empty data, pairs on different vocabularies, or an unknown ``by``.
+    """
+    import pandas as pd
+
+    _check_pairs(pairs, by)
+    _check_vocabularies(pairs)
+    values, example_of, exact, method = _scores(pairs, _batches(data), num_samples)
     per_token = {name: np.concatenate(v) for name, v in values.items()}
     examples = np.concatenate(example_of)
     n = len(examples)

@@ -251,6 +251,39 @@ def read_pharaoh(
     return GoldAlignments(alignments, report, path)
 
 
+def _naacl_link(path: Path, number: int, line: str) -> tuple[int, int, int, bool] | None:
+    """Line ``number`` of a NAACL file as ``(snum, first, second, possible)``; ``None`` for a blank line.
+
+    :raises ValueError: naming the file and line of a malformed line.
+    """
+    fields = line.split()
+    if not fields:
+        return None
+    if len(fields) < 3 or len(fields) > 5:
+        raise ValueError(f"{path}: line {number}: expected 'SNUM i j [S|P] [confidence]', got {line!r}")
+    try:
+        snum, first, second = (int(f) for f in fields[:3])
+    except ValueError:
+        raise ValueError(
+            f"{path}: line {number}: sentence number and positions must be integers, got {line!r}"
+        ) from None
+    is_possible = False
+    rest = fields[3:]
+    if rest and rest[0].upper() in ("S", "P"):
+        is_possible = rest[0].upper() == "P"
+        rest = rest[1:]
+    if len(rest) > 1:
+        raise ValueError(f"{path}: line {number}: expected 'SNUM i j [S|P] [confidence]', got {line!r}")
+    if rest:
+        try:
+            float(rest[0])
+        except ValueError:
+            raise ValueError(
+                f"{path}: line {number}: expected S, P or a confidence after the positions, got {rest[0]!r}"
+            ) from None
+    return snum, first, second, is_possible
+
+
 def read_naacl(
     path: str | os.PathLike,
     num_pairs: int | None = None,
@@ -282,33 +315,11 @@ def read_naacl(
     base = 1 if one_indexed else 0
     parsed: list[tuple[int, int, int, int, bool, str]] = []  # (line, snum, src_w, tgt_w, possible, text)
     for number, line in enumerate(lines, start=1):
-        fields = line.split()
-        if not fields:
-            continue
-        if len(fields) < 3 or len(fields) > 5:
-            raise ValueError(f"{path}: line {number}: expected 'SNUM i j [S|P] [confidence]', got {line!r}")
-        try:
-            snum, first, second = (int(f) for f in fields[:3])
-        except ValueError:
-            raise ValueError(
-                f"{path}: line {number}: sentence number and positions must be integers, got {line!r}"
-            ) from None
-        is_possible = False
-        rest = fields[3:]
-        if rest and rest[0].upper() in ("S", "P"):
-            is_possible = rest[0].upper() == "P"
-            rest = rest[1:]
-        if len(rest) > 1:
-            raise ValueError(f"{path}: line {number}: expected 'SNUM i j [S|P] [confidence]', got {line!r}")
-        if rest:
-            try:
-                float(rest[0])
-            except ValueError:
-                raise ValueError(
-                    f"{path}: line {number}: expected S, P or a confidence after the positions, got {rest[0]!r}"
-                ) from None
-        src_w, tgt_w = (second, first) if swap else (first, second)
-        parsed.append((number, snum, src_w, tgt_w, is_possible, line.strip()))
+        link = _naacl_link(path, number, line)
+        if link is not None:
+            snum, first, second, is_possible = link
+            src_w, tgt_w = (second, first) if swap else (first, second)
+            parsed.append((number, snum, src_w, tgt_w, is_possible, line.strip()))
     if num_pairs is None:
         if src_len is not None or tgt_len is not None:
             num_pairs = len(src_len if src_len is not None else tgt_len)  # type: ignore[arg-type]

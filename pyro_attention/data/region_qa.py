@@ -171,6 +171,26 @@ class RegionQADataset:
         return " ".join(self.vocab[t] for t in self.data.question[i].tolist() if t != PAD)
 
 
+def _check_sizes(
+    num_examples: int, num_regions: tuple[int, int], num_kinds: int, num_colours: int, num_materials: int,
+    ambiguity: float,
+) -> None:
+    """The sizes of :func:`make_region_qa`, each in its range; else a ``ValueError`` naming it."""
+    if num_examples < 1:
+        raise ValueError(f"num_examples must be >= 1, got {num_examples}")
+    lo, hi = num_regions
+    if not 1 <= lo <= hi:
+        raise ValueError(f"num_regions must be (fewest, most) with 1 <= fewest <= most, got {num_regions}")
+    if not 2 <= num_kinds <= len(KINDS) or hi > num_kinds + 1:
+        raise ValueError(
+            f"num_kinds must be in 2..{len(KINDS)} and at least most regions - 1 = {hi - 1}, got {num_kinds}"
+        )
+    if not 2 <= num_colours <= len(COLOURS) or not 1 <= num_materials <= len(MATERIALS):
+        raise ValueError(f"num_colours must be in 2..{len(COLOURS)} and num_materials in 1..{len(MATERIALS)}")
+    if not 0.0 <= ambiguity <= 1.0:
+        raise ValueError(f"ambiguity must be a probability in [0, 1], got {ambiguity}")
+
+
 def make_region_qa(
     num_examples: int,
     num_regions: tuple[int, int] = (3, 6),
@@ -190,19 +210,8 @@ def make_region_qa(
     :param noise: standard deviation of Gaussian noise added to the one-hot region features.
     :param code_seed: seed of the (colour, material) -> code table; keep it fixed across splits.
     """
-    if num_examples < 1:
-        raise ValueError(f"num_examples must be >= 1, got {num_examples}")
-    lo, hi = num_regions
-    if not 1 <= lo <= hi:
-        raise ValueError(f"num_regions must be (fewest, most) with 1 <= fewest <= most, got {num_regions}")
-    if not 2 <= num_kinds <= len(KINDS) or hi > num_kinds + 1:
-        raise ValueError(
-            f"num_kinds must be in 2..{len(KINDS)} and at least most regions - 1 = {hi - 1}, got {num_kinds}"
-        )
-    if not 2 <= num_colours <= len(COLOURS) or not 1 <= num_materials <= len(MATERIALS):
-        raise ValueError(f"num_colours must be in 2..{len(COLOURS)} and num_materials in 1..{len(MATERIALS)}")
-    if not 0.0 <= ambiguity <= 1.0:
-        raise ValueError(f"ambiguity must be a probability in [0, 1], got {ambiguity}")
+    _check_sizes(num_examples, num_regions, num_kinds, num_colours, num_materials, ambiguity)
+    hi = num_regions[1]
     g = torch.Generator().manual_seed(seed)
     code_table = torch.randint(
         num_codes, (num_colours, num_materials), generator=torch.Generator().manual_seed(code_seed)
@@ -217,7 +226,7 @@ def make_region_qa(
     gold = torch.zeros(num_examples, dtype=torch.long)
     names = []
     for i in range(num_examples):
-        n = int(torch.randint(lo, hi + 1, (1,), generator=g))
+        n = int(torch.randint(num_regions[0], hi + 1, (1,), generator=g))
         asked = int(torch.randint(num_kinds, (1,), generator=g))
         others = torch.randperm(num_kinds - 1, generator=g)[: n - 1]
         others = others + (others >= asked).long()  # distinct kinds, none equal to the asked kind

@@ -18,7 +18,9 @@ untidy:
 Corpus layouts (see ``shared/data/README.md``): Multi30k ``multi30k/tok/{split}.lc.norm.tok.{lang}.gz`` and
 ``multi30k/raw/{split}.{lang}.gz``; IWSLT14 De-En ``iwslt14-de-en/{split}.{lang}[.bpe].gz``.  The data
 directory comes from a command-line option or the ``PYRO_ATTENTION_DATA`` environment variable
-(:func:`data_dir`); the data itself is never part of the repository.
+(:func:`data_dir`); the data itself is never part of the repository.  The paths live in
+:mod:`pyro_attention.data.corpora` and the subwords in :mod:`pyro_attention.data.subword`; every name is importable
+from here as before.
 """
 
 from __future__ import annotations
@@ -35,6 +37,19 @@ from typing import Any
 
 import torch
 
+from pyro_attention.data.corpora import (  # noqa: F401 - re-exported: they lived here
+    DATA_ENV,
+    IWSLT14_LANGUAGES,
+    IWSLT14_SPLITS,
+    MULTI30K_LANGUAGES,
+    MULTI30K_SPLITS,
+    _corpus_dir,
+    data_dir,
+    iwslt14_paths,
+    multi30k_paths,
+    require_file,
+)
+from pyro_attention.data.subword import _import_tokenizers, apply_subword, train_subword  # noqa: F401 - as above
 from pyro_attention.data.translation import BOS, EOS, PAD, SPECIALS, TranslationBatch, collate
 
 __all__ = [
@@ -57,11 +72,6 @@ __all__ = [
     "unescape_moses",
 ]
 
-DATA_ENV = "PYRO_ATTENTION_DATA"
-MULTI30K_SPLITS = ("train", "val", "test_2016_flickr", "test_2017_flickr", "test_2017_mscoco", "test_2018_flickr")
-MULTI30K_LANGUAGES = ("de", "en", "fr", "cs")
-IWSLT14_SPLITS = ("valid", "test")
-IWSLT14_LANGUAGES = ("de", "en")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -406,160 +416,3 @@ def bucket_batches(
         pairs = [(source_ids[i], target_ids[i]) for i in idx]
         out.append(collate(pairs, None if gold is None else [gold[i] for i in idx]))
     return out
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Where the data lives
-
-
-def data_dir(arg: str | os.PathLike | None = None, option: str = "--data-dir") -> Path:
-    """The data directory: ``arg`` if given, else the ``PYRO_ATTENTION_DATA`` environment variable.
-
-    :param option: the command-line option to name in the error message.
-    :raises FileNotFoundError: if neither is set, or the directory does not exist.
-    """
-    if arg is not None and str(arg) != "":
-        path, source = Path(arg).expanduser(), f"{option} {arg}"
-    elif os.environ.get(DATA_ENV):
-        path, source = Path(os.environ[DATA_ENV]).expanduser(), f"{DATA_ENV}={os.environ[DATA_ENV]}"
-    else:
-        raise FileNotFoundError(
-            f"no data directory given: pass {option} PATH or set the {DATA_ENV} environment variable "
-            f"(the folder holding multi30k/, iwslt14-de-en/, ...)"
-        )
-    if not path.is_dir():
-        raise FileNotFoundError(f"data directory {path} (from {source}) does not exist or is not a directory")
-    return path
-
-
-def _corpus_dir(root: str | os.PathLike, name: str, marker: str) -> Path:
-    """``root/name`` if it exists, else ``root`` itself when it already is that folder (holds ``marker``)."""
-    root = Path(root)
-    if (root / name).is_dir():
-        return root / name
-    if (root / marker).exists() or root.name == name:
-        return root
-    raise FileNotFoundError(f"{root / name}: no such directory (expected the {name} corpus under {root})")
-
-
-def require_file(path: str | os.PathLike, what: str = "file") -> Path:
-    """``path`` as a ``Path`` if it is a file; else ``FileNotFoundError`` saying whether it is missing or a folder."""
-    path = Path(path)
-    if path.is_dir():
-        raise FileNotFoundError(f"{path}: is a directory, not a {what}")
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such {what}")
-    return path
-
-
-def multi30k_paths(
-    data_dir: str | os.PathLike, split: str, src: str = "de", tgt: str = "en", tokenized: bool = True
-) -> tuple[Path, Path]:
-    """Source and target files of a Multi30k split.
-
-    :param data_dir: the data directory (holding ``multi30k/``) or the ``multi30k`` folder itself.
-    :param tokenized: the lower-cased Moses-tokenised ``tok/{split}.lc.norm.tok.{lang}.gz`` (True) or the cased
-        untokenised ``raw/{split}.{lang}.gz`` (False; use these as sacreBLEU references).
-    :raises ValueError: for an unknown split or language (listing the allowed ones).
-    :raises FileNotFoundError: naming a missing file (e.g. Czech has no 2017 test sets).
-    """
-    if split not in MULTI30K_SPLITS:
-        raise ValueError(f"unknown Multi30k split {split!r}; allowed: {', '.join(MULTI30K_SPLITS)}")
-    for lang in (src, tgt):
-        if lang not in MULTI30K_LANGUAGES:
-            raise ValueError(f"unknown Multi30k language {lang!r}; allowed: {', '.join(MULTI30K_LANGUAGES)}")
-    if src == tgt:
-        raise ValueError(f"source and target language are both {src!r}")
-    root = _corpus_dir(data_dir, "multi30k", "tok")
-    if tokenized:
-        paths = tuple(root / "tok" / f"{split}.lc.norm.tok.{lang}.gz" for lang in (src, tgt))
-    else:
-        paths = tuple(root / "raw" / f"{split}.{lang}.gz" for lang in (src, tgt))
-    return require_file(paths[0]), require_file(paths[1])
-
-
-def iwslt14_paths(
-    data_dir: str | os.PathLike, split: str, bpe: bool = False, src: str = "de", tgt: str = "en"
-) -> tuple[Path, Path]:
-    """Source and target files of an IWSLT14 De-En split (``valid`` or ``test``; there is no train split here).
-
-    :param data_dir: the data directory (holding ``iwslt14-de-en/``) or that folder itself.
-    :param bpe: the 14k joint BPE files ``{split}.{lang}.bpe.gz`` (``@@ `` joiner; see :func:`undo_bpe`) instead
-        of the word-tokenised ``{split}.{lang}.gz``.
-    """
-    if split not in IWSLT14_SPLITS:
-        raise ValueError(f"unknown IWSLT14 split {split!r}; allowed: {', '.join(IWSLT14_SPLITS)}")
-    for lang in (src, tgt):
-        if lang not in IWSLT14_LANGUAGES:
-            raise ValueError(f"unknown IWSLT14 language {lang!r}; allowed: {', '.join(IWSLT14_LANGUAGES)}")
-    if src == tgt:
-        raise ValueError(f"source and target language are both {src!r}")
-    root = _corpus_dir(data_dir, "iwslt14-de-en", "valid.de.gz")
-    suffix = ".bpe.gz" if bpe else ".gz"
-    return require_file(root / f"{split}.{src}{suffix}"), require_file(root / f"{split}.{tgt}{suffix}")
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Subwords (optional: HuggingFace ``tokenizers``)
-
-
-def _import_tokenizers():
-    try:
-        import tokenizers
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "subword segmentation needs the optional 'tokenizers' package: pip install tokenizers"
-        ) from e
-    return tokenizers
-
-
-def train_subword(sentences: Iterable[Sequence[str] | str], vocab_size: int, model: str = "bpe"):
-    """Learn a subword model on already tokenised sentences with HuggingFace ``tokenizers``.
-
-    Words are the whitespace-separated tokens (``WhitespaceSplit`` pre-tokeniser: the existing tokenisation is
-    kept, punctuation is not split again).  The specials ``<pad> <s> </s> <unk>`` come first in its vocabulary.
-
-    :param sentences: token lists (or whitespace-separated strings).
-    :param vocab_size: the subword vocabulary size (including specials and the base characters).
-    :param model: ``"bpe"`` (byte-pair encoding) or ``"unigram"``.
-    :returns: a ``tokenizers.Tokenizer``; segment with :func:`apply_subword`.
-    """
-    tk = _import_tokenizers()
-    from tokenizers import models, pre_tokenizers, trainers
-
-    if vocab_size < len(SPECIALS) + 1:
-        raise ValueError(f"train_subword: vocab_size must exceed the {len(SPECIALS)} specials, got {vocab_size}")
-    if model == "bpe":
-        tokenizer = tk.Tokenizer(models.BPE(unk_token="<unk>", fuse_unk=True))
-        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIALS), show_progress=False)
-    elif model == "unigram":
-        tokenizer = tk.Tokenizer(models.Unigram())
-        trainer = trainers.UnigramTrainer(
-            vocab_size=vocab_size, special_tokens=list(SPECIALS), unk_token="<unk>", show_progress=False
-        )
-    else:
-        raise ValueError(f"train_subword: unknown model {model!r}; allowed: 'bpe', 'unigram'")
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    text = (s if isinstance(s, str) else " ".join(s) for s in sentences)
-    tokenizer.train_from_iterator(text, trainer=trainer)
-    return tokenizer
-
-
-def apply_subword(tokenizer, sentence_tokens: Sequence[str]) -> list[str]:
-    """Segment a tokenised sentence into subwords, marking every non-final piece of a word with ``@@``.
-
-    The output follows the subword-nmt convention, so ``undo_bpe(" ".join(pieces)) == " ".join(sentence_tokens)``
-    for words whose characters the model has seen (unseen characters become ``<unk>``).
-    """
-    _import_tokenizers()
-    if isinstance(sentence_tokens, str):
-        raise TypeError("apply_subword expects a list of tokens, not a string")
-    if not sentence_tokens:
-        return []
-    enc = tokenizer.encode(list(sentence_tokens), is_pretokenized=True, add_special_tokens=False)
-    words = enc.word_ids
-    pieces: list[str] = []
-    for k, (piece, word) in enumerate(zip(enc.tokens, words, strict=True)):
-        last_of_word = k + 1 == len(words) or words[k + 1] != word
-        pieces.append(piece if last_of_word else piece + "@@")
-    return pieces
