@@ -27,28 +27,19 @@ from pathlib import Path
 import torch
 
 from pyro_attention.clevr import ClevrConfig, ClevrResult, format_clevr, run_clevr
-from pyro_attention.experiment import ALL_ROWS, rows_by_label
+from pyro_attention.cli.common import add_config_options, add_run_options, config_values, rows_flag
+from pyro_attention.experiment import ALL_ROWS
+
+#: the flags of the run's config (generated from its fields: help, type, default)
+OPTIONS = ("data_dir", "generated_train", "generated_val", "question_seed", "hidden_size", "epochs", "batch_size", "lr",
+           "warmup_steps", "seed")
 
 
 def main(args: argparse.Namespace) -> ClevrResult:
     torch.set_num_threads(args.threads)
-    try:
-        chosen = rows_by_label(args.pairs)
-    except ValueError as e:
-        raise SystemExit(f"--pairs: {e}") from None
-    config = ClevrConfig(
-        data_dir=args.data_dir,
-        generated_train=args.generated_train,
-        generated_val=args.generated_val,
-        question_seed=args.question_seed,
-        hidden_size=args.hidden,
-        num_epochs=args.epochs,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        warmup_steps=args.warmup_steps,
-        seed=args.seed,
-        rows=chosen or (list(ALL_ROWS) if args.neighbours else None),
-    )
+    chosen = rows_flag(args.pairs)
+    rows = chosen or (list(ALL_ROWS) if args.neighbours else None)
+    config = ClevrConfig(**config_values(ClevrConfig, args), rows=rows)
     start = time.perf_counter()
     try:
         result = run_clevr(config, progress=not args.quiet)
@@ -65,21 +56,10 @@ def main(args: argparse.Namespace) -> ClevrResult:
 
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", default=None, help="folder holding clevr-scenes/ (default: see above)")
-    parser.add_argument("--generated-train", type=int, default=8000, help="questions generated on training scenes")
-    parser.add_argument("--generated-val", type=int, default=1000, help="questions generated on validation scenes")
-    parser.add_argument("--question-seed", type=int, default=0, help="seed of the generator (val: seed + 1)")
-    parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--epochs", type=int, default=15)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--warmup-steps", type=int, default=0, help="relaxed pair: steps on E_p[log p] first")
+    add_config_options(parser, ClevrConfig, OPTIONS)
     parser.add_argument("--pairs", nargs="*", default=[], help="subset of rows, e.g. 'soft' 'hard (enum)' 'rws'")
     parser.add_argument("--neighbours", action="store_true", help="also the neighbours' rows (registry.NEIGHBOUR_ROWS)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--markdown", default="", help="also write the tables to this file")
-    parser.add_argument("--quiet", action="store_true")
+    add_run_options(parser, "the tables")
     return parser
 
 

@@ -23,29 +23,19 @@ from pathlib import Path
 
 import torch
 
-from pyro_attention.experiment import ALL_ROWS, RegionQAConfig, format_table, rows_by_label, run_region_qa
+from pyro_attention.cli.common import add_config_options, add_run_options, config_values, rows_flag
+from pyro_attention.experiment import ALL_ROWS, RegionQAConfig, format_table, run_region_qa
 from pyro_attention.registry import PAPER_ROWS
+
+#: the flags of the comparison's config (generated from its fields: help, type, default)
+OPTIONS = ("train_size", "val_size", "hidden_size", "epochs", "batch_size", "lr", "warmup_steps", "ambiguity", "seed")
 
 
 def main(args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
-    try:
-        chosen = rows_by_label(args.pairs)
-    except ValueError as e:
-        raise SystemExit(f"--pairs: {e}") from None
+    chosen = rows_flag(args.pairs)
     default = PAPER_ROWS if args.paper_only else ALL_ROWS
-    config = RegionQAConfig(
-        train_size=args.train_size,
-        val_size=args.val_size,
-        hidden_size=args.hidden,
-        num_epochs=args.epochs,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        warmup_steps=args.warmup_steps,
-        ambiguity=args.ambiguity,
-        seed=args.seed,
-        rows=chosen or list(default),
-    )
+    config = RegionQAConfig(**config_values(RegionQAConfig, args), rows=chosen or list(default))
     rows, _ = run_region_qa(config, progress=not args.quiet)
     table = format_table(rows)
     print(table)
@@ -57,20 +47,10 @@ def main(args: argparse.Namespace) -> dict:
 
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--train-size", type=int, default=2000)
-    parser.add_argument("--val-size", type=int, default=500)
-    parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--epochs", type=int, default=12)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--warmup-steps", type=int, default=0, help="relaxed pair: steps on E_p[log p] first")
-    parser.add_argument("--ambiguity", type=float, default=0.3, help="share of scenes with two regions of a kind")
+    add_config_options(parser, RegionQAConfig, OPTIONS)
     parser.add_argument("--pairs", nargs="*", default=[], help="subset of rows, e.g. 'soft' 'hard (enum)'")
     parser.add_argument("--paper-only", action="store_true", help="only the rows of Deng et al. (2018)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--markdown", default="", help="also write the table to this file")
-    parser.add_argument("--quiet", action="store_true")
+    add_run_options(parser)
     return parser
 
 

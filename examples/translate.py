@@ -25,7 +25,8 @@ from pathlib import Path
 
 import torch
 
-from pyro_attention.experiment import ALL_ROWS, rows_by_label
+from pyro_attention.cli.common import add_config_options, add_run_options, config_values, rows_flag
+from pyro_attention.experiment import ALL_ROWS
 from pyro_attention.registry import PAPER_ROWS
 from pyro_attention.translation import TranslationConfig, evaluate, train
 
@@ -41,42 +42,27 @@ PAPER = {
 }
 
 
+#: the flags of the rows' config (generated from its fields: help, type, default) and the example's own defaults
+OPTIONS = ("data", "data_dir", "src", "tgt", "train_size", "val_size", "test_size", "max_len", "min_freq", "embedding",
+           "encoder", "decoder", "attention", "dropout", "epochs", "batch_size", "lr", "seed", "threads")
+DEFAULTS = {"train_size": 2000, "val_size": 200, "test_size": 200, "max_len": 30, "epochs": 5}
+
+
 def main(args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
-    try:
-        chosen = rows_by_label(args.pairs)
-    except ValueError as e:
-        raise SystemExit(f"--pairs: {e}") from None
+    chosen = rows_flag(args.pairs)
     rows = chosen or (PAPER_ROWS if args.paper_only else ALL_ROWS)
     results = {}
     signature = ""
     for spec in rows:
         label = spec.label
-        config = TranslationConfig(
-            data=args.data,
-            data_dir=args.data_dir,
-            src=args.src,
-            tgt=args.tgt,
-            train_size=args.train_size,
-            val_size=args.val_size,
-            test_size=args.test_size,
-            max_len=args.max_len,
-            min_freq=args.min_freq,
+        config = TranslationConfig(**dict(  # the flags, this row's pair and its own folder under --out
+            config_values(TranslationConfig, args),
             model=spec.name,
             estimator=spec.estimator,
             options=dict(spec.options) or None,
-            embedding=args.embedding,
-            encoder=args.encoder,
-            decoder=args.decoder,
-            attention=args.attention,
-            dropout=args.dropout,
-            epochs=args.epochs,
-            batch_size=args.batch_size,
-            lr=args.lr,
-            seed=args.seed,
-            threads=args.threads,
             out=str(Path(args.out) / "".join(c for c in label if c.isalnum() or c in "-_.=,")),
-        )
+        ))
         start = time.perf_counter()
         trained = train(config, progress=not args.quiet, overwrite=True, log=None if args.quiet else print)
         seconds = time.perf_counter() - start
@@ -110,31 +96,12 @@ def format_table(results: dict) -> str:
 
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default="synthetic", choices=["synthetic", "multi30k"])
-    parser.add_argument("--data-dir", default=None, help="data folder (default: $PYRO_ATTENTION_DATA)")
-    parser.add_argument("--src", default="de")
-    parser.add_argument("--tgt", default="en")
-    parser.add_argument("--train-size", type=int, default=2000)
-    parser.add_argument("--val-size", type=int, default=200)
-    parser.add_argument("--test-size", type=int, default=200)
-    parser.add_argument("--max-len", type=int, default=30)
-    parser.add_argument("--min-freq", type=int, default=1)
-    parser.add_argument("--embedding", type=int, default=64)
-    parser.add_argument("--encoder", type=int, default=64)
-    parser.add_argument("--decoder", type=int, default=128)
-    parser.add_argument("--attention", type=int, default=64)
-    parser.add_argument("--dropout", type=float, default=0.0)
-    parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--beam", type=int, default=5)
+    add_config_options(parser, TranslationConfig, OPTIONS, defaults=DEFAULTS)
+    parser.add_argument("--beam", type=int, default=5, help="beam size of the BLEU translations")
     parser.add_argument("--pairs", nargs="*", default=[], help="subset of rows, e.g. 'soft' 'variational (enum)'")
     parser.add_argument("--paper-only", action="store_true", help="only the rows of Deng et al. (2018)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", default="runs/table1")
-    parser.add_argument("--markdown", default="")
-    parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--out", default="runs/table1", help="folder of the rows' runs")
+    add_run_options(parser, threads=False)
     return parser
 
 

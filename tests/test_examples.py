@@ -36,27 +36,8 @@ def test_every_example_is_tested():
 def test_region_qa_tiny(capsys, tmp_path):
     module = _load("region_qa")
     out = tmp_path / "table.md"
-    rows = module.main(
-        module.make_parser().parse_args(
-            [
-                "--train-size",
-                "64",
-                "--val-size",
-                "16",
-                "--hidden",
-                "8",
-                "--epochs",
-                "1",
-                "--batch-size",
-                "16",
-                "--warmup-steps",
-                "2",
-                "--quiet",
-                "--markdown",
-                str(out),
-            ]
-        )
-    )
+    args = "--train-size 64 --val-size 16 --hidden 8 --epochs 1 --batch-size 16 --warmup-steps 2 --quiet".split()
+    rows = module.main(module.make_parser().parse_args([*args, "--markdown", str(out)]))
     assert list(rows) == [
         "soft",
         "marginal",
@@ -111,28 +92,8 @@ def test_clevr_qa_missing_data(tmp_path):
 def test_inspect_posteriors_tiny(capsys, tmp_path):
     module = _load("inspect_posteriors")
     out = tmp_path / "posterior.nc"
-    result = module.main(
-        module.make_parser().parse_args(
-            [
-                "--train-size",
-                "32",
-                "--val-size",
-                "8",
-                "--hidden",
-                "8",
-                "--epochs",
-                "1",
-                "--num-samples",
-                "12",
-                "--nuts",
-                "1",
-                "--nuts-samples",
-                "20",
-                "--out",
-                str(out),
-            ]
-        )
-    )
+    args = "--train-size 32 --val-size 8 --hidden 8 --epochs 1 --num-samples 12 --nuts 1 --nuts-samples 20".split()
+    result = module.main(module.make_parser().parse_args([*args, "--out", str(out)]))
     printed = capsys.readouterr().out
     assert "| pair | log_p_per_token | elbo_gap_per_token" in printed
     assert out.exists() and out.with_suffix(".forest.png").exists()
@@ -143,31 +104,8 @@ def test_inspect_posteriors_tiny(capsys, tmp_path):
 def test_translate_tiny(capsys, tmp_path):
     module = _load("translate")
     md = tmp_path / "table.md"
-    args = [
-        "--train-size",
-        "40",
-        "--val-size",
-        "8",
-        "--test-size",
-        "4",
-        "--epochs",
-        "1",
-        "--embedding",
-        "8",
-        "--encoder",
-        "8",
-        "--decoder",
-        "8",
-        "--attention",
-        "8",
-        "--beam",
-        "2",
-        "--quiet",
-        "--out",
-        str(tmp_path / "runs"),
-        "--markdown",
-        str(md),
-    ]
+    args = "--train-size 40 --val-size 8 --test-size 4 --epochs 1 --embedding 8 --encoder 8 --decoder 8".split()
+    args += ["--attention", "8", "--beam", "2", "--quiet", "--out", str(tmp_path / "runs"), "--markdown", str(md)]
     results = module.main(module.make_parser().parse_args(args))
     assert len(results) == 14 and results["relaxed"]["ppl_exact"] is False
     assert results["segmentation-marginal"]["ppl_exact"] is True and results["gaussian (kl_scale=0.01)"]["bleu"] >= 0
@@ -183,24 +121,8 @@ def test_region_qa_rejects_unknown_pair():
 
 
 def test_demo_tiny(capsys, tmp_path):
-    code = cli.main(
-        [
-            "demo",
-            "--train-size",
-            "64",
-            "--val-size",
-            "16",
-            "--hidden",
-            "8",
-            "--epochs",
-            "1",
-            "--num-plots",
-            "2",
-            "--out",
-            str(tmp_path),
-            "--quiet",
-        ]
-    )
+    args = "demo --train-size 64 --val-size 16 --hidden 8 --epochs 1 --num-plots 2 --quiet".split()
+    code = cli.main([*args, "--out", str(tmp_path)])
     assert code == 0
     printed = capsys.readouterr().out
     assert "| variational (enum) |" in printed

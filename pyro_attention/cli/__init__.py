@@ -9,7 +9,8 @@ translate a file or stdin (see ``docs/translation.md``).
 
 One module per command (``demo``, ``train``, ``evaluate``, ``translate``, ``align``, ``inspect``, ``experiment``),
 each with its ``add_<command>(sub)`` (the sub-parser and its flags) and its handler; ``common`` holds the argparse
-types and error handling they share, ``main`` the parser and :func:`main`.
+types and error handling they share and ``add_config_options`` (a config's flags generated from its fields: name,
+type, bounds, help, default), ``main`` the parser and :func:`main`.
 """
 
 # ruff: noqa: F401 - the commands' handlers re-exported under their old names (pyro_attention/cli.py was one module)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from pyro_attention.cli.common import _fail, _int_at_least, _learning_rate
+from pyro_attention.cli.common import _fail, add_command, add_config_options
 from pyro_attention.outputs import write_text
 
 
@@ -36,27 +36,23 @@ def _align(args: argparse.Namespace) -> int:
 
 def add_align(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     """``pyro-attention align``."""
-    al = sub.add_parser("align", help="AER of prior / exact posterior / q / soft attention against gold alignments")
+    al = add_command(sub, "align", _align,
+                     "AER of prior / exact posterior / q / soft attention against gold alignments")
     al.add_argument("--corpus", default="enfr", choices=["enfr", "csen"],
                     help="gold set: enfr (English-French Hansards, NAACL 2003) or csen (Czech-English)")
     al.add_argument("--data-dir", default=None, help="data folder (default: $PYRO_ATTENTION_DATA)")
-    al.add_argument("--extra-size", type=_int_at_least(0), default=5000, help="extra Multi30k training pairs")
-    from pyro_attention.align import ALIGN_NETWORKS, LINK_FORMATS, LINK_ORDERS
+    from pyro_attention.align import ALIGN_NETWORKS, LINK_FORMATS, LINK_ORDERS, AlignConfig
     from pyro_attention.registry import ALL_PAIRS
 
+    add_config_options(al, AlignConfig, ("extra_size",))
     al.add_argument("--models", nargs="+", default=["soft", "variational"], choices=tuple(ALL_PAIRS),
                     help="the pairs to train and score")
     al.add_argument("--network", default="seq2seq", choices=tuple(ALIGN_NETWORKS),
                     help="; ".join(f"{k}: {v.description}" for k, v in ALIGN_NETWORKS.items())
                     + " (ibm1, ibm1-rank, distortion: --models marginal; ibm1-rank and distortion: --embedding = "
                     "the lexical table's rank)")
-    al.add_argument("--epochs", type=_int_at_least(1), default=5, help="training epochs")
-    al.add_argument("--batch-size", type=_int_at_least(1), default=32, help="sentences per batch")
-    al.add_argument("--lr", type=_learning_rate, default=3e-3, help="Adam learning rate, in (0, 1]")
-    al.add_argument("--max-len", type=_int_at_least(1), default=60, help="drop training pairs with a longer side")
-    for name, default, what in (("embedding", 64, "embedding size"), ("encoder", 64, "BiLSTM size per direction"),
-                                ("decoder", 128, "decoder LSTM size"), ("attention", 64, "MLP attention size")):
-        al.add_argument(f"--{name}", type=_int_at_least(1), default=default, help=what)
+    add_config_options(al, AlignConfig, ("epochs", "batch_size", "lr", "max_len", "embedding", "encoder", "decoder",
+                                         "attention"))
     al.add_argument("--both-directions", action="store_true",
                     help="also train target->source; report every symmetrisation (intersection, union, grow-diag, "
                     "grow-diag-final, grow-diag-final-and)")
@@ -74,9 +70,7 @@ def add_align(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     g.add_argument("--extra-tgt", default=None, help="its target side, line-aligned")
     g.add_argument("--no-lowercase", dest="lowercase", action="store_false",
                    help="keep the case of a gold set of your own (default: lower-case it)")
-    al.add_argument("--seed", type=_int_at_least(0), default=0, help="seed of weights, sampling and batch order")
-    al.add_argument("--threads", type=_int_at_least(1), default=1, help="torch threads")
+    add_config_options(al, AlignConfig, ("seed", "threads"))
     al.add_argument("--out", default="runs/align", help="folder for the runs")
     al.add_argument("--markdown", default="", help="also write the table to this file")
     al.add_argument("--json", default="", help="also merge the rows into this JSON list (e.g. docs/results/aer.json)")
-    al.set_defaults(func=_align, parser=al)

@@ -4,8 +4,12 @@ run-time failure, and the help formatter that shows defaults."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
+import typing
+from collections.abc import Sequence
+from typing import Any
 
 
 def _int_at_least(low: int):  # noqa: ANN202 - an argparse type
@@ -47,6 +51,20 @@ def _learning_rate(text: str) -> float:
     from pyro_attention.inference.optim import MAX_LR
 
     return _float_in(0.0, MAX_LR, low_open=True)(text)
+
+
+#: the help of a command's ``checkpoint`` argument
+CHECKPOINT_HELP = "a .pt checkpoint or a run folder (its best.pt, else last.pt)"
+
+
+def add_command(
+    sub: Any, name: str, func: Any, help: str, description: str | None = None  # noqa: A002 - argparse's name
+) -> argparse.ArgumentParser:
+    """The sub-parser of ``pyro-attention <name>`` (``sub``: the sub-parsers action), with ``func`` as its handler:
+    ``args.func``, and the sub-parser as ``args.parser`` (for its errors)."""
+    parser = sub.add_parser(name, help=help, description=description)
+    parser.set_defaults(func=func, parser=parser)
+    return parser
 
 
 def _fail(parser: argparse.ArgumentParser, error: Exception) -> None:
@@ -96,3 +114,86 @@ class _DefaultsHelpFormatter(argparse.HelpFormatter):
         else:
             shown = f"{default:g}" if isinstance(default, float) else str(default)
         return f"{text} (default: {shown.replace('%', '%%')})"
+
+
+def add_config_options(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    config: type,
+    names: Sequence[str] | None = None,
+    *,
+    given_only: bool = False,
+    defaults: dict[str, Any] | None = None,
+) -> None:
+    """A flag per field of the dataclass ``config`` (``names``: these fields, in this order; default: every field),
+    generated from the field (:func:`pyro_attention.tasks.common.option`): ``--batch-size`` for ``batch_size``, an
+    integer ``>= low`` where the field has a lower bound, a number in its ``interval``, a switch for a ``bool``, the
+    argparse settings of its ``flag`` metadata, its help text and its default (``defaults`` override it).
+
+    ``given_only``: the flag's default is ``argparse.SUPPRESS`` (only flags given on the command line override a
+    config file) and its help names the field's default, in parentheses or where the text says ``{default}``.
+    """
+    fields = {f.name: f for f in dataclasses.fields(config)}
+    hints = typing.get_type_hints(config)
+    for name in names or list(fields):
+        f = fields[name]
+        meta = f.metadata
+        own = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        default = (defaults or {}).get(name, own)
+        kwargs: dict[str, Any] = {"default": default, "help": meta.get("help", "")}
+        if meta.get("choices") is not None:
+            kwargs["choices"] = meta["choices"]
+        if meta.get("low") is not None:
+            kwargs["type"] = _int_at_least(meta["low"])
+        elif meta.get("interval") is not None:
+            kwargs["type"] = _float_in(*meta["interval"])
+        elif hints[name] is bool:
+            kwargs["action"] = "store_true"
+        elif hints[name] == bool | None:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif hints[name] in (int, float):
+            kwargs["type"] = hints[name]
+        flag = dict(meta.get("flag", {}))
+        option = flag.pop("name", "--" + name.replace("_", "-"))
+        kwargs.update(flag)
+        kwargs["help"] = _with_default(kwargs["help"], default, given_only)
+        if given_only:
+            kwargs["default"] = argparse.SUPPRESS
+        parser.add_argument(option, **kwargs)
+
+
+def _with_default(text: str, default: Any, parentheses: bool) -> str:
+    """A help text with ``{default}`` replaced by ``default``; with ``parentheses``, one that does not say
+    ``{default}`` names it in parentheses at the end, unless it already speaks of its default or it is ``None`` or a
+    switch."""
+    shown = f"{default:g}" if isinstance(default, float) else str(default)
+    if "{default}" in text:
+        return text.format(default=shown)
+    if not parentheses or default is None or isinstance(default, bool) or "default" in text:
+        return text
+    return f"{text} ({shown})"
+
+
+def config_values(config: type, args: argparse.Namespace) -> dict[str, Any]:
+    """The fields of the dataclass ``config`` that ``args`` has (flags of :func:`add_config_options`), by name."""
+    given = vars(args)
+    return {f.name: given[f.name] for f in dataclasses.fields(config) if f.name in given}
+
+
+def rows_flag(labels: Sequence[str]) -> list:
+    """The rows of ``--pairs`` (labels of :data:`pyro_attention.tasks.region_qa.ALL_ROWS`); an unknown label ends
+    the program with a message naming the flag."""
+    from pyro_attention.tasks.region_qa import rows_by_label
+
+    try:
+        return rows_by_label(labels)
+    except ValueError as e:
+        raise SystemExit(f"--pairs: {e}") from None
+
+
+def add_run_options(parser: argparse.ArgumentParser, markdown: str = "the table", threads: bool = True) -> None:
+    """The flags of a run that prints a table (the examples): ``--threads`` (unless ``threads`` is ``False``: the
+    config has it), ``--markdown FILE`` (also write ``markdown`` to it) and ``--quiet``."""
+    if threads:
+        parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--markdown", default="", help=f"also write {markdown} to this file")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from pyro_attention.cli.common import _int_at_least
+from pyro_attention.cli.common import _int_at_least, add_command, add_config_options, config_values
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -30,7 +30,7 @@ def _demo(args: argparse.Namespace) -> int:
     config = _demo_config(args, RegionQAConfig, train_size=args.train_size, val_size=args.val_size)
     print(
         f"pyro-attention demo: {config.train_size} training / {config.val_size} held-out synthetic scenes, "
-        f"{config.num_epochs} epochs, hidden {config.hidden_size}, seed {config.seed}, "
+        f"{config.epochs} epochs, hidden {config.hidden_size}, seed {config.seed}, "
         f"{torch.get_num_threads()} thread(s)"
     )
     start = time.perf_counter()
@@ -60,7 +60,7 @@ def _demo_clevr(args: argparse.Namespace) -> int:
     config = _demo_config(args, ClevrConfig, **sizes)
     print(
         f"pyro-attention demo --task clevr: original CLEVR questions + {config.generated_train} generated training / "
-        f"{config.generated_val} generated validation questions, {config.num_epochs} epochs, hidden "
+        f"{config.generated_val} generated validation questions, {config.epochs} epochs, hidden "
         f"{config.hidden_size}, seed {config.seed}, {torch.get_num_threads()} thread(s)"
     )
     start = time.perf_counter()
@@ -85,10 +85,13 @@ def _demo_clevr(args: argparse.Namespace) -> int:
 
 def _demo_config(args: argparse.Namespace, make: Callable, **sizes: Any) -> Any:
     """The torch threads set and the config of a demo run, ``make(**sizes, ...)`` with the run's epochs, hidden size
-    and seed; every row, neighbours included, with ``--neighbours``."""
+    and seed (the flags of :class:`~pyro_attention.tasks.region_qa.RegionTraining`); every row, neighbours
+    included, with ``--neighbours``."""
     if args.threads:
         torch.set_num_threads(args.threads)
-    config = make(**sizes, num_epochs=args.epochs, hidden_size=args.hidden, seed=args.seed)
+    from pyro_attention.tasks.region_qa import RegionTraining
+
+    config = make(**sizes, **config_values(RegionTraining, args))
     if args.neighbours:
         config.rows = _all_rows()
     return config
@@ -126,7 +129,7 @@ def _ambiguous(val, i: int) -> bool:  # noqa: ANN001
 
 def add_demo(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     """``pyro-attention demo``."""
-    demo = sub.add_parser("demo", help="train every pair on synthetic region QA and print the comparison")
+    demo = add_command(sub, "demo", _demo, "train every pair on synthetic region QA and print the comparison")
     demo.add_argument(
         "--task",
         choices=["synthetic", "clevr"],
@@ -140,9 +143,9 @@ def add_demo(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     demo.add_argument(
         "--val-size", type=_int_at_least(1), default=500, help="held-out scenes (clevr: generated questions)"
     )
-    demo.add_argument("--epochs", type=_int_at_least(1), default=12, help="training epochs of every pair")
-    demo.add_argument("--hidden", type=_int_at_least(1), default=64, help="hidden size of the region-QA network")
-    demo.add_argument("--seed", type=_int_at_least(0), default=0, help="seed of data, weights and sampling")
+    from pyro_attention.tasks.region_qa import RegionTraining
+
+    add_config_options(demo, RegionTraining, ("epochs", "hidden_size", "seed"))
     demo.add_argument(
         "--threads", type=_int_at_least(0), default=1, help="torch threads (1 avoids oversubscription; 0: torch's)"
     )
@@ -152,4 +155,3 @@ def add_demo(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     demo.add_argument(
         "--neighbours", action="store_true", help="also the neighbours (structured, Gaussian, BAM, Gumbel, RWS)"
     )
-    demo.set_defaults(func=_demo)

@@ -8,7 +8,7 @@ import sys
 
 import torch
 
-from pyro_attention.cli.common import _fail, _float_in, _int_at_least
+from pyro_attention.cli.common import CHECKPOINT_HELP, _fail, _float_in, _int_at_least, add_command
 
 
 def _print_scores(res: dict) -> None:
@@ -36,6 +36,11 @@ def _print_scores(res: dict) -> None:
         print(f"pyro-attention evaluate: warning: {res['degenerate']}", file=sys.stderr)
 
 
+#: the flags passed to :func:`~pyro_attention.tasks.translation.evaluate` as they are, by name
+_PASSED = ("src_file", "tgt_file", "ref_file", "data_dir", "size", "kmax", "beam", "rule", "length_penalty",
+           "max_decode_len", "batch_size", "num_samples", "device")
+
+
 def _evaluate(args: argparse.Namespace) -> int:
     import json
 
@@ -48,22 +53,10 @@ def _evaluate(args: argparse.Namespace) -> int:
         res = evaluate(
             args.checkpoint,
             args.split,
-            src_file=args.src_file,
-            tgt_file=args.tgt_file,
-            ref_file=args.ref_file,
-            data_dir=args.data_dir,
-            size=args.size,
-            kmax=args.kmax,
-            beam=args.beam,
-            rule=args.rule,
-            length_penalty=args.length_penalty,
-            max_decode_len=args.max_decode_len,
-            batch_size=args.batch_size,
-            num_samples=args.num_samples,
+            **{k: getattr(args, k) for k in _PASSED},
             bleu=not args.no_bleu,
             lowercase=args.lowercase_bleu,
             progress=not args.quiet,
-            device=args.device,
         )
     except (ValueError, OSError) as e:
         _fail(args.parser, e)
@@ -105,12 +98,9 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
 
 def add_evaluate(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     """``pyro-attention evaluate``."""
-    ev = sub.add_parser(
-        "evaluate",
-        help="perplexity, K-max perplexity, prior entropy and BLEU of a checkpoint",
-        description="Score a checkpoint on a split of its corpus or on given files.",
-    )
-    ev.add_argument("checkpoint", help="a .pt checkpoint or a run folder (its best.pt, else last.pt)")
+    ev = add_command(sub, "evaluate", _evaluate, "perplexity, K-max perplexity, prior entropy and BLEU of a checkpoint",
+                     "Score a checkpoint on a split of its corpus or on given files.")
+    ev.add_argument("checkpoint", help=CHECKPOINT_HELP)
     ev.add_argument("--split", choices=("train", "val", "test"), default="test", help="split (default test)")
     ev.add_argument("--src-file", help="score these source sentences instead of a split (with --tgt-file)")
     ev.add_argument("--tgt-file", help="their tokenised targets")
@@ -138,4 +128,3 @@ def add_evaluate(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     ev.add_argument("--json", help="write the scores to this JSON file")
     ev.add_argument("--quiet", action="store_true", help="no progress bars")
     _add_decoding_options(ev)
-    ev.set_defaults(func=_evaluate, parser=ev)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pyro_attention.cli.common import _fail, _int_at_least
+from pyro_attention.cli.common import _fail, _int_at_least, add_command
 
 
 def _experiment(args: argparse.Namespace) -> int:
@@ -29,11 +29,8 @@ def _experiment(args: argparse.Namespace) -> int:
 
 def add_experiment(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     """``pyro-attention experiment``."""
-    ex = sub.add_parser(
-        "experiment",
-        help="a table of translation rows (an experiment file): train each to convergence, evaluate, tabulate; "
-        "resumable row by row",
-    )
+    ex = add_command(sub, "experiment", _experiment, "a table of translation rows (an experiment file): train each to "
+                     "convergence, evaluate, tabulate; resumable row by row")
     ex.add_argument("--config", required=True, help="experiment file (TOML or JSON): [shared] settings, [[rows]]")
     ex.add_argument("--out", required=True, help="runs folder: one sub-folder per row, table.json, table.md")
     ex.add_argument("--rows", nargs="+", default=None, metavar="LABEL", help="work on these rows only (default all)")
@@ -45,4 +42,3 @@ def add_experiment(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     ex.add_argument("--threads", type=_int_at_least(0), default=None,
                     help="torch threads for every row (default: the file's; 0: torch's choice)")
     ex.add_argument("--quiet", action="store_true", help="no progress bars")
-    ex.set_defaults(func=_experiment, parser=ex)

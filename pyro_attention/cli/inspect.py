@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from pyro_attention.cli.common import _fail, _int_at_least, _os_error_text
+from pyro_attention.cli.common import _fail, _int_at_least, _os_error_text, add_command
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -38,7 +38,7 @@ def _inspect(args: argparse.Namespace) -> int:
 
 def add_inspect(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     """``pyro-attention inspect``."""
-    ins = sub.add_parser("inspect", help="a checkpoint's alignments: ArviZ NetCDF, heatmaps, diagnostics table")
+    ins = add_command(sub, "inspect", _inspect, "a checkpoint's alignments: ArviZ NetCDF, heatmaps, diagnostics table")
     ins.add_argument("checkpoint", help="a checkpoint file or run folder written by `pyro-attention train`")
     ins.add_argument("--out", default="posterior.nc", help="NetCDF file for the InferenceData")
     ins.add_argument("--plots", default=None, help="folder for the figures (none if not given)")
@@ -49,4 +49,3 @@ def add_inspect(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     ins.add_argument("--num-samples", type=_int_at_least(2), default=100, help="draws per group")
     ins.add_argument("--num-plots", type=_int_at_least(0), default=4, help="sentence pairs drawn (with --plots)")
     ins.add_argument("--data-dir", default=None, help="where the corpus lives now (default: as in training)")
-    ins.set_defaults(func=_inspect, parser=ins)

@@ -7,8 +7,11 @@ import sys
 
 import torch
 
-from pyro_attention.cli.common import _fail, _int_at_least
+from pyro_attention.cli.common import CHECKPOINT_HELP, _fail, _int_at_least, add_command
 from pyro_attention.cli.evaluate import _add_decoding_options
+
+#: the flags passed to :func:`~pyro_attention.tasks.translation.translate_lines` as they are, by name
+_PASSED = ("beam", "rule", "length_penalty", "max_decode_len", "tokenize", "lowercase", "progress", "device")
 
 
 def _translate(args: argparse.Namespace) -> int:
@@ -19,19 +22,7 @@ def _translate(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     try:
         lines = sys.stdin.read().splitlines() if args.input == "-" else read_lines(args.input)
-        out = translate_lines(
-            args.checkpoint,
-            lines,
-            beam=args.beam,
-            rule=args.rule,
-            k=args.kmax,
-            length_penalty=args.length_penalty,
-            max_decode_len=args.max_decode_len,
-            tokenize=args.tokenize,
-            lowercase=args.lowercase,
-            progress=args.progress,
-            device=args.device,
-        )
+        out = translate_lines(args.checkpoint, lines, k=args.kmax, **{k: getattr(args, k) for k in _PASSED})
     except (ValueError, OSError) as e:
         _fail(args.parser, e)
     for line in out:
@@ -42,12 +33,9 @@ def _translate(args: argparse.Namespace) -> int:
 
 def add_translate(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     """``pyro-attention translate``."""
-    tl = sub.add_parser(
-        "translate",
-        help="translate a file or stdin to stdout",
-        description="Translate one sentence per line; detokenised output on stdout.",
-    )
-    tl.add_argument("checkpoint", help="a .pt checkpoint or a run folder (its best.pt, else last.pt)")
+    tl = add_command(sub, "translate", _translate, "translate a file or stdin to stdout",
+                     "Translate one sentence per line; detokenised output on stdout.")
+    tl.add_argument("checkpoint", help=CHECKPOINT_HELP)
     tl.add_argument("input", nargs="?", default="-", help="input file (plain or .gz); '-' or none: stdin")
     tl.add_argument("--kmax", type=_int_at_least(1), default=5, help="K of --rule kmax (5)")
     tl.add_argument(
@@ -64,4 +52,3 @@ def add_translate(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     )
     tl.add_argument("--progress", action="store_true", help="a progress bar on stderr")
     _add_decoding_options(tl)
-    tl.set_defaults(func=_translate, parser=tl)

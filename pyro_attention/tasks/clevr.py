@@ -18,6 +18,7 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,8 +27,15 @@ from typing import Any
 import pyro
 
 from pyro_attention.data.clevr import ClevrSplits, clevr_splits
-from pyro_attention.inference.optim import check_lr
-from pyro_attention.tasks.region_qa import RegionQAConfig, Row, evaluate_pair, format_table, run_region_qa
+from pyro_attention.tasks.common import OptimConfig, option, renamed, with_default
+from pyro_attention.tasks.region_qa import (
+    RegionQAConfig,
+    RegionTraining,
+    Row,
+    evaluate_pair,
+    format_table,
+    run_region_qa,
+)
 
 #: the paper's VQA 2.0 columns (Deng et al. 2018, Table 2): label -> (NLL, accuracy %)
 PAPER_VQA: dict[str, tuple[float, float]] = {
@@ -39,27 +47,21 @@ PAPER_VQA: dict[str, tuple[float, float]] = {
 }
 
 
+@renamed(num_epochs="epochs")
 @dataclass
-class ClevrConfig:
-    """Data and training settings of the CLEVR comparison (defaults: the documented run)."""
+class ClevrConfig(RegionTraining):
+    """Data and training settings of the CLEVR comparison (defaults: the documented run); ``num_epochs``, the old
+    name of ``epochs``, is still taken."""
 
-    data_dir: str | None = None
-    generated_train: int = 8000
-    generated_val: int = 1000
-    question_seed: int = 0
-    hidden_size: int = 64
-    num_epochs: int = 15
-    batch_size: int = 32
-    lr: float = 3e-3
-    warmup_steps: int = 0
-    num_samples: int = 50
-    seed: int = 0
+    epochs: int = with_default(OptimConfig, "epochs", 15)
+    data_dir: str | None = option(None, "folder holding clevr-scenes/ (default: $PYRO_ATTENTION_DATA or "
+                                        "../shared/data)")
+    generated_train: int = option(8000, "questions generated on training scenes", low=0)
+    generated_val: int = option(1000, "questions generated on validation scenes", low=0)
+    question_seed: int = option(0, "seed of the question generator (validation: seed + 1)", low=0)
     #: ``None``: every row of the paper's table; else :class:`~pyro_attention.registry.PairSpec` or
     #: ``(name, estimator)`` rows
     rows: list[Any] | None = None
-
-    def __post_init__(self) -> None:
-        check_lr(self.lr, "ClevrConfig: lr")
 
 
 @dataclass
@@ -113,15 +115,7 @@ def run_clevr(config: ClevrConfig, progress: bool = True, log=print) -> ClevrRes
         f"{sizes['train'] - sizes['train_original']} generated), {sizes['val_original']} original / "
         f"{sizes['val_generated']} generated validation questions, vocabulary {sizes['vocab']} words"
     )
-    rq = RegionQAConfig(
-        hidden_size=config.hidden_size,
-        num_epochs=config.num_epochs,
-        batch_size=config.batch_size,
-        lr=config.lr,
-        warmup_steps=config.warmup_steps,
-        num_samples=config.num_samples,
-        seed=config.seed,
-    )
+    rq = RegionQAConfig(**{f.name: getattr(config, f.name) for f in dataclasses.fields(RegionTraining)})
     if config.rows is not None:
         rq.rows = list(config.rows)
     rows, _ = run_region_qa(rq, progress=progress, log=log, train=splits.train, val=splits.val_original)

@@ -21,10 +21,10 @@ import torch
 from pyro_attention import registry
 from pyro_attention.data import RegionQADataset, make_region_qa
 from pyro_attention.inference import alignment_posterior, entropy, fit, log_likelihood, predict
-from pyro_attention.inference.optim import check_lr
 from pyro_attention.networks import RegionQA
 from pyro_attention.pair import AlignmentPair
 from pyro_attention.registry import NEIGHBOUR_ROWS, PAPER_ROWS, PairSpec
+from pyro_attention.tasks.common import OptimConfig, option, renamed, with_default
 
 #: (pair name, estimator) rows of the paper's tables, in order (:data:`pyro_attention.registry.PAPER_ROWS`)
 ROWS: list[tuple[str, str | None]] = [(spec.name, spec.estimator) for spec in PAPER_ROWS]
@@ -33,25 +33,30 @@ ALL_ROWS: list[PairSpec] = PAPER_ROWS + NEIGHBOUR_ROWS
 
 
 @dataclass
-class RegionQAConfig:
-    """Sizes and optimisation settings of the comparison (defaults: the demo's small size)."""
+class RegionTraining(OptimConfig):
+    """What a region-QA network is trained with, on any scenes (:class:`RegionQAConfig`, the CLEVR run's config):
+    the optimisation settings, the network's hidden size, the relaxed pair's warm-up and the importance samples of
+    an estimated NLL."""
 
-    train_size: int = 2000
-    val_size: int = 500
+    epochs: int = with_default(OptimConfig, "epochs", 12)
+    hidden_size: int = option(64, "hidden size of the region-QA network", low=1,
+                              flag={"name": "--hidden", "dest": "hidden_size"})
+    warmup_steps: int = option(0, "relaxed pair: steps with the prior as guide", low=0)
+    num_samples: int = option(50, "importance samples of an estimated NLL", low=1)
+
+
+@renamed(num_epochs="epochs")
+@dataclass
+class RegionQAConfig(RegionTraining):
+    """Sizes and optimisation settings of the comparison (defaults: the demo's small size); ``num_epochs``, the old
+    name of ``epochs``, is still taken."""
+
+    train_size: int = option(2000, "training scenes", low=1)
+    val_size: int = option(500, "held-out scenes", low=1)
     num_regions: tuple[int, int] = (3, 6)
-    ambiguity: float = 0.3
-    hidden_size: int = 64
-    num_epochs: int = 12
-    batch_size: int = 32
-    lr: float = 3e-3
-    warmup_steps: int = 0
-    num_samples: int = 50
-    seed: int = 0
+    ambiguity: float = option(0.3, "share of scenes with two regions of a kind")
     #: rows: :class:`~pyro_attention.registry.PairSpec` or ``(name, estimator[, options])`` tuples
     rows: list[Any] = field(default_factory=lambda: list(PAPER_ROWS))
-
-    def __post_init__(self) -> None:
-        check_lr(self.lr, "RegionQAConfig: lr")
 
 
 @dataclass
@@ -139,7 +144,7 @@ def run_region_qa(
         fit(
             pair,
             train,
-            num_epochs=config.num_epochs,
+            num_epochs=config.epochs,
             batch_size=config.batch_size,
             lr=config.lr,
             warmup_steps=config.warmup_steps if pair.has_warmup else 0,

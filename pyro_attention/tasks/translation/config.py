@@ -12,17 +12,17 @@ import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from tqdm.auto import tqdm
 
 from pyro_attention.data.text import IWSLT14_LANGUAGES, MULTI30K_LANGUAGES, MULTI30K_SPLITS, require_file
-from pyro_attention.inference.optim import check_lr
 from pyro_attention.networks.attention import ATTENTION_SCORES
 from pyro_attention.networks.output import OUTPUT_LAYERS
 from pyro_attention.networks.seq2seq import BRIDGES, INPUT_FEEDS
 from pyro_attention.registry import ALL_PAIRS, PAIR_ESTIMATORS, check_options
+from pyro_attention.tasks.common import OptimConfig, option, with_default
 
 DATA_KINDS = ("synthetic", "multi30k", "iwslt14", "parallel")
 #: pairs with a choice of estimator
@@ -52,7 +52,77 @@ def _no_bar(progress: bool) -> bool | None:
 
 
 @dataclass
-class TranslationConfig:
+class CorpusOptions:
+    """The data options of :class:`TranslationConfig` (the flags of ``pyro-attention train``'s ``data`` group)."""
+
+    data: str = option("synthetic", "corpus (default synthetic: no files needed)", choices=DATA_KINDS)
+    data_dir: str | None = option(None, "folder holding multi30k/ and iwslt14-de-en/ (default: $PYRO_ATTENTION_DATA)")
+    src: str = option("de", "source language (Multi30k: de en fr cs; IWSLT14: de en; default {default})")
+    tgt: str = option("en", "target language (default {default})")
+    train_split: str | None = option(None, "Multi30k split to train on (default train); IWSLT14 has no train split: "
+                                     "training on 'valid' happens only with --train-split valid")
+    val_split: str | None = option(None, "Multi30k validation split (default val)")
+    test_split: str | None = option(None, "Multi30k test split (default test_2016_flickr)")
+    bpe: bool = option(False, "IWSLT14: the 14k joint BPE files")
+    train_src: str | None = option(None, "--data parallel: train src file (plain/.gz)")
+    train_tgt: str | None = option(None, "--data parallel: train tgt file (plain/.gz)")
+    val_src: str | None = option(None, "--data parallel: val src file (plain/.gz)")
+    val_tgt: str | None = option(None, "--data parallel: val tgt file (plain/.gz)")
+    test_src: str | None = option(None, "--data parallel: test src file (plain/.gz)")
+    test_tgt: str | None = option(None, "--data parallel: test tgt file (plain/.gz)")
+    train_size: int | None = option(None, "first N training pairs (synthetic: generate N; default 2000 / all)", low=1)
+    val_size: int | None = option(None, "first N validation pairs (synthetic default 200; IWSLT14: pairs held out "
+                                  "from the end of valid, default 500)", low=1)
+    test_size: int | None = option(None, "synthetic test pairs (default 200)", low=1)
+    max_len: int = option(50, "drop training pairs with a longer side", low=1)
+    min_freq: int = option(1, "vocabulary: minimum count in training", low=1)
+    max_vocab: int | None = option(None, "vocabulary: at most N entries incl. 4 specials", low=5)
+    data_seed: int = option(0, "synthetic data seed ({default}; splits: +0/+1/+2)", low=0)
+    synthetic_vocab: int = option(24, "synthetic source words", low=4)
+    synthetic_min_len: int = option(3, "synthetic shortest source", low=1)
+    synthetic_max_len: int = option(8, "synthetic longest source", low=1)
+
+
+@dataclass
+class ModelOptions:
+    """The model options of :class:`TranslationConfig` (the flags of ``pyro-attention train``'s ``model`` group)."""
+
+    model: str = option("soft", "the pair (default {default})", choices=tuple(ALL_PAIRS))
+    estimator: str | None = option(
+        None,
+        "; ".join(f"{k}: {'/'.join(v)}" for k, v in PAIR_ESTIMATORS.items()) + " (the first is the default)",
+        flag={"choices": tuple(dict.fromkeys(e for v in PAIR_ESTIMATORS.values() for e in v))},
+    )
+    options: dict[str, Any] | None = option(
+        None,
+        "an option of the pair's constructor, e.g. --option kl_scale=0.01 (repeatable)",
+        flag={"name": "--option", "dest": "options", "action": "append", "metavar": "KEY=VALUE"},
+    )
+    embedding: int = option(64, "embedding size", low=1)
+    encoder: int = option(64, "BiLSTM size per direction", low=1)
+    decoder: int = option(128, "decoder LSTM size", low=1)
+    attention: int = option(64, "MLP attention size ({default}; --attention-type mlp only)", low=1)
+    layers: int = option(1, "LSTM layers", low=1)
+    dropout: float = option(0.0, "dropout", interval=(0.0, 1.0, False, True))
+    chunk_size: int = option(8, "source positions per chunk of the enumerated output layer ({default}; 0: all at "
+                             "once)", low=0)
+    output: str = option("tanh", "output layer: tanh (U tanh(W[h; c]), the paper's; default) or product (product of "
+                         "experts exp(u_t + v_s): exact enumeration at about the cost of a soft step)",
+                         choices=tuple(OUTPUT_LAYERS))
+    attention_type: str = option("mlp", "the prior's score: mlp (Bahdanau, the paper's; default), general or dot "
+                                 "(Luong; dot needs --decoder = 2 x --encoder)", choices=tuple(ATTENTION_SCORES))
+    input_feed: str = option("context", "what the decoder is fed with the previous word: context (the prior's soft "
+                             "context; default) or attentional (Luong's attentional state tanh(W[h; c]), as "
+                             "OpenNMT-py)", choices=INPUT_FEEDS)
+    bridge: str = option("mean", "decoder initial state: mean (tanh(W mean_s x_s); default) or final (the encoder's "
+                         "final states, as OpenNMT-py; needs --decoder = 2 x --encoder)", choices=BRIDGES)
+    init: float = option(0.0, "0: torch's default initialisation (default); e.g. 0.1: every parameter uniform in "
+                         "+-0.1 (OpenNMT-py)", interval=(0.0, 1.0, False, False),
+                         note=" (0: torch's defaults; 0.1: OpenNMT-py's)")
+
+
+@dataclass
+class TranslationConfig(OptimConfig, ModelOptions, CorpusOptions):
     """Every option of a translation run (the command-line flags carry the same names, ``_`` as ``-``).
 
     Data: ``data`` is ``"synthetic"`` (the package's generator; sizes ``train_size`` / ``val_size`` /
@@ -87,86 +157,51 @@ class TranslationConfig:
     and ``out`` (default ``runs/<model>-<estimator>``).
     """
 
-    # data
-    data: str = "synthetic"
-    data_dir: str | None = None
-    src: str = "de"
-    tgt: str = "en"
-    train_split: str | None = None
-    val_split: str | None = None
-    test_split: str | None = None
-    bpe: bool = False
-    train_src: str | None = None
-    train_tgt: str | None = None
-    val_src: str | None = None
-    val_tgt: str | None = None
-    test_src: str | None = None
-    test_tgt: str | None = None
-    train_size: int | None = None
-    val_size: int | None = None
-    test_size: int | None = None
-    max_len: int = 50
-    min_freq: int = 1
-    max_vocab: int | None = None
-    data_seed: int = 0
-    synthetic_vocab: int = 24
-    synthetic_min_len: int = 3
-    synthetic_max_len: int = 8
-    # model
-    model: str = "soft"
-    estimator: str | None = None
-    options: dict[str, Any] | None = None
-    embedding: int = 64
-    encoder: int = 64
-    decoder: int = 128
-    attention: int = 64
-    layers: int = 1
-    dropout: float = 0.0
-    chunk_size: int = 8
-    output: str = "tanh"
-    attention_type: str = "mlp"
-    input_feed: str = "context"
-    bridge: str = "mean"
-    init: float = 0.0
-    # optimisation
-    epochs: int = 10
-    batch_size: int = 32
-    lr: float = 3e-3
-    clip_norm: float = 5.0
-    lr_decay: float = 0.5
-    patience: int = 3
-    warmup_steps: int = 0
-    num_samples: int = 20
-    seed: int = 0
-    threads: int = 1
-    device: str = "cpu"
-    out: str | None = None
-    checkpoint_every: int = 0
-    tensorboard: bool | None = None
+    # data: CorpusOptions; model: ModelOptions; optimisation: OptimConfig's epochs, batch_size, lr, seed and these
+    epochs: int = with_default(OptimConfig, "epochs", 10, help="epochs in all, counting resumed ones")
+    batch_size: int = with_default(OptimConfig, "batch_size", 32, help="sentences per batch")
+    clip_norm: float = option(5.0, "per-parameter gradient norm clip", interval=(0.0, math.inf, True, False))
+    lr_decay: float = option(0.5, "lr factor when validation PPL does not improve", interval=(0.0, 1.0, True, False))
+    patience: int = option(3, "stop after N epochs without improvement ({default}; 0: never)", low=0)
+    warmup_steps: int = option(0, "relaxed: steps with the prior as guide", low=0)
+    num_samples: int = option(20, "importance samples of the relaxed bound", low=1)
+    threads: int = option(1, "torch threads ({default}; 0: torch's choice)", low=0)
+    device: str = option("cpu", "cpu (default), cuda, cuda:N or mps: where the network trains")
+    out: str | None = option(None, "output folder (default runs/<model>-<estimator>)")
+    checkpoint_every: int = option(0, "also write last.pt every N steps inside an epoch ({default}: at epoch ends "
+                                   "only)", low=0)
+    tensorboard: bool | None = option(None, "log to <out>/tensorboard (default: when the tensorboard package is "
+                                      "installed)")
+
+    #: the messages name the key alone (``"lr must be ..."``): the command line turns the key into its flag
+    message_prefix: ClassVar[str] = ""
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
         for f in dataclasses.fields(self):
             setattr(self, f.name, _check_type(f.name, getattr(self, f.name), hints[f.name]))
-        _choice("data", self.data, DATA_KINDS)
-        _choice("output", self.output, tuple(OUTPUT_LAYERS))
-        _choice("attention_type", self.attention_type, tuple(ATTENTION_SCORES))
+        self.check_optimisation()  # lr, and every field's bounds, range and choices
         resolve_device(self.device)
-        _choice("input_feed", self.input_feed, INPUT_FEEDS)
-        _choice("bridge", self.bridge, BRIDGES)
         if self.bridge == "final" and self.decoder != 2 * self.encoder:
             raise ValueError(
                 f"bridge 'final' needs decoder = 2 x encoder (the encoder's final states, both directions), got "
                 f"decoder {self.decoder} and encoder {self.encoder}; use bridge 'mean', or change the sizes"
             )
-        if not 0.0 <= self.init <= 1.0:
-            raise ValueError(f"init must be in [0, 1] (0: torch's defaults; 0.1: OpenNMT-py's), got {self.init}")
         if self.attention_type == "dot" and self.decoder != 2 * self.encoder:
             raise ValueError(
                 f"attention_type 'dot' needs decoder = 2 x encoder (the values' size), got decoder {self.decoder} "
                 f"and encoder {self.encoder}; use attention_type 'general' or 'mlp', or change the sizes"
             )
-        _choice("model", self.model, tuple(ALL_PAIRS))
+        self._check_model()
+        if self.synthetic_min_len > self.synthetic_max_len:
+            raise ValueError(
+                f"synthetic_min_len ({self.synthetic_min_len}) must not exceed synthetic_max_len "
+                f"({self.synthetic_max_len})"
+            )
+        self._check_data()
+
+    def _check_model(self) -> None:
+        """The estimator and options of the pair, and a warm-up only where the pair has a warm-up guide."""
         if self.model in ESTIMATOR_PAIRS:
             if self.estimator is None:
                 self.estimator = PAIR_ESTIMATORS[self.model][0]
@@ -182,35 +217,11 @@ class TranslationConfig:
                 check_options(self.model, self.options)
             except ValueError as e:
                 raise ValueError(f"options: {e}") from None
-        for name in ("embedding", "encoder", "decoder", "attention", "layers", "epochs", "batch_size", "max_len",
-                     "min_freq", "num_samples", "synthetic_min_len", "synthetic_max_len"):
-            _at_least(name, getattr(self, name), 1)
-        for name in ("chunk_size", "patience", "warmup_steps", "seed", "threads", "data_seed", "checkpoint_every"):
-            _at_least(name, getattr(self, name), 0)
-        for name in ("train_size", "val_size", "test_size"):
-            if getattr(self, name) is not None:
-                _at_least(name, getattr(self, name), 1)
-        if self.max_vocab is not None:
-            _at_least("max_vocab", self.max_vocab, 5)
-        _at_least("synthetic_vocab", self.synthetic_vocab, 4)
-        if self.synthetic_min_len > self.synthetic_max_len:
-            raise ValueError(
-                f"synthetic_min_len ({self.synthetic_min_len}) must not exceed synthetic_max_len "
-                f"({self.synthetic_max_len})"
-            )
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
-        self.lr = check_lr(self.lr)
-        if not 0 < self.clip_norm < math.inf:
-            raise ValueError(f"clip_norm must be > 0 and finite, got {self.clip_norm}")
-        if not 0.0 < self.lr_decay <= 1.0:
-            raise ValueError(f"lr_decay must be in (0, 1], got {self.lr_decay}")
         if self.warmup_steps and not ALL_PAIRS[self.model].has_warmup:
             with_warmup = [k for k, v in ALL_PAIRS.items() if v.has_warmup]
             raise ValueError(
                 f"warmup_steps: model {self.model!r} has no warm-up guide; only {', '.join(with_warmup)} has one"
             )
-        self._check_data()
 
     def _check_data(self) -> None:
         if self.data == "multi30k":

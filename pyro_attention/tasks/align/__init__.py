@@ -1,0 +1,71 @@
+"""Alignment error rate of latent alignments against human gold alignments (``pyro-attention align``).
+
+A translation model is trained (:func:`pyro_attention.tasks.translation.train`) on parallel text that *includes the
+gold sentence pairs as unlabelled text* (plus, optionally, extra parallel text), then, on the gold pairs, every
+alignment source is turned into links -- the argmax source word of each target word -- and scored with AER,
+precision and recall (Och & Ney 2003, :mod:`pyro_attention.aer`):
+
+* ``prior``: ``p(z_t | x, y_<t)`` of a categorical pair (what it would attend to before seeing ``y_t``);
+* ``posterior``: the exact ``p(z_t | x, y)`` by enumeration (Bayes' rule, sees ``y_t``);
+* ``q``: the amortised inference network of :class:`~pyro_attention.models.VariationalAttention`;
+* ``soft``: the attention weights of a :class:`~pyro_attention.models.SoftAttention` model.
+
+* ``posterior-threshold``: every source word whose exact posterior is at least a threshold (any number of links
+  per target word, none included).  The threshold is chosen from :data:`THRESHOLD_GRID` by AER on one half of the
+  gold pairs and applied to the *other* half (even-numbered pairs scored with the threshold tuned on the
+  odd-numbered ones and vice versa), so no pair is scored with a threshold tuned on itself.
+
+The network (``network``, :data:`ALIGN_NETWORKS`) is an object that trains itself: ``seq2seq`` (the paper's
+``tanh`` output layer) and ``product`` (the product of experts) train :class:`~pyro_attention.networks.Seq2Seq`
+with :func:`pyro_attention.translation.train`; ``ibm1`` (uniform prior, lexical expert on the source word's
+embedding: IBM Model 1 with a neural lexical table, :class:`~pyro_attention.networks.lexical.IBM1Network`) and
+``distortion`` (Seq2Seq's learned prior with the same lexical expert,
+:class:`~pyro_attention.networks.lexical.DistortionNetwork`) train with :func:`pyro_attention.inference.fit` --
+the ``marginal`` pair's exact enumeration (``TraceEnum_ELBO``) either way.
+
+With ``both_directions`` a second set of models is trained target -> source and each source's links are also
+reported for the reverse direction and for every symmetrisation of the two (intersection, union, grow-diag,
+grow-diag-final, grow-diag-final-and: :data:`pyro_attention.aer.SYMMETRIZATIONS`).
+
+Corpora (from ``--data-dir`` / ``$PYRO_ATTENTION_DATA``): ``enfr`` -- English-French Hansards (NAACL 2003; 447
+pairs, 1-indexed Pharaoh with possible links), extra text Multi30k en-fr train; ``csen`` -- Czech-English WSJ
+(515 pairs, NAACL format, English column first), extra text Multi30k cs-en train.  Tokens are lower-cased
+(Multi30k is lower-cased).
+
+The package: :mod:`~pyro_attention.tasks.align.config` (:class:`AlignConfig`), :mod:`~pyro_attention.tasks.align.corpus`
+(gold sets), :mod:`~pyro_attention.tasks.align.networks` (:data:`ALIGN_NETWORKS`, how each trains) and
+:mod:`~pyro_attention.tasks.align.scoring` (links, AER rows, :func:`run_align`, tables and JSON).
+``pyro_attention.align``, the old path, re-exports every name.
+"""
+
+from __future__ import annotations
+
+from pyro_attention.aer import merge_json
+from pyro_attention.tasks.align.config import CORPORA, LINK_FORMATS, LINK_ORDERS, THRESHOLD_GRID, AlignConfig
+from pyro_attention.tasks.align.corpus import GoldCorpus, load_gold_corpus, load_user_gold
+from pyro_attention.tasks.align.networks import (
+    ALIGN_NETWORKS,
+    AlignNetwork,
+    LexicalAligner,
+    Seq2SeqAligner,
+    Trained,
+)
+from pyro_attention.tasks.align.scoring import (
+    JSON_SYMMETRISATIONS,
+    AlignRow,
+    alignment_links,
+    alignment_probs,
+    argmax_links,
+    format_rows,
+    json_rows,
+    pyro_latent,
+    run_align,
+    threshold_links,
+)
+
+__all__ = [
+    "ALIGN_NETWORKS", "CORPORA", "JSON_SYMMETRISATIONS", "LINK_FORMATS", "LINK_ORDERS", "THRESHOLD_GRID",
+    "AlignConfig", "AlignNetwork", "AlignRow", "GoldCorpus", "LexicalAligner", "Seq2SeqAligner", "Trained",
+    "alignment_links", "alignment_probs", "argmax_links", "format_rows", "json_rows", "load_gold_corpus",
+    "load_user_gold", "merge_json", "pyro_latent", "run_align", "threshold_links",
+]

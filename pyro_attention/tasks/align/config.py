@@ -1,0 +1,83 @@
+"""The options of ``pyro-attention align`` (:class:`AlignConfig`) and what they may be."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pyro_attention.tasks.common import OptimConfig, option, with_default
+
+CORPORA = ("enfr", "csen")
+#: ``--links-format`` values: Pharaoh ``i-j`` / ``ipj`` 0- or 1-indexed, NAACL ``SNUM i j [S|P]``
+LINK_FORMATS = ("pharaoh0", "pharaoh1", "naacl")
+#: ``--links-order``: which side a link's first number counts on
+LINK_ORDERS = ("source-target", "target-source")
+
+#: thresholds tried for ``posterior-threshold`` links
+THRESHOLD_GRID = tuple(round(0.05 * k, 2) for k in range(1, 20))
+
+
+@dataclass
+class AlignConfig(OptimConfig):
+    """Options of an AER run (CPU-sized defaults); the optimisation settings are :class:`OptimConfig`'s."""
+
+    epochs: int = with_default(OptimConfig, "epochs", 5)
+    batch_size: int = with_default(OptimConfig, "batch_size", 32, help="sentences per batch")
+    corpus: str = "enfr"
+    data_dir: str | None = None
+    extra_size: int = option(5000, "extra Multi30k training pairs", low=0)
+    max_len: int = option(60, "drop training pairs with a longer side", low=1)
+    embedding: int = option(64, "embedding size", low=1)
+    encoder: int = option(64, "BiLSTM size per direction", low=1)
+    decoder: int = option(128, "decoder LSTM size", low=1)
+    attention: int = option(64, "MLP attention size", low=1)
+    both_directions: bool = False
+    threads: int = option(1, "torch threads", low=1)
+    out: str = "runs/align"
+    models: list[str] = field(default_factory=lambda: ["soft", "variational"])
+    #: a user's gold set instead of ``corpus``: ``source ||| target`` lines (``gold_text``) or two parallel files
+    gold_text: str | None = None
+    gold_src: str | None = None
+    gold_tgt: str | None = None
+    gold_links: str | None = None
+    links_format: str = "pharaoh1"
+    links_order: str = "source-target"
+    #: unlabelled training text besides the gold sentences (two parallel files), instead of Multi30k
+    extra_src: str | None = None
+    extra_tgt: str | None = None
+    lowercase: bool = True
+    #: the network family, a key of :data:`ALIGN_NETWORKS`
+    network: str = "seq2seq"
+    #: thresholds tried for ``posterior-threshold`` links (chosen on the other half of the gold pairs)
+    thresholds: tuple[float, ...] = field(default_factory=lambda: THRESHOLD_GRID)
+
+    def __post_init__(self) -> None:
+        self.check_optimisation()
+        if self.corpus not in CORPORA:
+            raise ValueError(f"corpus must be one of {CORPORA}, got {self.corpus!r}")
+        if self.links_format not in LINK_FORMATS:
+            raise ValueError(f"links_format must be one of {', '.join(LINK_FORMATS)}, got {self.links_format!r}")
+        if self.links_order not in LINK_ORDERS:
+            raise ValueError(f"links_order must be one of {', '.join(LINK_ORDERS)}, got {self.links_order!r}")
+        own = (self.gold_text, self.gold_src, self.gold_tgt, self.gold_links)
+        if any(x is not None for x in own):
+            if self.gold_links is None:
+                raise ValueError("gold_links: a user's gold set needs the links file (--gold-links)")
+            if (self.gold_text is None) == (self.gold_src is None and self.gold_tgt is None):
+                raise ValueError("gold_text / gold_src + gold_tgt: give the sentence pairs either as one 'source ||| "
+                                 "target' file (--gold-text) or as two parallel files (--gold-src and --gold-tgt)")
+            if self.gold_text is None and (self.gold_src is None or self.gold_tgt is None):
+                raise ValueError("gold_src / gold_tgt: two parallel files need both --gold-src and --gold-tgt")
+        if (self.extra_src is None) != (self.extra_tgt is None):
+            raise ValueError("extra_src / extra_tgt: extra training text needs both --extra-src and --extra-tgt")
+        from pyro_attention.registry import ALL_PAIRS
+        from pyro_attention.tasks.align.networks import ALIGN_NETWORKS
+
+        unknown = [m for m in self.models if m not in ALL_PAIRS]
+        if unknown:
+            raise ValueError(f"models: unknown {unknown}; choose from {list(ALL_PAIRS)}")
+        if self.network not in ALIGN_NETWORKS:
+            raise ValueError(f"network must be one of {', '.join(ALIGN_NETWORKS)}, got {self.network!r}")
+        ALIGN_NETWORKS[self.network].check(self.models)
+        if not self.thresholds or not all(0.0 < t <= 1.0 for t in self.thresholds):
+            raise ValueError(f"thresholds: need at least one, each in (0, 1], got {self.thresholds}")
+

@@ -1,0 +1,182 @@
+"""The network families of ``pyro-attention align`` (:data:`ALIGN_NETWORKS`): what each is and how it trains
+on a gold corpus, one direction at a time."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pyro_attention.data.text import Vocab, bucket_batches
+from pyro_attention.tasks.align.config import AlignConfig
+from pyro_attention.tasks.align.corpus import GoldCorpus
+
+
+def _write(path: Path, sentences: list[list[str]]) -> Path:
+    path.write_text("".join(" ".join(s) + "\n" for s in sentences), encoding="utf-8")
+    return path
+
+
+@dataclass
+class Trained:
+    """A trained pair with its vocabularies and training time (what :func:`alignment_probs` needs)."""
+
+    pair: Any
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    seconds: float
+
+
+def _training_text(corpus: GoldCorpus, reverse: bool) -> tuple[list[list[str]], list[list[str]]]:
+    src, tgt = corpus.source + corpus.extra_source, corpus.target + corpus.extra_target
+    return (tgt, src) if reverse else (src, tgt)
+
+
+class AlignNetwork:
+    """A network family for ``pyro-attention align``: what its output layer is, which pairs it takes, and how
+    it is trained on a gold corpus (one direction)."""
+
+    #: the ``output`` reported with its rows
+    output: str = ""
+    #: pairs it can be trained with (``None``: every pair)
+    pairs: tuple[str, ...] | None = None
+
+    def __init__(self, name: str, description: str) -> None:
+        self.name, self.description = name, description
+
+    def check(self, models: list[str]) -> None:
+        """Refuse pairs this network cannot carry, naming the allowed ones."""
+        bad = [m for m in models if self.pairs is not None and m not in self.pairs]
+        if bad:
+            raise ValueError(f"models: network {self.name!r} takes only {list(self.pairs)}, got {bad}")
+
+    def train(self, corpus: GoldCorpus, config: AlignConfig, model: str, reverse: bool,
+              log: Callable[[str], None]) -> Trained:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+#: the options of an align run that a Seq2Seq aligner's translation run takes as they are
+_SEQ2SEQ_KEYS = ("max_len", "embedding", "encoder", "decoder", "attention", "epochs", "batch_size", "lr", "seed",
+                 "threads")
+
+
+class Seq2SeqAligner(AlignNetwork):
+    """:class:`~pyro_attention.networks.Seq2Seq` with output layer ``output``, trained by
+    :func:`pyro_attention.translation.train` (the gold pairs are its validation set)."""
+
+    def __init__(self, name: str, description: str, output: str) -> None:
+        super().__init__(name, description)
+        self.output = output
+
+    def train(self, corpus: GoldCorpus, config: AlignConfig, model: str, reverse: bool,
+              log: Callable[[str], None]) -> Trained:
+        from pyro_attention.tasks.translation import TranslationConfig, train
+
+        start = time.perf_counter()
+        out = Path(config.out) / f"{self.name}-{model}{'-reverse' if reverse else ''}"
+        out.mkdir(parents=True, exist_ok=True)
+        src, tgt = _training_text(corpus, reverse)
+        gold_src, gold_tgt = (corpus.target, corpus.source) if reverse else (corpus.source, corpus.target)
+        files = {
+            "train_src": _write(out / "train.src", src),
+            "train_tgt": _write(out / "train.tgt", tgt),
+            "val_src": _write(out / "val.src", gold_src),
+            "val_tgt": _write(out / "val.tgt", gold_tgt),
+        }
+        tc = TranslationConfig(
+            data="parallel",
+            **{k: str(v) for k, v in files.items()},
+            model=model,
+            estimator="enum" if model in ("hard", "variational") else None,
+            output=self.output,
+            out=str(out),
+            patience=0,
+            **{k: getattr(config, k) for k in _SEQ2SEQ_KEYS},
+        )
+        result = train(tc, progress=False, overwrite=True, log=log)
+        return Trained(result.pair, result.src_vocab, result.tgt_vocab, time.perf_counter() - start)
+
+
+@dataclass
+class _Bitext:
+    """Token ids of a parallel text, batched by length (bucket order shuffled per epoch) for :func:`fit`."""
+
+    source: list[list[int]]
+    target: list[list[int]]
+
+    def batches(self, batch_size: int, shuffle: bool = False, generator: torch.Generator | None = None) -> list:
+        return bucket_batches(self.source, self.target, batch_size, shuffle, generator)
+
+
+class LexicalAligner(AlignNetwork):
+    """A network with the lexical expert (:mod:`pyro_attention.networks.lexical`), trained with the ``marginal``
+    pair by :func:`pyro_attention.inference.fit` (``TraceEnum_ELBO``: exact enumeration of the alignment)."""
+
+    output = "lexical"
+    pairs = ("marginal",)
+
+    def __init__(self, name: str, description: str, build: Callable[[int, int, AlignConfig], Any]) -> None:
+        super().__init__(name, description)
+        self.build = build
+
+    def train(self, corpus: GoldCorpus, config: AlignConfig, model: str, reverse: bool,
+              log: Callable[[str], None]) -> Trained:
+        import pyro
+
+        from pyro_attention.inference import fit
+        from pyro_attention.registry import make_pair
+
+        start = time.perf_counter()
+        src, tgt = _training_text(corpus, reverse)
+        src_vocab, tgt_vocab = Vocab.build(src), Vocab.build(tgt)
+        data = _Bitext([src_vocab.encode(s) for s in src], [tgt_vocab.encode(t) for t in tgt])
+        pyro.set_rng_seed(config.seed)
+        pair = make_pair(model, self.build(len(src_vocab), len(tgt_vocab), config))
+        result = fit(pair, data, num_epochs=config.epochs, batch_size=config.batch_size, lr=config.lr,
+                     seed=config.seed, progress=False)
+        steps = max(1, result.steps // max(1, config.epochs))
+        per_epoch = [sum(result.losses[k: k + steps]) / len(result.losses[k: k + steps])
+                     for k in range(0, result.steps, steps)]
+        log(f"{self.name} {model}{' reverse' if reverse else ''}: {len(src)} pairs, vocabularies {len(src_vocab)} / "
+            f"{len(tgt_vocab)}, {result.steps} steps in {result.seconds:.0f} s; mean loss per token by epoch "
+            + " ".join(f"{x:.3f}" for x in per_epoch))
+        return Trained(pair, src_vocab, tgt_vocab, time.perf_counter() - start)
+
+
+def _ibm1(source_vocab: int, target_vocab: int, config: AlignConfig) -> Any:
+    from pyro_attention.networks.lexical import IBM1Network
+
+    return IBM1Network(source_vocab, target_vocab, embedding_size=0)  # a free table: IBM Model 1 exactly
+
+
+def _ibm1_rank(source_vocab: int, target_vocab: int, config: AlignConfig) -> Any:
+    from pyro_attention.networks.lexical import IBM1Network
+
+    return IBM1Network(source_vocab, target_vocab, embedding_size=config.embedding)
+
+
+def _distortion(source_vocab: int, target_vocab: int, config: AlignConfig) -> Any:
+    from pyro_attention.networks.lexical import DistortionNetwork
+
+    return DistortionNetwork(source_vocab, target_vocab, embedding_size=config.embedding,
+                             encoder_size=config.encoder, decoder_size=config.decoder,
+                             attention_size=config.attention)
+
+
+#: ``--network`` values
+ALIGN_NETWORKS: dict[str, AlignNetwork] = {
+    n.name: n for n in (
+        Seq2SeqAligner("seq2seq", "Seq2Seq, the paper's tanh output layer", "tanh"),
+        Seq2SeqAligner("product", "Seq2Seq, product-of-experts output (decoder expert u_t + source expert v_s)",
+                       "product"),
+        LexicalAligner("ibm1", "IBM Model 1: uniform prior, lexical expert with a free (full-rank) table", _ibm1),
+        LexicalAligner("ibm1-rank", "IBM Model 1 with a rank-E lexical table: uniform prior, lexical expert on the "
+                       "source word's E-dimensional embedding (--embedding E)", _ibm1_rank),
+        LexicalAligner("distortion", "Seq2Seq's learned prior (a neural distortion model), lexical expert",
+                       _distortion),
+    )
+}

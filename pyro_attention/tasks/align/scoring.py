@@ -1,0 +1,192 @@
+"""Scoring a trained pair's alignments against the gold links: argmax and posterior-threshold links, AER rows of
+every direction and symmetrisation (:func:`run_align`), and the rows as a table or JSON."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from pyro_attention.aer import SYMMETRIZATIONS, AERResult, alignment_error_rate, links_from_probs, symmetrize
+from pyro_attention.data.translation import collate
+from pyro_attention.inference import alignment_posterior
+from pyro_attention.tasks.align.config import THRESHOLD_GRID, AlignConfig
+from pyro_attention.tasks.align.corpus import load_gold_corpus
+from pyro_attention.tasks.align.networks import ALIGN_NETWORKS, Trained
+
+
+@torch.no_grad()
+def alignment_probs(
+    result: Trained, source: list[list[str]], target: list[list[str]], batch_size: int = 32
+) -> dict[str, list[torch.Tensor]]:  # noqa: ANN001
+    """Every alignment distribution of a trained pair on the given sentence pairs, in order: per source name
+    (``prior``, ``posterior``, ``q``) a list of ``(T_i, S_i)`` matrices over the real words (no ``</s>``)."""
+    out: dict[str, list[torch.Tensor]] = {}
+    pair = result.pair
+    pair.network.eval()
+    for start in range(0, len(source), batch_size):
+        chunk = list(range(start, min(len(source), start + batch_size)))
+        batch = collate([(result.src_vocab.encode(source[i]), result.tgt_vocab.encode(target[i])) for i in chunk])
+        probs = alignment_posterior(pair, batch)
+        for name, p in probs.items():
+            name = "q" if name == "guide" else name
+            out.setdefault(name, []).extend(
+                p[row, : len(target[i]), : len(source[i])].float() for row, i in enumerate(chunk))
+    return out
+
+
+def argmax_links(probs: list[torch.Tensor]) -> list[set[tuple[int, int]]]:
+    """Each target word linked to its most probable source word (ties to the first)."""
+    return [links_from_probs(p) for p in probs]
+
+
+def alignment_links(
+    result: Trained, source: list[list[str]], target: list[list[str]], batch_size: int = 32
+) -> dict[str, list[set[tuple[int, int]]]]:  # noqa: ANN001
+    """Argmax links of every alignment distribution of a trained pair on the given sentence pairs, in order."""
+    return {k: argmax_links(v) for k, v in alignment_probs(result, source, target, batch_size).items()}
+
+
+
+
+def threshold_links(
+    probs: list[torch.Tensor],
+    gold: list,
+    grid: tuple[float, ...] = THRESHOLD_GRID,
+    reverse: bool = False,
+) -> tuple[list[set[tuple[int, int]]], tuple[float, float]]:
+    """Links to every source word whose probability is at least a threshold chosen on the *other* half.
+
+    Pairs ``0, 2, 4, ...`` are linked with the threshold of ``grid`` that gives the lowest AER on pairs
+    ``1, 3, 5, ...``, and those with the one best on pairs ``0, 2, 4, ...``: no pair is scored with a threshold
+    tuned on itself.
+
+    :param probs: per pair, ``(T, S)`` alignment probabilities of the model's own direction.
+    :param gold: per pair, the gold links (``(source, target)`` of the *corpus*).
+    :param reverse: ``probs`` come from the reverse model (its links are ``(target, source)`` of the corpus).
+    :returns: the links (in the model's direction, like :func:`links_from_probs`) and the two thresholds
+        (for the even pairs, for the odd pairs).
+    """
+    if len(probs) != len(gold):
+        raise ValueError(f"threshold_links: {len(probs)} alignments for {len(gold)} gold ones")
+    cache = {th: [links_from_probs(p, threshold=th) for p in probs] for th in grid}
+
+    def score(th: float, half: int) -> float:
+        idx = range(half, len(probs), 2)
+        links = [cache[th][i] for i in idx]
+        if reverse:
+            links = [{(s, t) for t, s in x} for x in links]
+        return alignment_error_rate(links, [gold[i] for i in idx]).aer
+
+    chosen = tuple(min(grid, key=lambda th, h=half: score(th, 1 - h)) for half in (0, 1))
+    return [cache[chosen[i % 2]][i] for i in range(len(probs))], chosen  # type: ignore[return-value]
+
+
+@dataclass
+class AlignRow:
+    model: str
+    source: str
+    direction: str
+    result: AERResult
+    output: str = ""
+    network: str = "seq2seq"
+    train_pairs: int = 0
+    wall_s: float = 0.0
+    note: str = ""
+
+
+def run_align(config: AlignConfig, log: Callable[[str], None] = print) -> list[AlignRow]:
+    """Train the models and score every alignment source against the gold links."""
+    from pyro_attention.registry import ALL_PAIRS
+
+    torch.set_num_threads(config.threads)
+    network = ALIGN_NETWORKS[config.network]
+    corpus = load_gold_corpus(config, log)
+    log(
+        f"{corpus.description}: {len(corpus.source)} gold pairs ({corpus.gold.num_sure} sure links), "
+        f"{len(corpus.extra_source)} extra training pairs; network {network.name}: {network.description}"
+    )
+    train_pairs = len(corpus.source) + len(corpus.extra_source)
+    gold = list(corpus.gold)
+    rows: list[AlignRow] = []
+    for model in config.models:
+        trained = network.train(corpus, config, model, False, log)
+        forward = alignment_probs(trained, corpus.source, corpus.target)
+        log(f"trained {network.name} {model} ({trained.seconds:.0f} s)")
+        backward, back_seconds = None, 0.0
+        if config.both_directions:
+            back = network.train(corpus, config, model, True, log)
+            backward, back_seconds = alignment_probs(back, corpus.target, corpus.source), back.seconds
+            log(f"trained {network.name} {model} reverse ({back.seconds:.0f} s)")
+
+        def row(label: str, direction: str, links: list, seconds: float, note: str = "",
+                model: str = model) -> AlignRow:
+            return AlignRow(model, label, direction, alignment_error_rate(links, gold), network.output,
+                            network.name, train_pairs, seconds, note)
+
+        for name, probs in forward.items():
+            label = "soft" if model == "soft" else name  # a soft model's "prior" is its attention weights
+            if name == "prior" and ALL_PAIRS[model].deterministic:
+                label = "weights"  # a deterministic pair's prior is its attention weights
+            variants = [(label, argmax_links(probs), None if backward is None else argmax_links(backward[name]), "")]
+            if name == "posterior":
+                fwd, chosen = threshold_links(probs, gold, config.thresholds)
+                note = f"thresholds {chosen[0]:g} / {chosen[1]:g} (even / odd pairs, each tuned on the other half)"
+                bwd = None
+                if backward is not None:
+                    bwd, back_chosen = threshold_links(backward[name], gold, config.thresholds, reverse=True)
+                    note += f"; reverse {back_chosen[0]:g} / {back_chosen[1]:g}"
+                log(f"posterior-threshold: {note}")
+                variants.append(("posterior-threshold", fwd, bwd, note))
+            for source_label, fwd, bwd, note in variants:
+                rows.append(row(source_label, "forward", fwd, trained.seconds, note))
+                if bwd is not None:
+                    inverted = [{(s, t) for t, s in links} for links in bwd]
+                    rows.append(row(source_label, "reverse", inverted, back_seconds, note))
+                    for method in SYMMETRIZATIONS:
+                        rows.append(row(source_label, method, symmetrize(fwd, bwd, method),
+                                        trained.seconds + back_seconds, note))
+    return rows
+
+
+def pyro_latent(model: str) -> str:
+    """The ``latent`` kind of pair ``model`` (``"none"`` for deterministic attention)."""
+    from pyro_attention.registry import ALL_PAIRS
+
+    return ALL_PAIRS[model].latent
+
+
+def format_rows(rows: list[AlignRow]) -> str:
+    lines = ["| model | alignment source | direction | AER | precision | recall | links |", "|" + "---|" * 7]
+    for r in rows:
+        a = r.result
+        lines.append(
+            f"| {r.model} | {r.source} | {r.direction} | {a.aer:.3f} | {a.precision:.3f} | {a.recall:.3f} "
+            f"| {a.num_predicted} |"
+        )
+    return "\n".join(lines)
+
+
+#: the ``symmetrisation`` values written to the JSON results
+JSON_SYMMETRISATIONS = ("forward", "reverse", "intersection", "union", "grow-diag", "grow-diag-final")
+
+
+def json_rows(rows: list[AlignRow], corpus: str) -> list[dict[str, Any]]:
+    """Rows for ``docs/results/aer.json``: ``corpus``, ``model`` (``<network>-<pair>``), ``output``, ``source``,
+    ``symmetrisation``, ``aer`` / ``precision`` / ``recall`` in %, ``train_pairs``, ``wall_s`` (training, both
+    directions for a symmetrised row) and ``note``."""
+    out = []
+    for r in rows:
+        if r.direction not in JSON_SYMMETRISATIONS:
+            continue
+        a = r.result
+        out.append({
+            "corpus": corpus, "model": f"{r.network}-{r.model}", "output": r.output,
+            "source": "soft" if r.source == "weights" else r.source, "symmetrisation": r.direction,
+            "aer": round(100 * a.aer, 2), "precision": round(100 * a.precision, 2),
+            "recall": round(100 * a.recall, 2), "train_pairs": r.train_pairs, "wall_s": round(r.wall_s, 1),
+            "note": r.note,
+        })
+    return out
