@@ -18,14 +18,8 @@
        padding invariance                         extra padded sources / targets / examples change no real
                                                   token's exact log-likelihood and no deterministic loss
 
-Plate diagram of the categorical model (``z`` enumerated over the ``S`` sources, padded ones with prior 0)::
-
-    +-- batch (B) ---------------------------+
-    |  +-- target (T) ---------------------+ |
-    |  |   z_bt  ~ Categorical(p(. | x))   | |
-    |  |   y_bt  ~ p(y | x, z_bt)   (obs)  | |
-    |  +-----------------------------------+ |
-    +----------------------------------------+
+The categorical model is the plate diagram of ``tests/test_exact.py`` (``z`` enumerated over the ``S`` sources,
+padded ones with prior 0).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+from contextlib import contextmanager
 
 import pyro
 import pytest
@@ -24,9 +25,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyro.infer import Predictive
-from toy_network import ToyNetwork, make_toy_batch, pad_batch
+from toy_network import ToyNetwork, make_toy_batch, pad_batch, region_case, toy_case
 
-from pyro_attention.data import make_region_qa
 from pyro_attention.distributions.structures import (
     chain_conditionals,
     chain_first_selected,
@@ -39,7 +39,6 @@ from pyro_attention.distributions.structures import (
 from pyro_attention.inference import log_likelihood, predict
 from pyro_attention.models.structured import SegmentationAttention, SegmentationMarginal
 from pyro_attention.models.structured_tree import SyntacticAttention
-from pyro_attention.networks import RegionQA
 
 PAIRS = [SegmentationAttention, SyntacticAttention, SegmentationMarginal]
 
@@ -121,6 +120,16 @@ def _garbage(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(mask, x, junk)
 
 
+@contextmanager
+def _double():  # noqa: ANN202 - a context manager
+    """float64 as torch's default dtype inside (a hypothesis test cannot take the ``float64`` fixture)."""
+    torch.set_default_dtype(torch.float64)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(torch.float32)
+
+
 # -- the linear chain ------------------------------------------------------------------------------------------
 @settings(max_examples=25, deadline=None)
 @given(
@@ -132,8 +141,7 @@ def _garbage(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def test_chain_against_brute_force(lengths, extra, shared, seed):
     """log Z, marginals, first-selected and the directed conditionals equal enumeration over 2^L selections;
     padding filled with inf / NaN garbage changes nothing."""
-    torch.set_default_dtype(torch.float64)
-    try:
+    with _double():
         g = torch.Generator().manual_seed(seed)
         B, S = len(lengths), max(max(lengths), 1) + extra
         mask = _lengths_mask(lengths, S)
@@ -164,8 +172,6 @@ def test_chain_against_brute_force(lengths, extra, shared, seed):
         mask2 = torch.cat([mask, torch.zeros(B, 2, dtype=torch.bool)], 1)
         pairwise2 = pairwise if shared else torch.cat([pairwise, torch.zeros(B, 2, 2, 2)], 1)
         assert torch.allclose(chain_log_partition(torch.cat([unary, pad], 1), pairwise2, mask2), log_z, atol=1e-12)
-    finally:
-        torch.set_default_dtype(torch.float32)
 
 
 def test_chain_marginals_are_differentiable_and_finite(float64):
@@ -230,8 +236,7 @@ def test_projective_tree_counts():
     seed=st.integers(0, 10_000),
 )
 def test_tree_against_brute_force(lengths, extra, seed):
-    torch.set_default_dtype(torch.float64)
-    try:
+    with _double():
         g = torch.Generator().manual_seed(seed)
         B, S = len(lengths), max(max(lengths), 1) + extra
         mask = _lengths_mask(lengths, S)
@@ -251,8 +256,6 @@ def test_tree_against_brute_force(lengths, extra, seed):
             assert (arcs[b, L:] == 0).all() and (arcs[b, :, L:] == 0).all() and (arcs[b].diagonal() == 0).all()
             # every real word has exactly one head
             assert torch.allclose(arcs[b, :, :L].sum(0) + roots[b, :L], torch.ones(L), atol=1e-10)
-    finally:
-        torch.set_default_dtype(torch.float32)
 
 
 def test_tree_marginals_are_differentiable_and_finite(float64):
@@ -279,20 +282,17 @@ def test_tree_batched_matches_one_by_one(float64):
 
 
 # -- the pairs -------------------------------------------------------------------------------------------------
-def _toy(seed=0, **kw):
-    torch.manual_seed(seed)
-    return ToyNetwork(), make_toy_batch(seed=seed, **kw)
-
-
-def _region(seed=0):
-    torch.manual_seed(seed)
-    ds = make_region_qa(3, num_regions=(2, 4), num_kinds=4, seed=seed)
-    return RegionQA(ds.feature_size, len(ds.answers), vocab_size=len(ds.vocab), hidden_size=6), ds.data
-
-
 def _random_transition(pair, seed=0):
     with torch.no_grad():
         pair.transition.weight.copy_(torch.randn(2, 2, generator=torch.Generator().manual_seed(seed)))
+
+
+def _chain_pair(cls, seed, **sizes):
+    """A toy network and batch from ``seed`` and a chain pair of ``cls`` on it with a random transition."""
+    net, batch = toy_case(seed=seed, **sizes)
+    pair = cls(net)
+    _random_transition(pair, seed=seed)
+    return net, batch, pair
 
 
 def _brute_marginal_log_likelihood(pair: SegmentationMarginal, batch) -> torch.Tensor:
@@ -316,7 +316,7 @@ def _brute_marginal_log_likelihood(pair: SegmentationMarginal, batch) -> torch.T
     return out
 
 
-@pytest.mark.parametrize("make", [_toy, _region], ids=["toy-T2", "region-qa"])
+@pytest.mark.parametrize("make", [toy_case, region_case], ids=["toy-T2", "region-qa"])
 def test_segmentation_marginal_is_exact(float64, make):
     """TraceEnum_ELBO with the empty guide, the dynamic programme and enumeration over all 2^S selections agree."""
     net, batch = make()
@@ -331,9 +331,7 @@ def test_segmentation_marginal_is_exact(float64, make):
 
 def test_segmentation_marginal_gradients_match_the_dynamic_programme(float64):
     """Gradients through Pyro's variable elimination equal those of the closed-form log-likelihood."""
-    net, batch = _toy(seed=1, B=3, S=4, T=3)
-    pair = SegmentationMarginal(net)
-    _random_transition(pair, seed=1)
+    net, batch, pair = _chain_pair(SegmentationMarginal, seed=1, B=3, S=4, T=3)
     params = [*net.parameters(), pair.transition.weight]
     pyro.clear_param_store()
     pair.elbo().loss_and_grads(pair.model, pair.guide, batch)
@@ -349,9 +347,7 @@ def test_segmentation_marginal_gradients_match_the_dynamic_programme(float64):
 
 
 def test_segmentation_marginal_posterior_and_prior_draws(float64):
-    net, batch = _toy(seed=2, B=2, S=4, T=2)
-    pair = SegmentationMarginal(net)
-    _random_transition(pair, seed=2)
+    net, batch, pair = _chain_pair(SegmentationMarginal, seed=2, B=2, S=4, T=2)
     enc = net.encode(batch)
     unary, pairwise, _ = pair.potentials(enc)
     post = pair.selection_marginals(batch)
@@ -386,9 +382,7 @@ def test_segmentation_marginal_posterior_and_prior_draws(float64):
 
 
 def test_segmentation_attention_is_expected_representation(float64):
-    net, batch = _toy(seed=3, B=3, S=4, T=3)
-    pair = SegmentationAttention(net)
-    _random_transition(pair, seed=3)
+    net, batch, pair = _chain_pair(SegmentationAttention, seed=3, B=3, S=4, T=3)
     enc = net.encode(batch)
     unary, pairwise, _ = pair.potentials(enc)
     marg = pair.selection_prior(enc)
@@ -411,7 +405,7 @@ def test_segmentation_attention_is_expected_representation(float64):
 
 
 def test_syntactic_attention_uses_expected_parents(float64):
-    net, batch = _toy(seed=4, B=2, S=4, T=2)
+    net, batch = toy_case(seed=4, B=2, S=4, T=2)
     pair = SyntacticAttention(net)
     enc = net.encode(batch)
     arcs, roots = pair.tree_marginals(enc)
@@ -428,7 +422,7 @@ def test_syntactic_attention_uses_expected_parents(float64):
 
 @pytest.mark.parametrize("cls", PAIRS, ids=lambda c: c.__name__)
 def test_padding_changes_nothing(float64, cls):
-    net, batch = _toy(seed=5, B=3, S=4, T=3)
+    net, batch = toy_case(seed=5, B=3, S=4, T=3)
     pair = cls(net)
     if hasattr(pair, "transition"):
         _random_transition(pair, seed=5)
@@ -447,7 +441,7 @@ def test_padding_changes_nothing(float64, cls):
 
 @pytest.mark.parametrize("cls", PAIRS, ids=lambda c: c.__name__)
 def test_pairs_train_with_svi(cls):
-    net, batch = _toy(seed=6, B=4, S=5, T=3)
+    net, batch = toy_case(seed=6, B=4, S=5, T=3)
     pair = cls(net)
     svi = pyro.infer.SVI(pair.model, pair.guide, pyro.optim.Adam({"lr": 0.05}), pair.elbo())
     losses = [svi.step(batch) for _ in range(15)]

@@ -9,25 +9,20 @@ from pathlib import Path
 import pytest
 import torch
 
-from pyro_attention.data import (
+from pyro_attention.data import make_synthetic_translation, translate_synthetic
+from pyro_attention.data.corpora import DATA_ENV, data_dir, iwslt14_paths, multi30k_paths
+from pyro_attention.data.subword import apply_subword, train_subword
+from pyro_attention.data.synthetic_translation import synthetic_lexicons, word_kind
+from pyro_attention.data.text import (
     ParallelCorpus,
     Vocab,
-    apply_subword,
     bucket_batches,
     bucket_indices,
-    data_dir,
-    iwslt14_paths,
-    make_synthetic_translation,
-    multi30k_paths,
     read_lines,
     read_parallel,
-    train_subword,
-    translate_synthetic,
     undo_bpe,
     unescape_moses,
 )
-from pyro_attention.data.synthetic_translation import synthetic_lexicons, word_kind
-from pyro_attention.data.text import DATA_ENV
 from pyro_attention.data.translation import BOS, EOS, PAD, SPECIALS, UNK
 
 
@@ -374,27 +369,26 @@ def _real_data() -> Path:
     pytest.skip(f"real data not found at {here} and {DATA_ENV} is not set to an existing folder")
 
 
-def test_real_multi30k_val():
-    root = _real_data()
+def _real_multi30k(split: str) -> tuple[Path, Path]:
+    """The tokenised de-en files of a real Multi30k split (the test is skipped without them)."""
     try:
-        src, tgt = multi30k_paths(root, "val", "de", "en")
+        return multi30k_paths(_real_data(), split, "de", "en")
     except FileNotFoundError as e:
         pytest.skip(f"Multi30k not available: {e}")
-    corpus = read_parallel(src, tgt)
+
+
+def test_real_multi30k_val():
+    corpus = read_parallel(*_real_multi30k("val"))
     assert len(corpus) == 1014 and corpus.dropped == 0
-    raw = multi30k_paths(root, "val", "de", "en", tokenized=False)
+    raw = multi30k_paths(_real_data(), "val", "de", "en", tokenized=False)
     assert [len(read_lines(p)) for p in raw] == [1014, 1014]
 
 
 def test_real_multi30k_train_double_space_and_vocab_sizes():
-    root = _real_data()
-    try:
-        _, en = multi30k_paths(root, "train", "de", "en")
-    except FileNotFoundError as e:
-        pytest.skip(f"Multi30k not available: {e}")
+    _, en = _real_multi30k("train")
     line = read_lines(en)[16216]
     assert "  " in line and "" not in line.split()
-    corpus = read_parallel(*multi30k_paths(root, "train", "de", "en"))
+    corpus = read_parallel(*_real_multi30k("train"))
     # the word vocabularies of the OpenNMT-py peer in VISION.md (min frequency 2, 4 specials included)
     assert (len(Vocab.build(corpus.source, min_freq=2)), len(Vocab.build(corpus.target, min_freq=2))) == (7859, 5921)
 

@@ -84,3 +84,19 @@ def pad_batch(batch: ToyBatch, extra_source: int = 1, extra_target: int = 1, see
         torch.cat([batch.target, torch.randint(2, (B, extra_target), generator=g)], 1),
         torch.cat([batch.target_mask, torch.zeros(B, extra_target, dtype=torch.bool)], 1),
     )
+
+
+def toy_case(seed: int = 0, **kw: int) -> tuple[ToyNetwork, ToyBatch]:
+    """A :class:`ToyNetwork` initialised from ``seed`` and a toy batch (:func:`make_toy_batch`'s options)."""
+    torch.manual_seed(seed)
+    return ToyNetwork(), make_toy_batch(seed=seed, **kw)
+
+
+def region_case(seed: int = 0):  # noqa: ANN201 - (RegionQA, RegionBatch)
+    """A small region-QA network initialised from ``seed`` and three scenes (2 to 4 regions, 4 kinds)."""
+    from pyro_attention.data import make_region_qa
+    from pyro_attention.networks import RegionQA
+
+    torch.manual_seed(seed)
+    ds = make_region_qa(3, num_regions=(2, 4), num_kinds=4, seed=seed)
+    return RegionQA(ds.feature_size, len(ds.answers), vocab_size=len(ds.vocab), hidden_size=6), ds.data

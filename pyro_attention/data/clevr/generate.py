@@ -118,6 +118,14 @@ def _zero_hop(rng: random.Random, scene: Scene) -> tuple[str, _Program] | None:
     return f"Are there any {_phrase(spec, True, rng)}?", p
 
 
+def _count_or_exist(p: _Program, node: int, kind: str, rng: random.Random, counts: list[str],
+                    exists: list[str]) -> str:
+    """A ``count`` (``kind == "count"``) or ``exist`` question on ``node``: its last program step, and one of its
+    wordings drawn by ``rng``."""
+    p.add("count" if kind == "count" else "exist", [node])
+    return rng.choice(counts if kind == "count" else exists)
+
+
 def _one_hop(rng: random.Random, scene: Scene) -> tuple[str, _Program] | None:
     p = _Program()
     anchor = rng.randrange(len(scene))
@@ -147,19 +155,11 @@ def _one_hop(rng: random.Random, scene: Scene) -> tuple[str, _Program] | None:
     spec = _random_spec(rng, scene, 2)
     node = p.filters(rel_node, spec)
     things = _phrase(spec, True, rng)
-    if kind == "count":
-        p.add("count", [node])
-        text = rng.choice(
-            [
-                f"there is a {a_text}; how many {things} are {rel} it?",
-                f"what number of {things} are {rel} the {a_text}?",
-            ]
-        )
-    else:
-        p.add("exist", [node])
-        text = rng.choice(
-            [f"there is a {a_text}; are there any {things} {rel} it?", f"are there any {things} {rel} the {a_text}?"]
-        )
+    text = _count_or_exist(
+        p, node, kind, rng,
+        [f"there is a {a_text}; how many {things} are {rel} it?", f"what number of {things} are {rel} the {a_text}?"],
+        [f"there is a {a_text}; are there any {things} {rel} it?", f"are there any {things} {rel} the {a_text}?"],
+    )
     return _cap(text), p
 
 
@@ -198,20 +198,13 @@ def _same_relate(rng: random.Random, scene: Scene) -> tuple[str, _Program] | Non
     spec = {a: v for a, v in _random_spec(rng, scene, 1).items() if a != same}
     node = p.filters(same_node, spec)
     things = _phrase(spec, True, rng)
-    if kind == "count":
-        p.add("count", [node])
-        text = rng.choice(
-            [
-                f"how many other {things} are the same {same} as the {a_text}?",
-                f"what number of other {things} have the same {same} as the {a_text}?",
-            ]
-        )
-    else:
-        p.add("exist", [node])
-        text = rng.choice(
-            [f"are there any other {things} that have the same {same} as the {a_text}?"]
-            + ([f"is there anything else that is the same {same} as the {a_text}?"] if not spec else [])
-        )
+    text = _count_or_exist(
+        p, node, kind, rng,
+        [f"how many other {things} are the same {same} as the {a_text}?",
+         f"what number of other {things} have the same {same} as the {a_text}?"],
+        [f"are there any other {things} that have the same {same} as the {a_text}?"]
+        + ([f"is there anything else that is the same {same} as the {a_text}?"] if not spec else []),
+    )
     return _cap(text), p
 
 
