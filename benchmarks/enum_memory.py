@@ -2,8 +2,9 @@
 
 ``MarginalLikelihood`` on :class:`~pyro_attention.networks.Seq2Seq` enumerates the alignment of every target
 token over all ``S`` source positions.  A straightforward output layer keeps ``S * B * T * V`` logits (and their
-softmax) alive for the backward pass; with ``chunk_size`` the network computes the observed-token table a few
-source positions at a time and recomputes each chunk in the backward pass (activation checkpointing).
+softmax) alive for the backward pass; with ``Seq2Seq(chunk_size=...)`` the enumeration kernel
+(``pyro_attention/distributions/enumeration.py``) computes the observed-token table a few source positions at a time
+and recomputes each chunk in the backward pass.
 
 Each configuration runs in a fresh subprocess (one torch thread) so that its peak resident set size
 (``resource.getrusage(RUSAGE_SELF).ru_maxrss``) is its own; it times ``--steps`` SVI steps after one warm-up step

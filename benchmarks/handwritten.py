@@ -3,8 +3,9 @@ r"""Hand-written pure-torch losses of the categorical pairs, for ``benchmarks/st
 Each function takes a task network (:class:`~pyro_attention.networks.RegionQA` or any
 :class:`~pyro_attention.networks.AttentionNetwork`) and a batch, and returns the scalar loss whose gradient
 equals the gradient Pyro computes for the pair's ELBO (``pair.elbo().loss_and_grads(pair.model, pair.guide,
-batch)``).  They call the network's own methods (``encode``, ``output_logits``, ``aligned_log_likelihood``,
-``posterior_scores``) and the same helpers (``mask_scores``, ``expected_context``, ``gather_context``), so the
+batch)``).  They call the network's own methods (``encode``, ``output_logits``, ``posterior_scores``), the
+enumeration kernel (``observed_table``) and the same helpers (``mask_scores``, ``expected_context``,
+``gather_context``), so the
 tensor work is the pair's; what differs is only the Pyro machinery around it.  The one structural
 difference: a hand-written step encodes the batch **once**, while Pyro runs ``encode`` in the model and again
 in the guide (pairs with a non-empty guide).
@@ -37,6 +38,7 @@ import torch
 from torch import Tensor
 from torch.distributions import Categorical
 
+from pyro_attention.distributions.enumeration import logits_at_values, observed_table
 from pyro_attention.networks.base import (
     AttentionNetwork,
     Encoded,
@@ -84,14 +86,14 @@ def soft_log_likelihood(net: AttentionNetwork, enc: Encoded) -> Tensor:
 
 def aligned_table(net: AttentionNetwork, enc: Encoded) -> Tensor:
     """``log p(y_t | x, z_t = s)`` ``(B, T, S)``, zero at padded targets."""
-    return net.aligned_log_likelihood(enc) * enc.target_mask.unsqueeze(-1)
+    return observed_table(net, enc, net.chunk_size) * enc.target_mask.unsqueeze(-1)
 
 
 def straightforward_table(net: AttentionNetwork, enc: Encoded) -> Tensor:
     """The same table as :func:`aligned_table`, computed the straightforward way: all ``(S, B, T, V)`` logits
-    at once (``net.aligned_logits``), ``log_softmax`` and ``gather``; autograd keeps the logits and their
+    at once (``logits_at_values``), ``log_softmax`` and ``gather``; autograd keeps the logits and their
     softmax for the backward pass.  The reference the memory-bounded kernel is measured against."""
-    logits = net.aligned_logits(enc)  # (S, B, T, V)
+    logits = logits_at_values(net, enc)  # (S, B, T, V)
     index = enc.target.unsqueeze(-1).expand(logits.shape[:-1] + (1,))
     table = torch.log_softmax(logits, dim=-1).gather(-1, index).squeeze(-1).permute(1, 2, 0)
     return table * enc.target_mask.unsqueeze(-1)

@@ -5,9 +5,12 @@ Variants, on one Seq2Seq network and batch (interleaved rounds, medians, peak me
 
 * ``straightforward``: all ``S B T V`` logits at once, ``log_softmax``, ``gather`` (autograd keeps them);
 * ``checkpointed``: the generic path -- ``chunk_size`` source positions at a time, each chunk recomputed in the
-  backward pass by activation checkpointing (the code before ``networks/kernels.py``);
+  backward pass by activation checkpointing (``gathered_table``; the code before the fused kernel);
 * ``fused-recompute``: ``observed_log_softmax`` with nothing kept (every chunk recomputed in the backward pass);
-* ``fused``: the default -- up to ``keep_logits_bytes`` (1 GiB) of log-probabilities kept, the rest recomputed.
+* ``fused``: the default -- up to ``keep_bytes`` (``KEEP_BYTES``, 1 GiB) of log-probabilities kept, the rest
+  recomputed.
+
+(All in ``pyro_attention/distributions/enumeration.py`` and ``kernels.py``.)
 
     python benchmarks/kernels.py                       # B=32, S=T=50, D=256, V=1k
     python benchmarks/kernels.py --vocab 10000 --repeats 1 --variants fused fused-recompute checkpointed
@@ -21,6 +24,8 @@ from pathlib import Path
 
 import torch
 
+from pyro_attention.distributions.enumeration import KEEP_BYTES, gathered_table, observed_table
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import handwritten  # noqa: E402
 from run import interleave, make_workload  # noqa: E402
@@ -33,15 +38,9 @@ def table_step(net: torch.nn.Module, batch: object, variant: str) -> float:
     if variant == "straightforward":
         table = handwritten.straightforward_table(net, enc)
     elif variant == "checkpointed":
-        layer = type(net).output_layer
-        try:
-            type(net).output_layer = None  # the generic path of AttentionNetwork.aligned_log_likelihood
-            table = net.aligned_log_likelihood(enc)
-        finally:
-            type(net).output_layer = layer
+        table = gathered_table(net, enc, net.chunk_size)  # the kernel's generic path
     else:
-        net.keep_logits_bytes = 0 if variant == "fused-recompute" else 2**30
-        table = net.aligned_log_likelihood(enc)
+        table = observed_table(net, enc, net.chunk_size, 0 if variant == "fused-recompute" else KEEP_BYTES)
     loss = -(table * enc.target_mask.unsqueeze(-1)).sum()
     loss.backward()
     return loss.item()

@@ -18,6 +18,7 @@ from pyro.infer import infer_discrete
 from torch import Tensor
 
 from pyro_attention.distributions import AlignedCategorical
+from pyro_attention.distributions.enumeration import logits_at_values, observed_table
 from pyro_attention.inference.estimators import Enumerate, Estimator, ScoreFunction
 from pyro_attention.inference.estimators import plate_shape as _plate_shape  # noqa: F401 - the old import path
 from pyro_attention.inference.evaluate import LogLikelihood, enumerated_log_joint
@@ -70,7 +71,7 @@ class CategoricalAlignmentModel(AlignmentPair):
             return self._kmax(enc, k, renormalise=True).exp()
         if rule == "marginal":
             weights = self.attention_prior(enc).permute(2, 0, 1).unsqueeze(-1)  # (S, B, T, 1)
-            return (weights * self.network.aligned_logits(enc).softmax(-1)).sum(0)
+            return (weights * logits_at_values(self.network, enc).softmax(-1)).sum(0)
         return super().predictive(enc, rule, num_samples=num_samples, k=k)
 
     @torch.no_grad()
@@ -108,17 +109,8 @@ class CategoricalAlignmentModel(AlignmentPair):
             # outside training -- enumerated by the exact log-likelihood whatever the estimator, sampled by
             # Predictive -- so it reads the value it got (more than the two plate dims: several alignments per
             # token, enumerated or vectorised particles).
-            table = net.aligned_log_likelihood(enc) if z.dim() > 2 else None
-            self.observe(
-                enc,
-                AlignedCategorical(
-                    z,
-                    table,
-                    enc.target,
-                    lambda i: net.output_logits(enc, gather_context(enc.values, i)),
-                    net.num_classes,
-                ),
-            )
+            table = observed_table(net, enc, net.chunk_size) if z.dim() > 2 else None
+            self.observe(enc, AlignedCategorical(z, net, enc, table))
 
 
 class GuidedCategoricalAlignment(CategoricalAlignmentModel):

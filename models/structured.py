@@ -103,6 +103,7 @@ from torch import Tensor, nn
 
 from pyro_attention.distributions import AlignedCategorical
 from pyro_attention.distributions.aligned import OutputCategorical
+from pyro_attention.distributions.enumeration import observed_table
 from pyro_attention.distributions.structures import (
     chain_conditionals,
     chain_first_selected,
@@ -261,7 +262,7 @@ class SegmentationMarginal(_SegmentationChain):
         net = self.network
         null = net.output_logits(enc, enc.values.new_zeros(enc.shape[:2] + enc.values.shape[-1:]))
         null = null.gather(-1, enc.target.unsqueeze(-1)) - null.logsumexp(-1, keepdim=True)
-        return torch.cat([net.aligned_log_likelihood(enc), null], dim=-1)
+        return torch.cat([observed_table(net, enc, net.chunk_size), null], dim=-1)
 
     # -- the pair -------------------------------------------------------------------------------------------
     def model(self, batch: Any) -> None:
@@ -283,16 +284,7 @@ class SegmentationMarginal(_SegmentationChain):
                 z = pyro.sample(f"align_{i}", dist.Categorical(logits=logits), infer={"enumerate": "parallel"})
             # "first" enumerated, (S + 1, 1, 1): one table of observed-token log-likelihoods serves all reads
             table = self.read_log_likelihood(enc) if first.dim() > 2 else None
-            self.observe(
-                enc,
-                AlignedCategorical(
-                    first,
-                    table,
-                    enc.target,
-                    lambda index: net.output_logits(enc, gather_context(values, index)),
-                    net.num_classes,
-                ),
-            )
+            self.observe(enc, AlignedCategorical(first, net, enc, table, values))
 
     # -- exact evaluation -------------------------------------------------------------------------------------
     @torch.no_grad()

@@ -1,12 +1,20 @@
-"""The fused observed-token log-softmax kernel equals autograd through ``log_softmax(linear(h)).gather(y)``."""
+"""The enumeration kernel (``distributions/enumeration.py``): the fused observed-token log-softmax equals autograd
+through ``log_softmax(linear(h)).gather(y)``, every path of the table equals the generic one, and the networks say
+nothing of alignments."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from pyro_attention.distributions.enumeration import (
+    follows_output_logits,
+    gathered_table,
+    logits_at_values,
+    observed_table,
+)
+from pyro_attention.distributions.kernels import observed_log_softmax
 from pyro_attention.networks import Seq2Seq
-from pyro_attention.networks.kernels import observed_log_softmax
 
 
 def _reference(h, w, b, y):
@@ -52,24 +60,23 @@ def test_needs_no_grad_and_rejects_bad_rows():
 @pytest.mark.parametrize("keep", [0, 2**30])
 @pytest.mark.parametrize("chunk_size", [None, 1, 2, 5])
 def test_seq2seq_table_uses_the_kernel_and_equals_the_generic_path(float64, chunk_size, keep):
-    """``aligned_log_likelihood`` through the kernel (and Seq2Seq's ``aligned_hidden``) equals the generic
+    """``observed_table`` through the fused kernel (and the tanh layer's ``hidden_at_values``) equals the generic
     (gathered, checkpointed) path, in values and gradients."""
     from test_seq2seq import _tiny
 
     net, batch = _tiny(chunk_size=chunk_size)
     net = net.double()
-    net.keep_logits_bytes = keep
     enc = net.encode(batch)
-    fused = net.aligned_log_likelihood(enc)
+    assert net.output_hidden_at_values(enc) is not None  # the fast hidden layer is what runs
+    fused = observed_table(net, enc, chunk_size, keep)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Seq2Seq, "output_layer", None)
-        plain = net.aligned_log_likelihood(net.encode(batch))
+        plain = observed_table(net, net.encode(batch), chunk_size, keep)
     assert torch.allclose(fused, plain, atol=1e-10)
+    assert torch.allclose(gathered_table(net, net.encode(batch), chunk_size), plain, atol=1e-12)
     weights = torch.randn(fused.shape, dtype=fused.dtype)
     g1 = torch.autograd.grad((fused * weights).sum(), list(net.parameters()), allow_unused=True)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(Seq2Seq, "output_layer", None)
-        plain = net.aligned_log_likelihood(net.encode(batch))
+    plain = gathered_table(net, net.encode(batch), chunk_size)
     g2 = torch.autograd.grad((plain * weights).sum(), list(net.parameters()), allow_unused=True)
     for a, b in zip(g1, g2, strict=True):
         assert (a is None) == (b is None)
@@ -89,10 +96,10 @@ def test_a_subclass_overriding_only_output_logits_does_not_get_the_parents_fused
     torch.manual_seed(0)
     net = Scaled(data.feature_size, len(data.answers), vocab_size=len(data.vocab), hidden_size=8)
     enc = net.encode(data.data)
-    assert not net._hidden_matches_logits()
-    expected = net.aligned_logits(enc).log_softmax(-1)  # (S, B, T, V)
+    assert not follows_output_logits(net, "output_hidden")
+    expected = logits_at_values(net, enc).log_softmax(-1)  # (S, B, T, V)
     expected = expected.gather(-1, enc.target.expand(expected.shape[:-1]).unsqueeze(-1)).squeeze(-1).permute(1, 2, 0)
-    got = net.aligned_log_likelihood(enc)
+    got = observed_table(net, enc)
     real = enc.source_mask.unsqueeze(1).expand_as(got)
     assert torch.allclose(got[real], expected[real], atol=1e-5)
 
@@ -114,3 +121,21 @@ def test_output_categorical_equals_categorical(float64):
     (g_fast,) = torch.autograd.grad(OutputCategorical(leaf).log_prob(value).sum(), leaf)
     (g_ref,) = torch.autograd.grad(dist.Categorical(logits=leaf).log_prob(value).sum(), leaf)
     assert torch.allclose(g_fast, g_ref, atol=1e-10)
+
+
+def test_networks_say_nothing_of_alignments():
+    """#16 item 5: the networks expose hidden states and output layers; the enumeration is the distributions'."""
+    import inspect
+
+    import pyro_attention.networks as networks
+    from pyro_attention.networks import attention, base, lexical, output, region_qa, seq2seq
+
+    named = []
+    for module in (networks, attention, base, lexical, output, region_qa, seq2seq):
+        for name, obj in vars(module).items():
+            named.append(f"{module.__name__}.{name}")
+            if inspect.isclass(obj) and obj.__module__ == module.__name__:
+                named += [f"{module.__name__}.{name}.{attr}" for attr in vars(obj)]
+    assert not [n for n in named if "align" in n.rsplit(".", 1)[-1].lower()]
+    for attr in ("keep_logits_bytes", "aligned_log_likelihood", "aligned_logits", "aligned_hidden"):
+        assert not hasattr(Seq2Seq, attr), attr

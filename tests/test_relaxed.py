@@ -11,6 +11,7 @@ from torch.distributions import Dirichlet, kl_divergence
 from toy_network import ToyNetwork, make_toy_batch, pad_batch
 
 from pyro_attention.distributions import AlignedCategorical, MaskedDirichlet
+from pyro_attention.distributions.enumeration import observed_table
 from pyro_attention.inference import alignment_posterior, fit, log_likelihood, predict
 from pyro_attention.models import MarginalLikelihood, RelaxedAttention, SoftAttention, VariationalAttention
 
@@ -111,23 +112,17 @@ def test_aligned_categorical_paths_agree(float64):
     torch.manual_seed(0)
     net, batch = ToyNetwork(), make_toy_batch()
     enc = net.encode(batch)
-    from pyro_attention.networks import gather_context
-
-    def logits_fn(i):
-        return net.output_logits(enc, gather_context(enc.values, i))
-
     S = enc.shape[2]
     z = torch.arange(S).view(S, 1, 1)
-    table = net.aligned_log_likelihood(enc)
-    fast = AlignedCategorical(z, table, enc.target, logits_fn, net.num_classes)
-    slow = AlignedCategorical(z, None, enc.target, logits_fn, net.num_classes)
+    table = observed_table(net, enc)
+    fast = AlignedCategorical(z, net, enc, table)
+    slow = AlignedCategorical(z, net, enc)
     assert torch.allclose(fast.log_prob(enc.target), slow.log_prob(enc.target))
     other = (enc.target + 1) % net.num_classes
     assert torch.allclose(fast.log_prob(other), slow.log_prob(other))
-    draw = AlignedCategorical(torch.zeros_like(enc.target), None, enc.target, logits_fn, net.num_classes).sample()
+    draw = AlignedCategorical(torch.zeros_like(enc.target), net, enc).sample()
     assert draw.shape == enc.target.shape and (draw < net.num_classes).all()
-    net.chunk_size = 2  # chunked table equals the one-shot table
-    assert torch.allclose(net.aligned_log_likelihood(enc), table)
+    assert torch.allclose(observed_table(net, enc, chunk_size=2), table)  # chunked table equals the one-shot table
 
 
 @pytest.mark.parametrize("cls", [SoftAttention, MarginalLikelihood, VariationalAttention, RelaxedAttention])

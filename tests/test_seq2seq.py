@@ -14,6 +14,7 @@ from pyro_attention.inference import alignment_posterior, kmax_log_likelihood, l
 from pyro_attention.inference.decode import greedy, translate
 from pyro_attention.models import PAIRS, MarginalLikelihood, RelaxedAttention, VariationalAttention
 from pyro_attention.networks import Seq2Seq
+from pyro_attention.tasks.translation.decoding import IncrementalDecoder, SourceMemory
 
 V = 5
 
@@ -91,6 +92,19 @@ def test_chunked_enumeration_equals_one_shot_in_value_and_gradient(float64):
         grads.append((loss.detach(), torch.cat([p.grad.flatten() for p in net.parameters() if p.grad is not None])))
     for loss, grad in grads[1:]:
         assert torch.allclose(loss, grads[0][0]) and torch.allclose(grad, grads[0][1], atol=1e-12)
+
+
+def test_seq2seq_is_an_incremental_decoder():
+    """Beam search sees the network only through the protocol (#16 item 4); Seq2Seq provides it."""
+    net, batch = _tiny()
+    assert isinstance(net, IncrementalDecoder)
+    src = net.encode_source(batch.source, batch.source_mask)
+    assert isinstance(src, SourceMemory)
+    state, fed = net.initial_state(src.repeat_rows(2))
+    rows = torch.tensor([3, 0])
+    kept = net.reorder_state(state, rows)
+    assert all(torch.equal(h[rows], h2) and torch.equal(c[rows], c2) for (h, c), (h2, c2) in zip(state, kept,
+                                                                                                 strict=True))
 
 
 def test_kmax_is_exact_when_k_covers_the_source_and_a_bound_below(float64):

@@ -3,30 +3,33 @@
 Under enumeration the alignment ``z`` arrives as a tensor of source positions shaped ``(S, 1, 1)``; a plain
 ``Categorical(logits)`` over ``(S, B, T, V)`` keeps ``S`` copies of a ``V``-sized softmax alive and runs
 1.5-1.8x slower (see VISION.md).  :class:`AlignedCategorical` instead carries a precomputed table
-``log p(y_t = observed | x, z_t = s)`` of shape ``(B, T, S)`` and reads ``log_prob`` of the observed value
-from it with one ``gather``.  Any other value (and :meth:`sample`, used by ``Predictive`` and generation)
-falls back to the full logits, computed on demand by ``logits_fn(z)``.
+``log p(y_t = observed | x, z_t = s)`` of shape ``(B, T, S)`` (the enumeration kernel's,
+:func:`~pyro_attention.distributions.enumeration.observed_table`) and reads ``log_prob`` of the observed value
+from it with one ``gather``.  Any other value (and :meth:`~AlignedCategorical.sample`, used by ``Predictive`` and
+generation) falls back to the full logits: the network's output layer at the contexts the alignment picks.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import torch
 from pyro.distributions import Categorical, TorchDistribution
 from torch import Tensor
 from torch.distributions import constraints
 
+from pyro_attention.networks.base import AttentionNetwork, Encoded, gather_context
+
 
 class AlignedCategorical(TorchDistribution):
-    """``Categorical(logits_fn(index))`` whose log-probability at ``observed`` is read from ``table``.
+    """``Categorical(logits=network.output_logits(enc, values[b, index]))`` whose log-probability at the observed
+    targets ``enc.target`` is read from ``table``.
 
     :param index: ``(..., B, T)`` long source positions (the alignment).
-    :param table: ``(B, T, S)`` ``log p(observed_t | x, z_t = s)``, or ``None`` to always use ``logits_fn``
+    :param network: the task network whose output layer gives the logits (``output_logits``, ``num_classes``).
+    :param enc: the batch's encoding: the observed targets ``enc.target`` ``(B, T)``, the contexts ``enc.values``.
+    :param table: ``(B, T, S)`` ``log p(observed_t | x, z_t = s)``, or ``None`` to always compute the logits
         (cheaper when ``index`` holds a single alignment ``(B, T)`` rather than all ``S`` of them).
-    :param observed: ``(B, T)`` the observed tokens the table was computed for.
-    :param logits_fn: maps ``index`` to full logits ``(..., B, T, V)``.
-    :param num_classes: ``V``.
+    :param values: ``(B, S, D)`` the contexts the positions pick (default ``enc.values``; the segmentation pair
+        appends the zero context of "nothing selected").
     """
 
     arg_constraints: dict = {}
@@ -35,19 +38,27 @@ class AlignedCategorical(TorchDistribution):
     def __init__(
         self,
         index: Tensor,
-        table: Tensor | None,
-        observed: Tensor,
-        logits_fn: Callable[[Tensor], Tensor],
-        num_classes: int,
+        network: AttentionNetwork,
+        enc: Encoded,
+        table: Tensor | None = None,
+        values: Tensor | None = None,
         validate_args: bool | None = None,
     ) -> None:
         self.index = index
+        self.network, self.enc = network, enc
         self.table = table
-        self.observed = observed
-        self.logits_fn = logits_fn
-        self.num_classes = num_classes
+        self.values = enc.values if values is None else values
         batch_shape = index.shape if table is None else torch.broadcast_shapes(index.shape, table.shape[:-1])
         super().__init__(batch_shape, torch.Size(), validate_args=validate_args)
+
+    @property
+    def observed(self) -> Tensor:
+        """``(B, T)`` the observed tokens the table was computed for."""
+        return self.enc.target
+
+    @property
+    def num_classes(self) -> int:
+        return self.network.num_classes
 
     @constraints.dependent_property(is_discrete=True, event_dim=0)
     def support(self) -> constraints.Constraint:
@@ -57,23 +68,19 @@ class AlignedCategorical(TorchDistribution):
         batch_shape = torch.Size(batch_shape)
         new = self._get_checked_instance(AlignedCategorical, _instance)
         new.index = self.index.expand(batch_shape)
-        new.table, new.observed, new.logits_fn, new.num_classes = (
-            self.table,
-            self.observed,
-            self.logits_fn,
-            self.num_classes,
-        )
+        new.network, new.enc, new.table, new.values = self.network, self.enc, self.table, self.values
         super(AlignedCategorical, new).__init__(batch_shape, torch.Size(), validate_args=False)
         new._validate_args = self._validate_args
         return new
 
     def _full(self) -> Categorical:
-        return OutputCategorical(self.logits_fn(self.index))
+        return OutputCategorical(self.network.output_logits(self.enc, gather_context(self.values, self.index)))
 
     def log_prob(self, value: Tensor) -> Tensor:
         if self.table is None:
             return self._full().log_prob(value)
-        if value is self.observed or (value.shape == self.observed.shape and torch.equal(value, self.observed)):
+        observed = self.observed
+        if value is observed or (value.shape == observed.shape and torch.equal(value, observed)):
             shape = self.batch_shape
             table = self.table.expand(shape + self.table.shape[-1:])
             return table.gather(-1, self.index.expand(shape).unsqueeze(-1)).squeeze(-1)

@@ -3,6 +3,7 @@
 from pyro_attention.networks.base import (
     AttentionNetwork,
     Encoded,
+    ExpertLogits,
     HeadNetwork,
     expected_context,
     gather_context,
@@ -12,6 +13,6 @@ from pyro_attention.networks.region_qa import RegionQA
 from pyro_attention.networks.seq2seq import Seq2Seq
 
 __all__ = [
-    "AttentionNetwork", "Encoded", "HeadNetwork", "RegionQA", "Seq2Seq", "expected_context", "gather_context",
-    "mask_scores",
+    "AttentionNetwork", "Encoded", "ExpertLogits", "HeadNetwork", "RegionQA", "Seq2Seq", "expected_context",
+    "gather_context", "mask_scores",
 ]

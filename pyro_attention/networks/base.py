@@ -16,9 +16,6 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.utils.checkpoint import checkpoint
-
-from pyro_attention.networks.kernels import observed_log_softmax
 
 
 @dataclass
@@ -71,22 +68,41 @@ def expected_context(weights: Tensor, values: Tensor) -> Tensor:
     return torch.einsum("...bts,bsd->...btd", weights, values)
 
 
+@dataclass
+class ExpertLogits:
+    """Output logits that split into a part of the target position and a part of the context: for every source
+    value ``x_s`` as the context, ``output_logits(enc, x_s)[b, t] = u[b, t] + v[b, s]`` (a product of experts).
+
+    :param u: ``(B, T, V)`` (or broadcastable to it, e.g. ``(B, 1, V)``) the target position's part, or ``None``
+        when it is zero (the lexical expert: the output depends on the context alone).
+    :param v: ``(B, S, V)`` the part of every source value; with ``rows``, ``(U, V)``: one row per distinct source
+        item (IBM Model 1's words), ``x_s`` of example ``b`` using row ``rows[b, s]``.
+    :param rows: ``(B, S)`` long, or ``None``.
+    """
+
+    u: Tensor | None
+    v: Tensor
+    rows: Tensor | None = None
+
+
 class AttentionNetwork(nn.Module):
     """Base class of task networks.
 
-    Subclasses implement :meth:`encode`, :meth:`output_logits` and :meth:`posterior_scores`.
-    :meth:`aligned_log_likelihood` is the memory-conscious kernel used under enumeration: the
-    log-probability of the *observed* target token for every source position, ``(B, T, S)``.
+    Subclasses implement :meth:`encode`, :meth:`output_logits` and :meth:`posterior_scores`.  A network may expose
+    its output layer further -- the final linear layer and its input (:meth:`output_hidden`, :attr:`output_layer`),
+    that input at every source value at once (:meth:`output_hidden_at_values`), logits that split into a target and
+    a context part (:meth:`output_experts`) -- so that code evaluating the output layer at many contexts at once (the
+    enumeration kernel, :mod:`pyro_attention.distributions.enumeration`) can do it faster; every such method
+    computes the same function as :meth:`output_logits`.
     """
 
     num_classes: int
     #: ``D``, the size of the source values (and so of every context vector).
     value_size: int
-    #: Source positions processed at once by :meth:`aligned_log_likelihood` (``None``: all).
+    #: A memory setting the network carries for the code that evaluates its output layer with every source value as
+    #: the context at once (the enumeration kernel, :func:`~pyro_attention.distributions.enumeration.observed_table`,
+    #: which the pairs call with it): source positions per chunk, ``None`` all at once.  The network never reads it.
     chunk_size: int | None = None
-    #: Bytes of output log-probabilities :meth:`aligned_log_likelihood` may keep for the backward pass (fused
-    #: kernel only); chunks beyond it are recomputed there.
-    keep_logits_bytes: int = 2**30
 
     def encode(self, batch: Any) -> Encoded:  # pragma: no cover - interface
         raise NotImplementedError
@@ -99,89 +115,30 @@ class AttentionNetwork(nn.Module):
         """Inference-network scores ``(B, T, S)`` that may look at the observed targets."""
         raise NotImplementedError
 
-    def aligned_logits(self, enc: Encoded) -> Tensor:
-        """Output logits for every hard alignment, ``(S, B, T, V)`` (for prediction on small problems)."""
-        S = enc.values.shape[1]
-        index = torch.arange(S, device=enc.values.device).view(S, 1, 1)
-        return self.output_logits(enc, gather_context(enc.values, index))
-
     def output_hidden(self, enc: Encoded, context: Tensor) -> Tensor | None:
         """The input ``(..., B, T, H)`` of the final linear layer :attr:`output_layer`, or ``None`` when the
-        network does not expose it (then :meth:`aligned_log_likelihood` differentiates :meth:`output_logits`)."""
+        network does not expose it."""
         return None
 
     #: The final ``nn.Linear`` of :meth:`output_logits`, ``output_logits = output_layer(output_hidden)``.
     output_layer: nn.Linear | None = None
 
-    def aligned_hidden(self, enc: Encoded) -> Tensor | None:
-        """:meth:`output_hidden` for every hard alignment, ``(S, B, T, H)`` (subclasses may compute it faster)."""
-        S = enc.values.shape[1]
-        index = torch.arange(S, device=enc.values.device).view(S, 1, 1)
-        return self.output_hidden(enc, gather_context(enc.values, index))
+    def output_hidden_at_values(self, enc: Encoded) -> Tensor | None:
+        """:meth:`output_hidden` with every source value ``x_s = enc.values[:, s]`` as the context, ``(S, B, T, H)``,
+        where the network computes it faster than on gathered contexts; ``None`` (the default) otherwise."""
+        return None
 
-    def aligned_log_likelihood(self, enc: Encoded) -> Tensor:
-        """``log p(y_t | x, z_t = s)`` at the observed tokens, ``(B, T, S)``.
-
-        Networks that expose :meth:`output_hidden` and :attr:`output_layer` use the fused kernel
-        :func:`~pyro_attention.networks.kernels.observed_log_softmax`: the hidden layer is computed for all ``S``
-        alignments, the ``V``-sized logits ``chunk_size * B * T`` rows at a time (all at once without
-        ``chunk_size``); up to :attr:`keep_logits_bytes` of log-probabilities are kept for the backward pass,
-        which recomputes the other chunks.  Otherwise, with
-        ``chunk_size`` set, the ``S`` source positions are processed ``chunk_size`` at a time and, when
-        gradients are needed, each chunk is recomputed in the backward pass (activation checkpointing), so at
-        most ``chunk_size * B * T * V`` logits are alive at once instead of ``S * B * T * V``.
-        """
-        B, T, S = enc.shape
-        if self.output_layer is not None and self._hidden_matches_logits():
-            hidden = self.aligned_hidden(enc)
-            if hidden is not None:  # (S, B, T, H)
-                N = S * B * T
-                rows = N if self.chunk_size is None else max(1, self.chunk_size) * B * T
-                target = enc.target.expand(S, B, T).reshape(N)
-                layer = self.output_layer
-                h = hidden.reshape(N, -1)
-                ll = observed_log_softmax(h, layer.weight, layer.bias, target, rows, self.keep_logits_bytes)
-                return ll.view(S, B, T).permute(1, 2, 0)
-        if self.chunk_size is None or self.chunk_size >= S:
-            return self._observed_log_likelihood(enc, 0, S)
-        chunk = max(1, self.chunk_size)
-        pieces = []
-        for start in range(0, S, chunk):
-            stop = min(S, start + chunk)
-            if torch.is_grad_enabled():
-                pieces.append(checkpoint(self._observed_log_likelihood, enc, start, stop, use_reentrant=False))
-            else:
-                pieces.append(self._observed_log_likelihood(enc, start, stop))
-        return torch.cat(pieces, dim=-1)
-
-    def _hidden_matches_logits(self) -> bool:
-        """Whether :meth:`output_hidden` is defined no higher in the class hierarchy than :meth:`output_logits`:
-        a subclass that overrides only ``output_logits`` must not get its parent's fused layers."""
-        return self._owns("output_hidden")
-
-    def _owns(self, name: str) -> bool:
-        """Whether method ``name`` is defined no higher in the class hierarchy than :meth:`output_logits` (so a
-        fast path of the class that defines it computes the same function as ``output_logits``)."""
-
-        def owner(attr: str) -> type:
-            return next(k for k in type(self).__mro__ if attr in vars(k))
-
-        return issubclass(owner(name), owner("output_logits"))
-
-    def _observed_log_likelihood(self, enc: Encoded, start: int, stop: int) -> Tensor:
-        """``log p(y_t | x, z_t = s)`` for ``s`` in ``[start, stop)``, ``(B, T, stop - start)``."""
-        index = torch.arange(start, stop, device=enc.values.device).view(-1, 1, 1)
-        logits = self.output_logits(enc, gather_context(enc.values, index))  # (s, B, T, V)
-        picked = logits.gather(-1, enc.target.unsqueeze(-1).expand(logits.shape[:-1] + (1,))).squeeze(-1)
-        return (picked - torch.logsumexp(logits, dim=-1)).permute(1, 2, 0)
+    def output_experts(self, enc: Encoded) -> ExpertLogits | None:
+        """:meth:`output_logits` at every source value as ``u_t + v_s`` (:class:`ExpertLogits`) where the output
+        layer is a product of experts; ``None`` (the default) otherwise."""
+        return None
 
 
 class HeadNetwork(AttentionNetwork):
     """A task network whose output layer is an :class:`~pyro_attention.networks.output.OutputLayer` at ``self.head``,
     with the layer's per-position part :meth:`OutputLayer.query` kept in ``enc.state["query"]``.
 
-    The output methods delegate to the head; :meth:`aligned_log_likelihood` uses the head's own kernel where it
-    has one (the product of experts), else the fused or chunked path of :class:`AttentionNetwork`.
+    The output methods delegate to the head.
     """
 
     head: nn.Module
@@ -197,12 +154,11 @@ class HeadNetwork(AttentionNetwork):
     def output_layer(self) -> nn.Linear | None:
         return self.head.layer
 
-    def aligned_log_likelihood(self, enc: Encoded) -> Tensor:
-        """``log p(y_t | x, z_t = s)`` ``(B, T, S)``: the output layer's own kernel (``"product"``: one
-        ``(T x V) (V x S)`` product per example), else the fused or chunked path of the base class."""
-        own = self._owns("aligned_log_likelihood")
-        table = self.head.aligned_log_likelihood(enc.state["query"], enc.values, enc.target) if own else None
-        return super().aligned_log_likelihood(enc) if table is None else table
+    def output_hidden_at_values(self, enc: Encoded) -> Tensor | None:
+        return self.head.hidden_at_values(enc.state["query"], enc.values)
+
+    def output_experts(self, enc: Encoded) -> ExpertLogits | None:
+        return self.head.experts(enc.state["query"], enc.values)
 
 
 def rename_legacy_keys(module: nn.Module, renames: dict[str, str]) -> None:

@@ -23,21 +23,20 @@ import torch
 from torch import Tensor, nn
 
 from pyro_attention.data.translation import PAD, SPECIALS, TranslationBatch
-from pyro_attention.networks.base import Encoded, HeadNetwork
+from pyro_attention.networks.base import Encoded, ExpertLogits, HeadNetwork
 from pyro_attention.networks.output import LexicalExpert
 from pyro_attention.networks.seq2seq import Seq2Seq
 
-__all__ = ["DistortionNetwork", "IBM1Network", "lexical_table"]
+__all__ = ["DistortionNetwork", "IBM1Network", "word_experts"]
 
 
-def lexical_table(embed: nn.Embedding, head: LexicalExpert, enc: Encoded) -> Tensor:
-    """``log t(y_t | x_s) = log softmax(U_x e(x_s))[y_t]`` ``(B, T, S)`` with one ``V``-way normaliser per
-    *distinct* source word of the batch (the lexical expert's kernel computes one per source position: the same
-    values, about half the work or less on real text).  No dropout on the embeddings."""
+def word_experts(embed: nn.Embedding, head: LexicalExpert, enc: Encoded) -> ExpertLogits:
+    """The lexical expert's logits ``U_x e(x)`` once per *distinct* source word of the batch, ``(U, V)``, with the
+    row of every source position (``u == 0``): the same logits as per source position, so one ``V``-way normaliser
+    per distinct word under enumeration (about half the work or less on real text).  No dropout on the embeddings."""
     words, inverse = torch.unique(enc.batch.source, return_inverse=True)  # (U,), (B, S)
     values = embed(words)
-    log_t = torch.log_softmax(head.logits(head.query(values), values), -1)  # (U, V)
-    return log_t[inverse.unsqueeze(1), enc.target.unsqueeze(2)]  # (B, T, S)
+    return ExpertLogits(None, head.logits(head.query(values), values), inverse)
 
 
 class IBM1Network(HeadNetwork):
@@ -50,8 +49,6 @@ class IBM1Network(HeadNetwork):
         expert's own projection is the identity), which is IBM Model 1's parameterisation exactly.  A low rank is a
         softmax bottleneck: word-to-word tables are close to full rank.
     """
-
-    chunk_size = None
 
     def __init__(self, source_vocab: int, target_vocab: int, embedding_size: int = 0) -> None:
         super().__init__()
@@ -80,9 +77,9 @@ class IBM1Network(HeadNetwork):
         query = values.new_zeros(B, T, 1)  # u == 0
         return Encoded(values, batch.source_mask, batch.target, batch.target_mask, prior, {"query": query}, batch)
 
-    def aligned_log_likelihood(self, enc: Encoded) -> Tensor:
-        """``log t(y_t | x_s)`` ``(B, T, S)`` by :func:`lexical_table`."""
-        return lexical_table(self.src_embed, self.head, enc)
+    def output_experts(self, enc: Encoded) -> ExpertLogits:
+        """``log t(y | x_s) = log softmax(U_x e(x_s))``: the logits per distinct source word (:func:`word_experts`)."""
+        return word_experts(self.src_embed, self.head, enc)
 
     def posterior_scores(self, enc: Encoded) -> Tensor:
         """The prior's (uniform) scores: IBM Model 1 has no inference network."""
@@ -117,9 +114,9 @@ class DistortionNetwork(Seq2Seq):
         enc.values = self.dropout(self.src_embed(batch.source))
         return enc
 
-    def aligned_log_likelihood(self, enc: Encoded) -> Tensor:
-        """``log t(y_t | x_s)`` ``(B, T, S)``: :func:`lexical_table` (without active dropout; with it, the
-        lexical expert's kernel on the dropped-out embeddings)."""
+    def output_experts(self, enc: Encoded) -> ExpertLogits:
+        """The logits per distinct source word (:func:`word_experts`) without active dropout; with it, the lexical
+        expert's per source position, on the dropped-out embeddings."""
         if self.training and self.dropout.p > 0:
-            return super().aligned_log_likelihood(enc)
-        return lexical_table(self.src_embed, self.head, enc)
+            return super().output_experts(enc)
+        return word_experts(self.src_embed, self.head, enc)

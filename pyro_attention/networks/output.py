@@ -1,8 +1,10 @@
 r"""Output layers ``p(y | h, c)``: how a query state ``h`` and a context ``c`` become output logits.
 
 A task network holds one of these objects; the pairs never see which.  Each computes, for a context ``c`` (a hard
-``x_z``, a soft or a relaxed average), the logits of ``y``, and, for the enumerated pairs, the log-likelihood of
-the *observed* token under every hard alignment, ``log p(y_t | x, z_t = s)`` as a ``(B, T, S)`` table.
+``x_z``, a soft or a relaxed average), the logits of ``y``; some also say how to evaluate them with every source
+value as the context at once (:meth:`OutputLayer.hidden_at_values`, :meth:`OutputLayer.experts`), which the
+enumeration kernel (:mod:`pyro_attention.distributions.enumeration`) uses for the ``(B, T, S)`` table of
+``log p(y_t | x, z_t = s)`` at the observed tokens.
 
 * :class:`TanhOutput` -- the paper's layer, ``logits = U tanh(W_h h_t + W_c c + b)``.  Under enumeration the
   ``V``-way normaliser is needed for every ``(t, s)``: ``S T H V`` multiply-adds, ``S`` times soft attention's.
@@ -15,7 +17,7 @@ the *observed* token under every hard alignment, ``log p(y_t | x, z_t = s)`` as 
       \qquad v_s = U_x x_s .
 
   The normalisers of all ``(t, s)`` are one ``(T x V) (V x S)`` product per example after row-wise max shifts
-  (:func:`~pyro_attention.networks.kernels.product_log_normalizer`): ``S T V`` multiply-adds instead of
+  (:func:`~pyro_attention.distributions.kernels.product_log_normalizer`): ``S T V`` multiply-adds instead of
   ``S T H V``, so exact enumeration costs about one soft step.  The model stays a latent-alignment model -- the
   softmax is nonlinear in ``c``, so ``p(y | E[c]) != E[p(y | c)]``.  With a uniform prior and ``u == 0`` it is
   IBM Model 1's likelihood (Brown et al. 1993) with a neural lexical table ``t(y | x_s) = softmax(U_x x_s)[y]``:
@@ -29,7 +31,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from pyro_attention.networks.kernels import product_log_normalizer
+from pyro_attention.networks.base import ExpertLogits
 
 
 class OutputLayer(nn.Module):
@@ -53,9 +55,15 @@ class OutputLayer(nn.Module):
     #: the final ``nn.Linear`` (``logits = layer(hidden)``), or ``None``
     layer: nn.Linear | None = None
 
-    def aligned_log_likelihood(self, query: Tensor, values: Tensor, target: Tensor) -> Tensor | None:
-        """``log p(y_t | z_t = s)`` at the observed ``target`` ``(B, T)`` for every source position, ``(B, T, S)``,
-        or ``None`` when the layer has no kernel of its own (the network's generic path then runs)."""
+    def hidden_at_values(self, query: Tensor, values: Tensor) -> Tensor | None:
+        """:meth:`hidden` for every target position and every source value ``values`` ``(B, S, D)`` as the context,
+        ``(S, B, T, H)``, where the layer computes it faster than on gathered contexts; else ``None``."""
+        return None
+
+    def experts(self, query: Tensor, values: Tensor) -> ExpertLogits | None:
+        """:meth:`logits` for every target position and every source value as the context, as ``u_t + v_s``
+        (:class:`~pyro_attention.networks.base.ExpertLogits`) where the layer is a product of experts; else
+        ``None``."""
         return None
 
 
@@ -88,10 +96,12 @@ class TanhOutput(OutputLayer):
     def layer(self) -> nn.Linear:
         return self.out
 
-    def aligned_hidden(self, query: Tensor, values: Tensor) -> Tensor:
+    def hidden_at_values(self, query: Tensor, values: Tensor) -> Tensor | None:
         """``tanh(W_h h_t + W_c x_s + b)`` for every ``(s, b, t)``, ``(S, B, T, H)``, computing ``W_c x_s`` once per
-        source position (no dropout: with active dropout, which draws a mask per copy of the context, the
-        network's generic path runs)."""
+        source position rather than once per target position (the same values).  ``None`` under active dropout,
+        which draws a mask per copy of the context: then the contexts are gathered."""
+        if self.training and self.dropout.p > 0:
+            return None
         projected = self.out_c(values).transpose(0, 1).unsqueeze(2)  # (S, B, 1, H)
         return torch.tanh(query + projected)
 
@@ -149,15 +159,9 @@ class ProductOfExperts(OutputLayer):
     def logits(self, query: Tensor, context: Tensor) -> Tensor:
         return query + self.source_expert(self.dropout(context))
 
-    def aligned_log_likelihood(self, query: Tensor, values: Tensor, target: Tensor) -> Tensor:
-        """``u_t[y_t] + v_s[y_t] - log sum_y exp(u_t[y] + v_s[y])``, ``(B, T, S)``; the normalisers by
-        :func:`~pyro_attention.networks.kernels.product_log_normalizer` (exact where the experts disagree)."""
-        B, T, S = target.shape[0], target.shape[1], values.shape[1]
-        u = query.expand(B, T, query.shape[-1])
-        v = self.source_expert(self.dropout(values))  # (B, S, V)
-        picked_u = u.gather(-1, target.unsqueeze(-1))  # (B, T, 1)
-        picked_v = v.gather(-1, target.unsqueeze(1).expand(B, S, T)).transpose(1, 2)  # (B, T, S)
-        return picked_u + picked_v - product_log_normalizer(u, v)
+    def experts(self, query: Tensor, values: Tensor) -> ExpertLogits:
+        """``u_t`` = :meth:`query` output, ``v_s = U_x x_s`` ``(B, S, V)`` (dropout: one mask per source position)."""
+        return ExpertLogits(query, self.source_expert(self.dropout(values)))
 
 
 class LexicalExpert(ProductOfExperts):
@@ -166,7 +170,7 @@ class LexicalExpert(ProductOfExperts):
     ``p(y_t | x, z_t = s) = softmax(U_x x_s)[y_t]`` depends on the aligned source value alone -- a (low-rank)
     neural lexical table ``t(y | x_s)``.  With a uniform prior and ``x_s`` the source word's own embedding this is
     IBM Model 1 (:class:`~pyro_attention.networks.lexical.IBM1Network`).  Its observed-token table needs one
-    ``V``-way normaliser per *source* position (``B S V``), not per ``(t, s)``.
+    ``V``-way normaliser per *source* position (``B S V``), not per ``(t, s)`` (its :meth:`experts` say ``u == 0``).
     """
 
     name = "lexical"
@@ -179,11 +183,9 @@ class LexicalExpert(ProductOfExperts):
         """``u == 0``, shaped ``(..., 1)`` to broadcast over the classes (and to carry the target positions)."""
         return h.new_zeros(h.shape[:-1] + (1,))
 
-    def aligned_log_likelihood(self, query: Tensor, values: Tensor, target: Tensor) -> Tensor:
-        """``log softmax(U_x x_s)[y_t]`` for every ``(t, s)``, ``(B, T, S)``."""
-        B, T, S = target.shape[0], target.shape[1], values.shape[1]
-        log_t = torch.log_softmax(self.source_expert(self.dropout(values)), -1)  # (B, S, V)
-        return log_t.gather(-1, target.unsqueeze(1).expand(B, S, T)).transpose(1, 2)
+    def experts(self, query: Tensor, values: Tensor) -> ExpertLogits:
+        """``u == 0`` (``None``) and ``v_s = U_x x_s`` ``(B, S, V)``."""
+        return ExpertLogits(None, self.source_expert(self.dropout(values)))
 
 
 #: ``output=`` names of the networks -> layer classes

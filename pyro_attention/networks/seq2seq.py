@@ -73,8 +73,10 @@ class Seq2Seq(HeadNetwork):
     :param attention_size: MLP attention hidden size (``attention="mlp"`` only).
     :param layers: LSTM layers of encoder and decoder.
     :param dropout: dropout on embeddings and between LSTM layers (active in ``train()`` mode).
-    :param chunk_size: source positions per chunk of :meth:`aligned_log_likelihood` (memory-bounded
-        enumeration; ``None`` computes all ``S`` at once; the ``"product"`` layer needs no chunks).
+    :param chunk_size: the memory setting :attr:`~pyro_attention.networks.base.AttentionNetwork.chunk_size`: source
+        positions per chunk when the enumeration kernel evaluates the output layer at every source value
+        (:mod:`pyro_attention.distributions.enumeration`; ``None`` all ``S`` at once; the ``"product"`` layer
+        needs no chunks).  The network itself never reads it.
     :param output: the output layer, a key of :data:`~pyro_attention.networks.output.OUTPUT_LAYERS`:
         ``"tanh"`` (default) or ``"product"``.
     :param attention: the prior's score, a key of :data:`~pyro_attention.networks.attention.ATTENTION_SCORES`:
@@ -105,28 +107,8 @@ class Seq2Seq(HeadNetwork):
         init: float = 0.0,
     ) -> None:
         super().__init__()
-        for name, size, low in (
-            ("source_vocab", source_vocab, len(SPECIALS)), ("target_vocab", target_vocab, len(SPECIALS)),
-            ("embedding_size", embedding_size, 1), ("encoder_size", encoder_size, 1),
-            ("decoder_size", decoder_size, 1), ("attention_size", attention_size, 1), ("layers", layers, 1),
-        ):
-            if size < low:
-                raise ValueError(f"Seq2Seq: {name} must be >= {low}, got {size}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"Seq2Seq: dropout must be in [0, 1), got {dropout}")
-        check_output("Seq2Seq", output)
-        if attention not in ATTENTION_SCORES:
-            raise ValueError(f"Seq2Seq: attention must be one of {tuple(ATTENTION_SCORES)}, got {attention!r}")
-        for name, value, allowed in (("input_feed", input_feed, INPUT_FEEDS), ("bridge", bridge, BRIDGES)):
-            if value not in allowed:
-                raise ValueError(f"Seq2Seq: {name} must be one of {allowed}, got {value!r}")
-        if bridge == "final" and decoder_size != 2 * encoder_size:
-            raise ValueError(
-                f"Seq2Seq: bridge 'final' needs decoder_size = 2 x encoder_size (the encoder's final states, both "
-                f"directions), got decoder_size {decoder_size} and encoder_size {encoder_size}; use bridge 'mean'"
-            )
-        if not 0.0 <= init < float("inf"):
-            raise ValueError(f"Seq2Seq: init must be >= 0 (0: torch's defaults), got {init}")
+        self._check_args(source_vocab, target_vocab, embedding_size, encoder_size, decoder_size, attention_size,
+                         layers, dropout, output, attention, input_feed, bridge, init)
         self.output, self.attention = output, attention
         self.input_feed, self.bridge = input_feed, bridge
         self.num_classes = target_vocab
@@ -176,6 +158,34 @@ class Seq2Seq(HeadNetwork):
                 for embed in (self.src_embed, self.tgt_embed, self.q_src_embed, self.q_tgt_embed):
                     embed.weight[PAD].zero_()
         rename_legacy_keys(self, _LEGACY_KEYS)
+
+    @staticmethod
+    def _check_args(source_vocab: int, target_vocab: int, embedding_size: int, encoder_size: int, decoder_size: int,
+                    attention_size: int, layers: int, dropout: float, output: str, attention: str, input_feed: str,
+                    bridge: str, init: float) -> None:
+        """A ``ValueError`` naming the first bad constructor argument."""
+        for name, size, low in (
+            ("source_vocab", source_vocab, len(SPECIALS)), ("target_vocab", target_vocab, len(SPECIALS)),
+            ("embedding_size", embedding_size, 1), ("encoder_size", encoder_size, 1),
+            ("decoder_size", decoder_size, 1), ("attention_size", attention_size, 1), ("layers", layers, 1),
+        ):
+            if size < low:
+                raise ValueError(f"Seq2Seq: {name} must be >= {low}, got {size}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"Seq2Seq: dropout must be in [0, 1), got {dropout}")
+        check_output("Seq2Seq", output)
+        if attention not in ATTENTION_SCORES:
+            raise ValueError(f"Seq2Seq: attention must be one of {tuple(ATTENTION_SCORES)}, got {attention!r}")
+        for name, value, allowed in (("input_feed", input_feed, INPUT_FEEDS), ("bridge", bridge, BRIDGES)):
+            if value not in allowed:
+                raise ValueError(f"Seq2Seq: {name} must be one of {allowed}, got {value!r}")
+        if bridge == "final" and decoder_size != 2 * encoder_size:
+            raise ValueError(
+                f"Seq2Seq: bridge 'final' needs decoder_size = 2 x encoder_size (the encoder's final states, both "
+                f"directions), got decoder_size {decoder_size} and encoder_size {encoder_size}; use bridge 'mean'"
+            )
+        if not 0.0 <= init < float("inf"):
+            raise ValueError(f"Seq2Seq: init must be >= 0 (0: torch's defaults), got {init}")
 
     # -- encoder ----------------------------------------------------------------------------------------------
     def _bilstm(self, lstm: nn.LSTM, embedded: Tensor, mask: Tensor) -> Tensor:
@@ -263,17 +273,15 @@ class Seq2Seq(HeadNetwork):
             batch=batch,
         )
 
-    def aligned_hidden(self, enc: Encoded) -> Tensor:
-        """``tanh(W_o h_t + W_c x_s + b)`` for every ``(s, b, t)``, ``(S, B, T, H)``: ``W_c x_s`` is computed once
-        per source position rather than once per target position (same values; with active dropout, which
-        draws a mask per copy of the context, the generic path runs)."""
-        if self.training and self.dropout.p > 0:
-            return super().aligned_hidden(enc)
-        return self.head.aligned_hidden(enc.state["query"], enc.values)
-
     def step_logits(self, h: Tensor, context: Tensor) -> Tensor:
-        """Output logits for decoder states ``h`` ``(N, H)`` and contexts ``(..., N, D)`` (decoding)."""
+        """Output logits ``(..., N, V)`` for decoder states ``h`` ``(N, H)`` (or ``(N, 1, H)``) and contexts
+        ``(..., N, D)`` (or ``(N, K, D)``: ``K`` contexts per row) (decoding)."""
         return self.head.logits(self.head.query(h), context)
+
+    @staticmethod
+    def reorder_state(state: list[tuple[Tensor, Tensor]], rows: Tensor) -> list[tuple[Tensor, Tensor]]:
+        """The decoder LSTM states of rows ``rows`` ``(N',)`` (beam search: the hypotheses that continue)."""
+        return [(h[rows], c[rows]) for h, c in state]
 
     # -- inference network -------------------------------------------------------------------------------------
     def posterior_scores(self, enc: Encoded) -> Tensor:

@@ -24,7 +24,7 @@ def _as_checkpoint(checkpoint: Checkpoint | str | os.PathLike) -> Checkpoint:
 
 
 def _default_rule(pair: AlignmentPair, rule: str | None) -> str:
-    from pyro_attention.inference.decode import DECODE_RULES
+    from pyro_attention.tasks.translation.decoding import DECODE_RULES
 
     if rule is not None:
         _choice("rule", rule, DECODE_RULES)
@@ -41,7 +41,7 @@ def _decode(
     max_decode_len: int | None,
     progress: bool,
 ) -> list[list[str]]:
-    from pyro_attention.inference.decode import translate
+    from pyro_attention.tasks.translation.decoding import translate
 
     # sentences of similar length decoded together (beam search is batched), each with its own length limit
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))

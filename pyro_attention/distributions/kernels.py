@@ -1,4 +1,7 @@
-r"""The enumerated output layer as one memory-bounded kernel: the log-softmax of a linear layer at observed ids.
+r"""The tensor kernels of the enumeration (:mod:`pyro_attention.distributions.enumeration`): the output layer under
+every alignment at the observed ids, bounded in memory.
+
+:func:`observed_log_softmax` is the log-softmax of a linear layer at observed ids, one memory-bounded kernel.
 
 For rows :math:`h_n \in \mathbb{R}^H` (one per target token *and* alignment, ``N = S B T`` of them), a final
 layer :math:`W \in \mathbb{R}^{V \times H}, b \in \mathbb{R}^V` and observed ids :math:`y_n`,
@@ -19,6 +22,8 @@ extra ``N x H x V`` product (4 instead of 3), no ``N x V`` tensor kept, at most 
 reused across chunks (fresh large allocations cost page faults).  Within a budget ``keep_bytes`` the
 log-probabilities of the first chunks are kept instead, and those chunks skip the recomputation.  Values and
 gradients equal autograd's (tested against it in float64).
+
+:func:`product_log_normalizer` is the normaliser of a product of experts for every (target, source) pair at once.
 """
 
 from __future__ import annotations

@@ -1,0 +1,259 @@
+"""Greedy and beam-search decoding under a chosen prediction rule.
+
+At each step the decoder state ``h_t`` and the prior ``p(z_t | x, y_<t)`` are computed once; the next-token
+distribution is then
+
+* ``"soft"`` -- ``p(y_t | x, c_t = E_p[x_z])``: the network run once on the soft context;
+* ``"marginal"`` -- ``sum_s p(z_t = s) p(y_t | x, z_t = s)``: the exact marginal over alignments;
+* ``"kmax"`` -- the same sum over the ``k`` most probable alignments, renormalised (Deng et al. 2018).
+
+For ``"soft"`` the context is the pair's own (:meth:`~pyro_attention.pair.AlignmentPair.soft_context`, so the
+structured pairs decode with their chain / tree contexts, BAM with its mean weights).  Whatever the rule, the
+decoder is fed the prior's soft context, as in training.  Beam search keeps ``beam_size``
+hypotheses per sentence and ranks finished ones by ``log p / lp(length)`` with the GNMT length penalty
+``lp(n) = ((5 + n) / 6) ** length_penalty`` (``0`` disables it).  ``beam_size=1`` is greedy decoding.
+
+The search sees the network only through :class:`IncrementalDecoder`, the step-by-step interface that
+:class:`~pyro_attention.networks.Seq2Seq` provides: the decoder state is opaque here (beam search reorders it with
+``reorder_state``).  ``pyro_attention.inference.decode``, the old path, re-exports these names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+from torch import Tensor
+
+from pyro_attention.data.translation import BOS, EOS, TranslationBatch
+from pyro_attention.networks.base import Encoded, mask_scores
+from pyro_attention.pair import DECODE_RULES, AlignmentPair, kmax_mixture
+
+__all__ = ["DECODE_RULES", "IncrementalDecoder", "SourceMemory", "greedy", "translate"]
+
+
+@runtime_checkable
+class SourceMemory(Protocol):
+    """What :meth:`IncrementalDecoder.encode_source` returns: the encoded source, kept for every step."""
+
+    #: ``(N, S, D)`` the source values the contexts average (``N`` rows: sentences, or hypotheses).
+    values: Tensor
+    #: ``(N, S)`` bool, ``True`` at real source positions.
+    source_mask: Tensor
+
+    def repeat_rows(self, n: int) -> SourceMemory:
+        """Every row repeated ``n`` times (row ``b * n + j``), for ``n`` hypotheses per sentence."""
+        ...
+
+
+@runtime_checkable
+class IncrementalDecoder(Protocol):
+    """The step-by-step decoding interface of a translation network (:class:`~pyro_attention.networks.Seq2Seq`).
+
+    Shapes: ``N`` rows (sentences, or sentences x beam), ``S`` source positions, ``H`` decoder state, ``D`` value
+    size, ``V`` target vocabulary.  ``State`` is whatever the network keeps between steps (Seq2Seq: its LSTM
+    states); the search only passes it on and reorders it.
+    """
+
+    #: ``V``.
+    num_classes: int
+
+    def encode_source(self, source: Tensor, source_mask: Tensor) -> SourceMemory:
+        """``source`` ``(N, S)`` long ids, ``source_mask`` ``(N, S)`` bool -> the source memory."""
+        ...
+
+    def initial_state(self, src: SourceMemory) -> tuple[Any, Tensor]:
+        """The decoder state before the first word and the first fed vector ``(N, F)``."""
+        ...
+
+    def decoder_step(
+        self, src: SourceMemory, y_prev: Tensor, state: Any, fed: Tensor
+    ) -> tuple[Tensor, Tensor, Any, Tensor]:
+        """One step on the previous words ``y_prev`` ``(N,)``: ``h_t`` ``(N, H)``, the prior's scores ``(N, S)``
+        (unmasked), the new state and the next fed vector ``(N, F)``."""
+        ...
+
+    def step_logits(self, h: Tensor, context: Tensor) -> Tensor:
+        """Output logits for states ``h`` ``(N, H)`` or ``(N, 1, H)`` and contexts ``(N, D)`` or ``(N, K, D)``:
+        ``(N, V)`` or ``(N, K, V)``."""
+        ...
+
+    def reorder_state(self, state: Any, rows: Tensor) -> Any:
+        """The state of rows ``rows`` ``(N',)`` long (beam search: the hypotheses that continue)."""
+        ...
+
+
+def _check_source(net: Any, source: Tensor, source_mask: Tensor) -> None:
+    """The checks of :meth:`TranslationBatch.validate` on the source side (shapes, dtypes, ids, padding)."""
+    B = source.shape[0] if source.dim() > 0 else 1
+    one = torch.ones(B, 1, dtype=torch.bool, device=source.device)
+    bos, eos = torch.full((B, 1), BOS, device=source.device), torch.full((B, 1), EOS, device=source.device)
+    TranslationBatch(source, source_mask, bos, eos, one).validate(getattr(net, "source_vocab", None))
+
+
+def _next_log_probs(pair: AlignmentPair, src: Any, h: Tensor, scores: Tensor, rule: str, k: int) -> Tensor:
+    """``log p(y_t | x, y_<t)`` over the vocabulary, ``(N, V)``."""
+    net: IncrementalDecoder = pair.network
+    if rule == "soft":  # the pair's soft context (structured pairs: their own) for this one step
+        N = scores.shape[0]
+        target = torch.zeros(N, 1, dtype=torch.long, device=scores.device)
+        step = Encoded(src.values, src.source_mask, target, torch.ones_like(target, dtype=torch.bool), scores[:, None])
+        return net.step_logits(h, pair.soft_context(step).squeeze(1)).log_softmax(-1)
+    log_prior = mask_scores(scores.unsqueeze(1), src.source_mask).squeeze(1).log_softmax(-1)  # (N, S)
+    if rule == "kmax":
+
+        def log_probs(index: Tensor) -> Tensor:  # (N, K) -> (N, K, V)
+            values = src.values.gather(1, index.unsqueeze(-1).expand(-1, -1, src.values.shape[-1]))  # (N, K, D)
+            return net.step_logits(h.unsqueeze(1), values).log_softmax(-1)
+
+        return kmax_mixture(log_prior, k, log_probs, renormalise=True)
+    per_alignment = net.step_logits(h.unsqueeze(1), src.values).log_softmax(-1)  # (N, S, V)
+    return (log_prior.unsqueeze(-1) + per_alignment).logsumexp(1)
+
+
+def _check_rule(pair: AlignmentPair, rule: str) -> None:
+    """``rule`` must be one of the pair's :meth:`~pyro_attention.pair.AlignmentPair.decoding_rules`."""
+    pair.check_rule(rule, decoding=True)
+
+
+@torch.no_grad()
+def translate(
+    pair: AlignmentPair,
+    source: Tensor,
+    source_mask: Tensor,
+    beam_size: int = 5,
+    rule: str = "marginal",
+    k: int = 5,
+    max_len: int | Sequence[int] = 50,
+    length_penalty: float = 0.0,
+    batch_size: int = 64,
+) -> list[list[int]]:
+    """Decode every source sentence; returns target ids without ``<s>`` and ``</s>``.
+
+    Beam search runs on ``batch_size`` sentences at once (``batch_size * beam_size`` decoder rows per step); each
+    sentence's search is the one-sentence search: the ``beam_size`` best continuations of its live hypotheses
+    are taken at every step, those ending in ``</s>`` are finished (and leave the beam), and a sentence stops
+    when it has ``beam_size`` finished hypotheses, no live one, or -- without a length penalty -- when its best
+    finished hypothesis scores at least as high as its best live one.
+
+    :param source: ``(B, S)`` long source ids; ``source_mask``: ``(B, S)`` bool.
+    :param rule: ``"soft"``, ``"marginal"`` or ``"kmax"`` (see the module docstring), one of the pair's
+        :meth:`~pyro_attention.pair.AlignmentPair.decoding_rules`.
+    :param max_len: the longest output (tokens, ``</s>`` counted), one for all or one per sentence.
+    :param batch_size: sentences decoded together (memory: ``batch_size * beam_size`` rows of ``V`` scores).
+    """
+    _check_rule(pair, rule)
+    limits = [max_len] * source.shape[0] if isinstance(max_len, int) else [int(m) for m in max_len]
+    if len(limits) != source.shape[0]:
+        raise ValueError(f"max_len: {len(limits)} lengths for {source.shape[0]} sentences")
+    shortest = min(limits, default=1)
+    if beam_size < 1 or shortest < 1 or k < 1 or batch_size < 1:
+        raise ValueError(
+            f"need beam_size >= 1, max_len >= 1, k >= 1, batch_size >= 1; got {beam_size}, {shortest}, {k}, "
+            f"{batch_size}"
+        )
+    net = pair.network  # an IncrementalDecoder and an nn.Module (train / eval)
+    _check_source(net, source, source_mask)
+    was_training = net.training
+    net.eval()
+    try:
+        out: list[list[int]] = []
+        for start in range(0, source.shape[0], batch_size):
+            rows = slice(start, start + batch_size)
+            real = int(source_mask[rows].sum(-1).max())  # trim the padding the whole chunk shares
+            out += _beam(pair, source[rows, :real], source_mask[rows, :real], beam_size, rule, k, limits[rows],
+                         length_penalty)
+        return out
+    finally:
+        net.train(was_training)
+
+
+def _penalty(length: int, alpha: float) -> float:
+    return ((5.0 + length) / 6.0) ** alpha if alpha else 1.0
+
+
+def _beam(
+    pair: AlignmentPair, source: Tensor, mask: Tensor, beam: int, rule: str, k: int, limits: list[int], alpha: float
+) -> list[list[int]]:
+    """Beam search for ``B`` sentences at once: row ``b * beam + j`` holds hypothesis ``j`` of sentence ``b``;
+    dead rows (a hypothesis that finished, or a sentence that stopped) have score ``-inf``."""
+    net: IncrementalDecoder = pair.network
+    B = source.shape[0]
+    src = net.encode_source(source, mask).repeat_rows(beam)
+    state, fed = net.initial_state(src)
+    tokens = torch.full((B * beam, 1), BOS, dtype=torch.long, device=source.device)
+    scores = torch.full((B, beam), float("-inf"), device=source.device)
+    scores[:, 0] = 0.0  # one live hypothesis, <s>, per sentence
+    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(B)]
+    done = [False] * B
+    for step in range(max(limits)):
+        h, a, state, fed = net.decoder_step(src, tokens[:, -1], state, fed)
+        log_probs = _next_log_probs(pair, src, h, a, rule, k)  # (B * beam, V)
+        V = log_probs.shape[-1]
+        total = (scores.unsqueeze(-1) + log_probs.view(B, beam, V)).view(B, beam * V)
+        top, flat = total.topk(min(beam, beam * V), dim=-1)  # (B, beam)
+        new_scores = torch.full((B, beam), float("-inf"), device=source.device)
+        new_rows = torch.arange(B * beam, device=source.device).view(B, beam) // beam * beam  # filler: row 0
+        new_words = torch.full((B, beam), EOS, dtype=torch.long, device=source.device)
+        for b, (tops, flats) in enumerate(zip(top.tolist(), flat.tolist(), strict=True)):
+            if done[b]:
+                continue
+            keep = []
+            for score, index in zip(tops, flats, strict=True):
+                if score == float("-inf"):  # fewer live continuations than the beam (tiny vocabularies)
+                    break
+                row, word = b * beam + index // V, index % V
+                if word == EOS or step == limits[b] - 1:
+                    hyp = tokens[row, 1:].tolist() + ([] if word == EOS else [word])
+                    finished[b].append((score / _penalty(len(hyp) + 1, alpha), hyp))
+                else:
+                    keep.append((score, row, word))
+            # the best finished hypothesis can no longer be beaten when no penalty rewards length
+            beaten = bool(finished[b]) and alpha == 0 and bool(keep) and max(f[0] for f in finished[b]) >= keep[0][0]
+            if len(finished[b]) >= beam or not keep or beaten:
+                done[b] = True
+                continue
+            for j, (score, row, word) in enumerate(keep):
+                new_scores[b, j], new_rows[b, j], new_words[b, j] = score, row, word
+        if all(done):
+            break
+        rows = new_rows.flatten()
+        scores = new_scores
+        tokens = torch.cat([tokens[rows], new_words.view(-1, 1)], dim=1)
+        state = net.reorder_state(state, rows)
+        fed = fed[rows]
+    return [max(f, key=lambda item: item[0])[1] for f in finished]
+
+
+@torch.no_grad()
+def greedy(
+    pair: AlignmentPair, source: Tensor, source_mask: Tensor, rule: str = "marginal", k: int = 5, max_len: int = 50
+) -> list[list[int]]:
+    """Greedy decoding, batched: the argmax token at every step until ``</s>`` (reference for beam 1)."""
+    _check_rule(pair, rule)
+    if max_len < 1 or k < 1:
+        raise ValueError(f"need max_len >= 1, k >= 1; got {max_len}, {k}")
+    net = pair.network  # an IncrementalDecoder and an nn.Module (train / eval)
+    _check_source(net, source, source_mask)
+    was_training = net.training
+    net.eval()
+    try:
+        src = net.encode_source(source, source_mask)
+        state, fed = net.initial_state(src)
+        y = torch.full((source.shape[0],), BOS, dtype=torch.long)
+        out = [[] for _ in range(source.shape[0])]
+        done = torch.zeros(source.shape[0], dtype=torch.bool)
+        for _ in range(max_len):
+            h, a, state, fed = net.decoder_step(src, y, state, fed)
+            y = _next_log_probs(pair, src, h, a, rule, k).argmax(-1)
+            for i in (~done).nonzero().flatten().tolist():
+                if int(y[i]) == EOS:
+                    done[i] = True
+                else:
+                    out[i].append(int(y[i]))
+            if done.all():
+                break
+        return out
+    finally:
+        net.train(was_training)
