@@ -62,7 +62,7 @@ ESTIMATORS = ("enum", "sample")
 MAX_PLATE_NESTING = 2
 #: the combination rules of :meth:`AlignmentPair.predict` (a pair allows those of its ``prediction_rules()``)
 RULES = ("marginal", "soft", "kmax")
-#: the rules of step-by-step decoding (:mod:`pyro_attention.inference.decode`; a pair's ``decoding_rules()``)
+#: the rules of step-by-step decoding (:mod:`pyro_attention.tasks.translation.decoding`; a pair's ``decoding_rules()``)
 DECODE_RULES = ("soft", "marginal", "kmax")
 
 
@@ -208,9 +208,9 @@ class AlignmentPair:
         return rules if first is None or first not in rules else (first, *(r for r in rules if r != first))
 
     def decoding_rules(self) -> tuple[str, ...]:
-        """The rules step-by-step decoding (:func:`~pyro_attention.inference.decode.translate`) implements for this
-        pair, the default first: ``"soft"`` for every pair; the categorical pairs add ``"marginal"`` and ``"kmax"``
-        (the decoder sums a categorical prior over source positions at each step)."""
+        """The rules step-by-step decoding (:func:`~pyro_attention.tasks.translation.decoding.translate`) implements
+        for this pair, the default first: ``"soft"`` for every pair; the categorical pairs add ``"marginal"`` and
+        ``"kmax"`` (the decoder sums a categorical prior over source positions at each step)."""
         allowed = type(self).decode_rules
         return tuple(r for r in self.prediction_rules() if r in allowed)
 
