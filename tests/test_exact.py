@@ -20,14 +20,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyro import poutine
-from toy_network import ToyNetwork, make_toy_batch, pad_batch
+from toy_network import ToyNetwork, make_toy_batch, pad_batch, region_case, toy_case
 
-from pyro_attention.data import make_region_qa
 from pyro_attention.distributions.enumeration import logits_at_values, observed_table
 from pyro_attention.inference import alignment_posterior, entropy, log_likelihood, map_alignment, predict
 from pyro_attention.inference.elbo import ReinforceKL_ELBO
 from pyro_attention.models import HardAttention, MarginalLikelihood, SoftAttention, VariationalAttention
-from pyro_attention.networks import RegionQA
 
 CATEGORICAL = [
     (MarginalLikelihood, {}),
@@ -45,18 +43,7 @@ def _joint_at(pair, batch, z: torch.Tensor) -> torch.Tensor:
     return trace.log_prob_sum()
 
 
-def _toy(seed=0, **kw):
-    torch.manual_seed(seed)
-    return ToyNetwork(), make_toy_batch(seed=seed, **kw)
-
-
-def _region(seed=0):
-    torch.manual_seed(seed)
-    ds = make_region_qa(3, num_regions=(2, 4), num_kinds=4, seed=seed)
-    return RegionQA(ds.feature_size, len(ds.answers), vocab_size=len(ds.vocab), hidden_size=6), ds.data
-
-
-@pytest.mark.parametrize("make", [_toy, _region], ids=["toy-T2", "region-qa"])
+@pytest.mark.parametrize("make", [toy_case, region_case], ids=["toy-T2", "region-qa"])
 @pytest.mark.parametrize("cls,kw", CATEGORICAL, ids=lambda v: getattr(v, "__name__", str(v)))
 def test_log_likelihood_equals_sum_over_all_alignments(float64, make, cls, kw):
     net, batch = make()
@@ -74,7 +61,7 @@ def test_log_likelihood_equals_sum_over_all_alignments(float64, make, cls, kw):
     assert (ll.per_token[~enc.target_mask] == 0).all()
 
 
-@pytest.mark.parametrize("make", [_toy, _region], ids=["toy-T2", "region-qa"])
+@pytest.mark.parametrize("make", [toy_case, region_case], ids=["toy-T2", "region-qa"])
 def test_exact_posterior_is_bayes_rule(float64, make):
     net, batch = make()
     pair = VariationalAttention(net)
@@ -94,7 +81,7 @@ def test_exact_posterior_is_bayes_rule(float64, make):
 
 @pytest.mark.parametrize("cls,kw", GUIDED_ENUM, ids=lambda v: getattr(v, "__name__", str(v)))
 def test_elbo_below_log_likelihood_and_gap_is_kl(float64, cls, kw):
-    net, batch = _toy(seed=3)
+    net, batch = toy_case(seed=3)
     pair = cls(net, **kw)
     log_p = log_likelihood(pair, batch).per_example.sum()
     elbo = -pair.elbo().loss(pair.model, pair.guide, batch)
@@ -109,7 +96,7 @@ def test_elbo_below_log_likelihood_and_gap_is_kl(float64, cls, kw):
 
 
 def test_marginal_loss_is_exact_negative_log_likelihood(float64):
-    net, batch = _toy(seed=4)
+    net, batch = toy_case(seed=4)
     pair = MarginalLikelihood(net)
     loss = pair.elbo().loss(pair.model, pair.guide, batch)
     assert abs(loss + float(log_likelihood(pair, batch).per_example.sum())) < 1e-9
@@ -117,7 +104,7 @@ def test_marginal_loss_is_exact_negative_log_likelihood(float64):
 
 @pytest.mark.parametrize("cls", [SoftAttention, MarginalLikelihood, HardAttention, VariationalAttention])
 def test_padding_gets_zero_mass_and_changes_nothing(float64, cls):
-    net, batch = _toy(seed=5, B=3, S=4, T=3)
+    net, batch = toy_case(seed=5, B=3, S=4, T=3)
     pair = cls(net)
     padded = pad_batch(batch, extra_source=2, extra_target=2)
     ll, ll_pad = log_likelihood(pair, batch), log_likelihood(pair, padded)
@@ -134,7 +121,7 @@ def test_padding_gets_zero_mass_and_changes_nothing(float64, cls):
 
 
 def test_predict_rules(float64):
-    net, batch = _toy(seed=6)
+    net, batch = toy_case(seed=6)
     pair = MarginalLikelihood(net)
     enc = net.encode(batch)
     prior = pair.attention_prior(enc)
@@ -151,7 +138,7 @@ def test_predict_rules(float64):
 
 
 def test_soft_log_likelihood_is_its_own_likelihood(float64):
-    net, batch = _toy(seed=7)
+    net, batch = toy_case(seed=7)
     pair = SoftAttention(net)
     ll = log_likelihood(pair, batch)
     assert ll.exact and "deterministic" in ll.method
@@ -182,7 +169,7 @@ def _grads(pair, elbo, batch) -> torch.Tensor:
 @pytest.mark.parametrize("cls", [HardAttention, VariationalAttention])
 def test_reinforce_gradient_matches_enumerated_gradient(float64, cls, elbo_class):
     """The "sample" estimator (analytic KL) and Pyro's TraceGraph_ELBO (sampled KL) are both unbiased."""
-    net, batch = _toy(seed=8)
+    net, batch = toy_case(seed=8)
     exact = _grads(cls(net, estimator="enum"), cls(net, estimator="enum").elbo(), batch)
     pair = cls(net, estimator="sample")
     assert type(pair.elbo()) is ReinforceKL_ELBO
@@ -199,7 +186,7 @@ def test_reinforce_gradient_matches_enumerated_gradient(float64, cls, elbo_class
 
 @pytest.mark.parametrize("cls", [HardAttention, VariationalAttention])
 def test_reinforce_kl_loss_estimates_the_elbo(float64, cls):
-    net, batch = _toy(seed=9)
+    net, batch = toy_case(seed=9)
     exact = cls(net, estimator="enum")
     exact_loss = exact.elbo().loss(exact.model, exact.guide, batch)
     pair = cls(net, estimator="sample")
