@@ -721,6 +721,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def write_result(result: dict[str, Any], markdown: str, path: Path) -> dict[str, Any]:
+    """Add ``markdown`` to ``result``, write it as JSON to ``path`` and print the table; returns ``result``."""
+    result["markdown"] = markdown
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    print(markdown)
+    print(f"\nJSON: {path}")
+    return result
+
+
 def main(args: argparse.Namespace) -> dict[str, Any]:
     if args._worker == "ours":
         print(RESULT_MARK + json.dumps(ours_worker(args)), flush=True)
@@ -771,12 +781,7 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         result["ratios_ours_over_peer"] = {k: o[k] / q[k] for k in ("tokens_per_s", "cpu_s_per_1k_tokens",
                                                                     "cpu_s_per_step", "s_per_step",
                                                                     "peak_rss_sum_mb") if q[k]}
-    result["markdown"] = table(result)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    print(result["markdown"])
-    print(f"\nJSON: {args.json}")
-    return result
+    return write_result(result, table(result), args.json)
 
 
 if __name__ == "__main__":

@@ -175,3 +175,32 @@ def test_micro_tiny(capsys) -> None:
     assert set(result) == {"log_prob", "optimiser", "matmul"}
     assert all(t > 0 for section in result.values() for t in section.values())
     assert "FusedClippedAdam" in capsys.readouterr().out
+
+
+def test_decode_speed_tiny(tmp_path, capsys) -> None:
+    """benchmarks/decode_speed.py times our side on a tiny synthetic checkpoint and scores its output."""
+    import gzip
+
+    from pyro_attention import cli
+
+    decode_speed = load_script("benchmarks", "decode_speed")
+    run = tmp_path / "run"
+    tiny = ["--train-size", "16", "--val-size", "8", "--batch-size", "8", "--embedding", "8", "--encoder", "8",
+            "--decoder", "16", "--attention", "8", "--quiet", "--epochs", "1", "--model", "marginal"]
+    assert cli.main(["train", "--out", str(run), *tiny]) == 0
+    tok = tmp_path / "data" / "multi30k" / "tok"
+    tok.mkdir(parents=True)
+    for lang, text in (("de", "a b c\nb c\n"), ("en", "x y\ny\n")):
+        with gzip.open(tok / f"test_2016_flickr.lc.norm.tok.{lang}.gz", "wt", encoding="utf-8") as f:
+            f.write(text)
+    args = decode_speed.parse_args(["--ours", f"m={run}:kmax", "--data-dir", str(tmp_path / "data"), "--work",
+                                    str(tmp_path / "work"), "--blocks", "1", "--beam", "2"])
+    result = decode_speed.main(args)
+    (only,) = result["runs"]
+    assert only["sentences"] == 2 and only["decode_s"] > 0 and only["rule"] == "kmax"
+    assert result["summary"]["m@1"]["sentences_per_s"] > 0
+    assert "| m | kmax | 1 |" in capsys.readouterr().out
+    assert json.loads(args.json.read_text())["beam"] == 2
+    with pytest.raises(SystemExit):
+        decode_speed.parse_args(["--ours", "no-equals-sign"])
+    assert decode_speed.peer_seconds("[x] Total translation time (s): 12.3\n") == 12.3
