@@ -98,7 +98,7 @@ def test_files(data_dir: Path, work: Path, limit: int | None) -> dict[str, Path]
 def bleu_tok_none(hyps: list[str], refs: list[str]) -> float:
     import sacrebleu
 
-    return round(sacrebleu.corpus_bleu(hyps, [refs], tokenize="none").score, 2)
+    return round(sacrebleu.corpus_bleu(hyps, [refs], tokenize="none", force=True).score, 2)
 
 
 def _measured(side: str, seconds: float, wall: float, hyps: list[str], refs: list[str], threads: int,
@@ -163,7 +163,9 @@ def run_peer(args: argparse.Namespace, model: Path, src: Path, refs: list[str], 
                str(out), "-beam_size", str(args.beam), "-batch_size", "64", "-batch_type", "sents", "-gpu", "-1",
                "-report_time"]
     start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, env=peer._env(threads))
+    # OpenNMT-py 3.5.1 pickles its options (argparse.Namespace): torch >= 2.6 loads it only with weights_only off
+    env = {**peer._env(threads), "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - start
     if done.returncode != 0:
         raise RuntimeError(f"onmt_translate failed (exit {done.returncode}):\n{done.stderr[-3000:]}")

@@ -303,3 +303,49 @@ def test_toolkit_batched_beam_equals_one_sentence_at_a_time(rule):
     kw = dict(beam_size=3, rule=rule, k=2, max_len=6)
     alone = translate(pair, batch.source, batch.source_mask, batch_size=1, **kw)
     assert translate(pair, batch.source, batch.source_mask, batch_size=4, **kw) == alone
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The exact marginal of the product-of-experts layer in decoding: source experts once per sentence, two products
+
+
+@pytest.mark.parametrize("toolkit", [False, True])
+def test_product_marginal_next_log_probs_equal_the_general_path(float64, toolkit):
+    """``_ProductMarginal`` gives the same ``log p(y_t | x, y_<t)`` as ``step_logits`` at every source value and a
+    logsumexp over them (padded sources, several hypotheses per sentence)."""
+    from pyro_attention.tasks.translation import decoding
+
+    net = (_toolkit_net(output="product") if toolkit else
+           Seq2Seq(12, 12, embedding_size=8, encoder_size=6, decoder_size=8, attention_size=6, output="product"))
+    net.double().eval()
+    batch = collate([([4, 5, 6, 7, 8], [5]), ([8, 9], [4]), ([10, 11, 4], [7])])
+    sentences = net.encode_source(batch.source, batch.source_mask)
+    fast = decoding._product_marginal(net, sentences, "marginal", 2)
+    assert fast is not None and decoding._product_marginal(net, sentences, "kmax", 2) is None
+    src = sentences.repeat_rows(2)
+    state, fed = net.initial_state(src)
+    pair = MarginalLikelihood(net)
+    y = torch.tensor([1, 1, 1, 1, 1, 1])
+    for _ in range(3):
+        h, a, state, fed = net.decoder_step(src, y, state, fed)
+        general = decoding._next_log_probs(pair, src, h, a, "marginal", 2)
+        assert torch.allclose(decoding._next_log_probs(pair, src, h, a, "marginal", 2, fast), general, atol=1e-10)
+        assert torch.allclose(general.logsumexp(-1), torch.zeros(6, dtype=torch.float64), atol=1e-10)
+        y = general.argmax(-1)
+    tanh = _toolkit_net()
+    assert tanh.source_experts(tanh.encode_source(batch.source, batch.source_mask).values) is None
+
+
+def test_product_marginal_beam_equals_the_general_path(monkeypatch):
+    """Beam search with the fast product marginal returns what the general path returns, batched or alone."""
+    net = _toolkit_net(output="product", seed=2)
+    pairs = [([4, 5, 6, 7, 8], [5]), ([8, 9], [4]), ([10, 11, 4], [7]), ([5], [6])]
+    batch = collate(pairs)
+    pair = MarginalLikelihood(net)
+    kw = dict(beam_size=3, rule="marginal", max_len=6)
+    fast = translate(pair, batch.source, batch.source_mask, batch_size=4, **kw)
+    assert translate(pair, batch.source, batch.source_mask, batch_size=1, **kw) == fast
+    assert greedy(pair, batch.source, batch.source_mask, rule="marginal", max_len=6) == translate(
+        pair, batch.source, batch.source_mask, batch_size=4, beam_size=1, rule="marginal", max_len=6)
+    monkeypatch.setattr(Seq2Seq, "source_experts", lambda self, values: None)
+    assert translate(pair, batch.source, batch.source_mask, batch_size=4, **kw) == fast

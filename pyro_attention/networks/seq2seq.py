@@ -278,6 +278,18 @@ class Seq2Seq(HeadNetwork):
         ``(..., N, D)`` (or ``(N, K, D)``: ``K`` contexts per row) (decoding)."""
         return self.head.logits(self.head.query(h), context)
 
+    def source_experts(self, values: Tensor) -> Tensor | None:
+        """Where the output layer is a product of experts (``step_logits(h, x_s) = query_experts(h) + v_s``): the
+        source values' part ``v`` ``(B, S, V)`` for ``values`` ``(B, S, D)``, computed once per sentence when
+        decoding; else ``None``."""
+        experts = self.head.experts(None, values)
+        return None if experts is None else experts.v
+
+    def query_experts(self, h: Tensor) -> Tensor:
+        """The decoder states' part ``u`` ``(N, V)`` of a product-of-experts output layer for ``h`` ``(N, H)``
+        (``(N, 1)`` zeros for the lexical expert); meaningful where :meth:`source_experts` is not ``None``."""
+        return self.head.query(h)
+
     @staticmethod
     def reorder_state(state: list[tuple[Tensor, Tensor]], rows: Tensor) -> list[tuple[Tensor, Tensor]]:
         """The decoder LSTM states of rows ``rows`` ``(N',)`` (beam search: the hypotheses that continue)."""

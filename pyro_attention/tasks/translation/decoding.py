@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from pyro_attention.data.translation import BOS, EOS, TranslationBatch
+from pyro_attention.distributions.kernels import product_log_normalizer
 from pyro_attention.networks.base import Encoded, mask_scores
 from pyro_attention.pair import DECODE_RULES, AlignmentPair, kmax_mixture
 
@@ -83,6 +84,17 @@ class IncrementalDecoder(Protocol):
         """The state of rows ``rows`` ``(N',)`` long (beam search: the hypotheses that continue)."""
         ...
 
+    def source_experts(self, values: Tensor) -> Tensor | None:
+        """Where the output logits split as ``step_logits(h, x_s) = query_experts(h) + v_s`` (a product of experts):
+        ``v`` ``(B, S, V)`` for source values ``(B, S, D)``; else ``None`` (then the exact marginal is computed
+        from ``step_logits`` at every source value)."""
+        ...
+
+    def query_experts(self, h: Tensor) -> Tensor:
+        """``u`` ``(N, V)`` (or broadcastable to it) for states ``h`` ``(N, H)``, where :meth:`source_experts` is
+        not ``None``."""
+        ...
+
 
 def _check_source(net: Any, source: Tensor, source_mask: Tensor) -> None:
     """The checks of :meth:`TranslationBatch.validate` on the source side (shapes, dtypes, ids, padding)."""
@@ -92,7 +104,47 @@ def _check_source(net: Any, source: Tensor, source_mask: Tensor) -> None:
     TranslationBatch(source, source_mask, bos, eos, one).validate(getattr(net, "source_vocab", None))
 
 
-def _next_log_probs(pair: AlignmentPair, src: Any, h: Tensor, scores: Tensor, rule: str, k: int) -> Tensor:
+class _ProductMarginal:
+    r"""The exact marginal of a product-of-experts output layer, ``p(y | s) \propto \exp(u[y] + v_s[y])``, for
+    ``R`` rows (hypotheses) of each of ``B`` sentences, from the sentences' source experts ``v`` ``(B, S, V)``
+    computed once.  With :math:`n_s = \max_y v_s[y]`, :math:`E_s = e^{v_s - n_s}` (kept) and the normalisers
+    :math:`Z_s` (:func:`~pyro_attention.distributions.kernels.product_log_normalizer`),
+
+    .. math::
+
+        \log \sum_s p(s)\, p(y \mid s) = u[y] + M + \log \sum_s e^{w_s - M} E_s[y],
+        \qquad w_s = \log p(s) + n_s - Z_s,\; M = \max_s w_s,
+
+    two ``(R x V)(V x S)`` / ``(R x S)(S x V)`` products per sentence and step instead of ``R S V`` exponentials
+    twice and ``v`` recomputed for every row.  Exact, except that a token whose mixture underflows (every
+    alignment gives it less than ``1e-38`` of its mass relative to the best token of that alignment) gets the
+    floor value instead of a lower one; such a token is never among the best continuations.
+    """
+
+    def __init__(self, v: Tensor, rows: int) -> None:
+        self.v, self.rows = v, rows
+        n = v.amax(-1, keepdim=True)  # (B, S, 1)
+        self.n, self.E = n.transpose(1, 2), (v - n).exp()  # (B, 1, S), (B, S, V)
+
+    def __call__(self, u: Tensor, log_prior: Tensor) -> Tensor:
+        """``u`` ``(N, V)`` or ``(N, 1)`` (zeros), ``log_prior`` ``(N, S)`` -> ``log p(y_t | x, y_<t)`` ``(N, V)``."""
+        B, S, V = self.v.shape
+        u = u.expand(u.shape[0], V).reshape(B, self.rows, V)
+        w = log_prior.view(B, self.rows, S) + self.n - product_log_normalizer(u, self.v)  # (B, R, S)
+        M = w.amax(-1, keepdim=True)
+        mix = torch.bmm((w - M).exp(), self.E)  # (B, R, V)
+        return (u + M + mix.clamp_min(torch.finfo(mix.dtype).tiny).log()).view(-1, V)
+
+
+def _product_marginal(net: IncrementalDecoder, src: SourceMemory, rule: str, rows: int) -> _ProductMarginal | None:
+    """The fast exact marginal for ``rows`` hypotheses per sentence of ``src`` (one row each), where it applies."""
+    v = net.source_experts(src.values) if rule == "marginal" else None
+    return None if v is None else _ProductMarginal(v, rows)
+
+
+def _next_log_probs(
+    pair: AlignmentPair, src: Any, h: Tensor, scores: Tensor, rule: str, k: int, product: _ProductMarginal | None = None
+) -> Tensor:
     """``log p(y_t | x, y_<t)`` over the vocabulary, ``(N, V)``."""
     net: IncrementalDecoder = pair.network
     if rule == "soft":  # the pair's soft context (structured pairs: their own) for this one step
@@ -101,6 +153,8 @@ def _next_log_probs(pair: AlignmentPair, src: Any, h: Tensor, scores: Tensor, ru
         step = Encoded(src.values, src.source_mask, target, torch.ones_like(target, dtype=torch.bool), scores[:, None])
         return net.step_logits(h, pair.soft_context(step).squeeze(1)).log_softmax(-1)
     log_prior = mask_scores(scores.unsqueeze(1), src.source_mask).squeeze(1).log_softmax(-1)  # (N, S)
+    if product is not None:
+        return product(net.query_experts(h), log_prior)
     if rule == "kmax":
 
         def log_probs(index: Tensor) -> Tensor:  # (N, K) -> (N, K, V)
@@ -180,7 +234,9 @@ def _beam(
     dead rows (a hypothesis that finished, or a sentence that stopped) have score ``-inf``."""
     net: IncrementalDecoder = pair.network
     B = source.shape[0]
-    src = net.encode_source(source, mask).repeat_rows(beam)
+    sentences = net.encode_source(source, mask)
+    product = _product_marginal(net, sentences, rule, beam)
+    src = sentences.repeat_rows(beam)
     state, fed = net.initial_state(src)
     tokens = torch.full((B * beam, 1), BOS, dtype=torch.long, device=source.device)
     scores = torch.full((B, beam), float("-inf"), device=source.device)
@@ -189,7 +245,7 @@ def _beam(
     done = [False] * B
     for step in range(max(limits)):
         h, a, state, fed = net.decoder_step(src, tokens[:, -1], state, fed)
-        log_probs = _next_log_probs(pair, src, h, a, rule, k)  # (B * beam, V)
+        log_probs = _next_log_probs(pair, src, h, a, rule, k, product)  # (B * beam, V)
         V = log_probs.shape[-1]
         total = (scores.unsqueeze(-1) + log_probs.view(B, beam, V)).view(B, beam * V)
         top, flat = total.topk(min(beam, beam * V), dim=-1)  # (B, beam)
@@ -240,13 +296,14 @@ def greedy(
     net.eval()
     try:
         src = net.encode_source(source, source_mask)
+        product = _product_marginal(net, src, rule, 1)
         state, fed = net.initial_state(src)
         y = torch.full((source.shape[0],), BOS, dtype=torch.long)
         out = [[] for _ in range(source.shape[0])]
         done = torch.zeros(source.shape[0], dtype=torch.bool)
         for _ in range(max_len):
             h, a, state, fed = net.decoder_step(src, y, state, fed)
-            y = _next_log_probs(pair, src, h, a, rule, k).argmax(-1)
+            y = _next_log_probs(pair, src, h, a, rule, k, product).argmax(-1)
             for i in (~done).nonzero().flatten().tolist():
                 if int(y[i]) == EOS:
                     done[i] = True
