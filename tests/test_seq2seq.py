@@ -321,7 +321,7 @@ def test_product_marginal_next_log_probs_equal_the_general_path(float64, toolkit
     batch = collate([([4, 5, 6, 7, 8], [5]), ([8, 9], [4]), ([10, 11, 4], [7])])
     sentences = net.encode_source(batch.source, batch.source_mask)
     fast = decoding._product_marginal(net, sentences, "marginal", 2)
-    assert fast is not None and decoding._product_marginal(net, sentences, "kmax", 2) is None
+    assert fast is not None and decoding._product_marginal(net, sentences, "soft", 2) is None
     src = sentences.repeat_rows(2)
     state, fed = net.initial_state(src)
     pair = MarginalLikelihood(net)
@@ -330,6 +330,8 @@ def test_product_marginal_next_log_probs_equal_the_general_path(float64, toolkit
         h, a, state, fed = net.decoder_step(src, y, state, fed)
         general = decoding._next_log_probs(pair, src, h, a, "marginal", 2)
         assert torch.allclose(decoding._next_log_probs(pair, src, h, a, "marginal", 2, fast), general, atol=1e-10)
+        kmax = decoding._next_log_probs(pair, src, h, a, "kmax", 2)
+        assert torch.allclose(decoding._next_log_probs(pair, src, h, a, "kmax", 2, fast), kmax, atol=1e-10)
         assert torch.allclose(general.logsumexp(-1), torch.zeros(6, dtype=torch.float64), atol=1e-10)
         y = general.argmax(-1)
     tanh = _toolkit_net()
@@ -337,15 +339,20 @@ def test_product_marginal_next_log_probs_equal_the_general_path(float64, toolkit
 
 
 def test_product_marginal_beam_equals_the_general_path(monkeypatch):
-    """Beam search with the fast product marginal returns what the general path returns, batched or alone."""
+    """Beam search with the cached source experts (exact marginal, K-max) returns what the general path returns,
+    batched or alone."""
     net = _toolkit_net(output="product", seed=2)
     pairs = [([4, 5, 6, 7, 8], [5]), ([8, 9], [4]), ([10, 11, 4], [7]), ([5], [6])]
     batch = collate(pairs)
     pair = MarginalLikelihood(net)
-    kw = dict(beam_size=3, rule="marginal", max_len=6)
-    fast = translate(pair, batch.source, batch.source_mask, batch_size=4, **kw)
-    assert translate(pair, batch.source, batch.source_mask, batch_size=1, **kw) == fast
-    assert greedy(pair, batch.source, batch.source_mask, rule="marginal", max_len=6) == translate(
-        pair, batch.source, batch.source_mask, batch_size=4, beam_size=1, rule="marginal", max_len=6)
+    fast = {}
+    for rule in ("marginal", "kmax"):
+        kw = dict(beam_size=3, rule=rule, k=2, max_len=6)
+        fast[rule] = translate(pair, batch.source, batch.source_mask, batch_size=4, **kw)
+        assert translate(pair, batch.source, batch.source_mask, batch_size=1, **kw) == fast[rule]
+        assert greedy(pair, batch.source, batch.source_mask, rule=rule, k=2, max_len=6) == translate(
+            pair, batch.source, batch.source_mask, batch_size=4, beam_size=1, rule=rule, k=2, max_len=6)
     monkeypatch.setattr(Seq2Seq, "source_experts", lambda self, values: None)
-    assert translate(pair, batch.source, batch.source_mask, batch_size=4, **kw) == fast
+    for rule in ("marginal", "kmax"):
+        kw = dict(beam_size=3, rule=rule, k=2, max_len=6)
+        assert translate(pair, batch.source, batch.source_mask, batch_size=4, **kw) == fast[rule]

@@ -105,10 +105,11 @@ def _check_source(net: Any, source: Tensor, source_mask: Tensor) -> None:
 
 
 class _ProductMarginal:
-    r"""The exact marginal of a product-of-experts output layer, ``p(y | s) \propto \exp(u[y] + v_s[y])``, for
-    ``R`` rows (hypotheses) of each of ``B`` sentences, from the sentences' source experts ``v`` ``(B, S, V)``
-    computed once.  With :math:`n_s = \max_y v_s[y]`, :math:`E_s = e^{v_s - n_s}` (kept) and the normalisers
-    :math:`Z_s` (:func:`~pyro_attention.distributions.kernels.product_log_normalizer`),
+    r"""The exact marginal (and the K-max terms) of a product-of-experts output layer,
+    ``p(y | s) \propto \exp(u[y] + v_s[y])``, for ``R`` rows (hypotheses) of each of ``B`` sentences, from the
+    sentences' source experts ``v`` ``(B, S, V)`` computed once.  With :math:`n_s = \max_y v_s[y]`,
+    :math:`E_s = e^{v_s - n_s}` (kept) and the normalisers :math:`Z_s`
+    (:func:`~pyro_attention.distributions.kernels.product_log_normalizer`),
 
     .. math::
 
@@ -118,13 +119,19 @@ class _ProductMarginal:
     two ``(R x V)(V x S)`` / ``(R x S)(S x V)`` products per sentence and step instead of ``R S V`` exponentials
     twice and ``v`` recomputed for every row.  Exact, except that a token whose mixture underflows (every
     alignment gives it less than ``1e-38`` of its mass relative to the best token of that alignment) gets the
-    floor value instead of a lower one; such a token is never among the best continuations.
+    floor value instead of a lower one; such a token is never among the best continuations.  K-max reads
+    ``u + v_s`` at its ``K`` alignments from the kept ``v`` (:meth:`logits_at`).
     """
 
     def __init__(self, v: Tensor, rows: int) -> None:
         self.v, self.rows = v, rows
         n = v.amax(-1, keepdim=True)  # (B, S, 1)
         self.n, self.E = n.transpose(1, 2), (v - n).exp()  # (B, 1, S), (B, S, V)
+
+    def logits_at(self, u: Tensor, index: Tensor) -> Tensor:
+        """``u + v_s`` at the source positions ``index`` ``(N, K)`` of each row: ``(N, K, V)`` (K-max)."""
+        sentence = torch.arange(self.v.shape[0], device=index.device).repeat_interleave(self.rows).unsqueeze(1)
+        return u.unsqueeze(1) + self.v[sentence, index]
 
     def __call__(self, u: Tensor, log_prior: Tensor) -> Tensor:
         """``u`` ``(N, V)`` or ``(N, 1)`` (zeros), ``log_prior`` ``(N, S)`` -> ``log p(y_t | x, y_<t)`` ``(N, V)``."""
@@ -137,8 +144,9 @@ class _ProductMarginal:
 
 
 def _product_marginal(net: IncrementalDecoder, src: SourceMemory, rule: str, rows: int) -> _ProductMarginal | None:
-    """The fast exact marginal for ``rows`` hypotheses per sentence of ``src`` (one row each), where it applies."""
-    v = net.source_experts(src.values) if rule == "marginal" else None
+    """The source experts of ``src`` (one row per sentence) for ``rows`` hypotheses each, where the output layer is a
+    product of experts and the rule sums over alignments (``"marginal"``, ``"kmax"``)."""
+    v = net.source_experts(src.values) if rule in ("marginal", "kmax") else None
     return None if v is None else _ProductMarginal(v, rows)
 
 
@@ -153,15 +161,18 @@ def _next_log_probs(
         step = Encoded(src.values, src.source_mask, target, torch.ones_like(target, dtype=torch.bool), scores[:, None])
         return net.step_logits(h, pair.soft_context(step).squeeze(1)).log_softmax(-1)
     log_prior = mask_scores(scores.unsqueeze(1), src.source_mask).squeeze(1).log_softmax(-1)  # (N, S)
-    if product is not None:
-        return product(net.query_experts(h), log_prior)
+    u = None if product is None else net.query_experts(h)
     if rule == "kmax":
 
         def log_probs(index: Tensor) -> Tensor:  # (N, K) -> (N, K, V)
+            if u is not None:
+                return product.logits_at(u, index).log_softmax(-1)
             values = src.values.gather(1, index.unsqueeze(-1).expand(-1, -1, src.values.shape[-1]))  # (N, K, D)
             return net.step_logits(h.unsqueeze(1), values).log_softmax(-1)
 
         return kmax_mixture(log_prior, k, log_probs, renormalise=True)
+    if u is not None:
+        return product(u, log_prior)
     per_alignment = net.step_logits(h.unsqueeze(1), src.values).log_softmax(-1)  # (N, S, V)
     return (log_prior.unsqueeze(-1) + per_alignment).logsumexp(1)
 
