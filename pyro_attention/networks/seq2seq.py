@@ -61,6 +61,11 @@ class SourceEncoding:
         return SourceEncoding(*(None if t is None else t.repeat_interleave(n, dim=0) for t in
                                 (self.values, self.keys, self.source_mask, self.final_h, self.final_c)))
 
+    def select_rows(self, rows: Tensor) -> SourceEncoding:
+        """Rows ``rows`` ``(N',)`` long of the encoding (beam search: drop the sentences that are done)."""
+        return SourceEncoding(*(None if t is None else t[rows] for t in
+                                (self.values, self.keys, self.source_mask, self.final_h, self.final_c)))
+
 
 class Seq2Seq(HeadNetwork):
     """Attentional LSTM encoder-decoder for translation.

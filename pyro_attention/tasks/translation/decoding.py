@@ -47,6 +47,10 @@ class SourceMemory(Protocol):
         """Every row repeated ``n`` times (row ``b * n + j``), for ``n`` hypotheses per sentence."""
         ...
 
+    def select_rows(self, rows: Tensor) -> SourceMemory:
+        """Rows ``rows`` ``(N',)`` long (beam search drops the rows of sentences that are done)."""
+        ...
+
 
 @runtime_checkable
 class IncrementalDecoder(Protocol):
@@ -127,6 +131,12 @@ class _ProductMarginal:
         self.v, self.rows = v, rows
         n = v.amax(-1, keepdim=True)  # (B, S, 1)
         self.n, self.E = n.transpose(1, 2), (v - n).exp()  # (B, 1, S), (B, S, V)
+
+    def select(self, sentences: Tensor) -> _ProductMarginal:
+        """The cache of sentences ``sentences`` ``(B',)`` long only (beam search drops those that are done)."""
+        new = _ProductMarginal.__new__(_ProductMarginal)
+        new.v, new.rows, new.n, new.E = self.v[sentences], self.rows, self.n[sentences], self.E[sentences]
+        return new
 
     def logits_at(self, u: Tensor, index: Tensor) -> Tensor:
         """``u + v_s`` at the source positions ``index`` ``(N, K)`` of each row: ``(N, K, V)`` (K-max)."""
@@ -241,56 +251,72 @@ def _penalty(length: int, alpha: float) -> float:
 def _beam(
     pair: AlignmentPair, source: Tensor, mask: Tensor, beam: int, rule: str, k: int, limits: list[int], alpha: float
 ) -> list[list[int]]:
-    """Beam search for ``B`` sentences at once: row ``b * beam + j`` holds hypothesis ``j`` of sentence ``b``;
-    dead rows (a hypothesis that finished, or a sentence that stopped) have score ``-inf``."""
+    """Beam search for ``B`` sentences at once: row ``i * beam + j`` holds hypothesis ``j`` of ``live[i]``, the
+    ``i``-th sentence still searching; dead rows (a hypothesis that finished) have score ``-inf``, and the rows of
+    a sentence that is done leave the batch (the decoder runs on the sentences still searching only)."""
     net: IncrementalDecoder = pair.network
-    B = source.shape[0]
+    B, device = source.shape[0], source.device
     sentences = net.encode_source(source, mask)
     product = _product_marginal(net, sentences, rule, beam)
     src = sentences.repeat_rows(beam)
     state, fed = net.initial_state(src)
-    tokens = torch.full((B * beam, 1), BOS, dtype=torch.long, device=source.device)
-    scores = torch.full((B, beam), float("-inf"), device=source.device)
+    tokens = torch.full((B * beam, 1), BOS, dtype=torch.long, device=device)
+    scores = torch.full((B, beam), float("-inf"), device=device)
     scores[:, 0] = 0.0  # one live hypothesis, <s>, per sentence
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(B)]
-    done = [False] * B
+    live = list(range(B))
     for step in range(max(limits)):
         h, a, state, fed = net.decoder_step(src, tokens[:, -1], state, fed)
-        log_probs = _next_log_probs(pair, src, h, a, rule, k, product)  # (B * beam, V)
-        V = log_probs.shape[-1]
-        total = (scores.unsqueeze(-1) + log_probs.view(B, beam, V)).view(B, beam * V)
-        top, flat = total.topk(min(beam, beam * V), dim=-1)  # (B, beam)
-        new_scores = torch.full((B, beam), float("-inf"), device=source.device)
-        new_rows = torch.arange(B * beam, device=source.device).view(B, beam) // beam * beam  # filler: row 0
-        new_words = torch.full((B, beam), EOS, dtype=torch.long, device=source.device)
-        for b, (tops, flats) in enumerate(zip(top.tolist(), flat.tolist(), strict=True)):
-            if done[b]:
-                continue
-            keep = []
-            for score, index in zip(tops, flats, strict=True):
-                if score == float("-inf"):  # fewer live continuations than the beam (tiny vocabularies)
-                    break
-                row, word = b * beam + index // V, index % V
-                if word == EOS or step == limits[b] - 1:
-                    hyp = tokens[row, 1:].tolist() + ([] if word == EOS else [word])
-                    finished[b].append((score / _penalty(len(hyp) + 1, alpha), hyp))
-                else:
-                    keep.append((score, row, word))
-            # the best finished hypothesis can no longer be beaten when no penalty rewards length
-            beaten = bool(finished[b]) and alpha == 0 and bool(keep) and max(f[0] for f in finished[b]) >= keep[0][0]
-            if len(finished[b]) >= beam or not keep or beaten:
-                done[b] = True
-                continue
-            for j, (score, row, word) in enumerate(keep):
-                new_scores[b, j], new_rows[b, j], new_words[b, j] = score, row, word
-        if all(done):
+        log_probs = _next_log_probs(pair, src, h, a, rule, k, product)  # (L * beam, V)
+        L, V = len(live), log_probs.shape[-1]
+        total = (scores.unsqueeze(-1) + log_probs.view(L, beam, V)).view(L, beam * V)
+        top, flat = total.topk(min(beam, beam * V), dim=-1)  # (L, beam)
+        new_scores = torch.full((L, beam), float("-inf"), device=device)
+        new_rows = torch.arange(L * beam, device=device).view(L, beam) // beam * beam  # filler: the first row
+        new_words = torch.full((L, beam), EOS, dtype=torch.long, device=device)
+        going = []
+        for i, (tops, flats) in enumerate(zip(top.tolist(), flat.tolist(), strict=True)):
+            b = live[i]
+            keep = _continue(tops, flats, i * beam, V, step == limits[b] - 1, alpha, tokens, finished[b], beam)
+            if keep is not None:
+                going.append(i)
+                for j, (score, row, word) in enumerate(keep):
+                    new_scores[i, j], new_rows[i, j], new_words[i, j] = score, row, word
+        if not going:
             break
-        rows = new_rows.flatten()
-        scores = new_scores
-        tokens = torch.cat([tokens[rows], new_words.view(-1, 1)], dim=1)
+        rows = new_rows[going].flatten()  # the continuing hypotheses of the sentences still searching
+        scores = new_scores[going]
+        tokens = torch.cat([tokens[rows], new_words[going].view(-1, 1)], dim=1)
         state = net.reorder_state(state, rows)
         fed = fed[rows]
+        if len(going) < L:  # drop the rows of the sentences that are done
+            kept = torch.tensor(going, device=device)
+            src = src.select_rows((kept.unsqueeze(1) * beam + torch.arange(beam, device=device)).flatten())
+            product = None if product is None else product.select(kept)
+            live = [live[i] for i in going]
     return [max(f, key=lambda item: item[0])[1] for f in finished]
+
+
+def _continue(
+    tops: list[float], flats: list[int], first_row: int, V: int, last: bool, alpha: float, tokens: Tensor,
+    finished: list[tuple[float, list[int]]], beam: int
+) -> list[tuple[float, int, int]] | None:
+    """One sentence's step: its best ``beam`` candidates (``tops`` scores, ``flats`` indices into its ``beam x V``
+    continuations, rows from ``first_row``); those ending in ``</s>`` (or at its last step) join ``finished``.
+    Returns the ``(score, row, word)`` that go on, or ``None`` when the sentence is done: ``beam`` finished
+    hypotheses, no live one, or -- without a length penalty -- a finished one no live one can beat."""
+    keep = []
+    for score, index in zip(tops, flats, strict=True):
+        if score == float("-inf"):  # fewer live continuations than the beam (tiny vocabularies)
+            break
+        row, word = first_row + index // V, index % V
+        if word == EOS or last:
+            hyp = tokens[row, 1:].tolist() + ([] if word == EOS else [word])
+            finished.append((score / _penalty(len(hyp) + 1, alpha), hyp))
+        else:
+            keep.append((score, row, word))
+    beaten = bool(finished) and alpha == 0 and bool(keep) and max(f[0] for f in finished) >= keep[0][0]
+    return None if len(finished) >= beam or not keep or beaten else keep
 
 
 @torch.no_grad()
