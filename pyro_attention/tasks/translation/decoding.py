@@ -122,9 +122,9 @@ class _ProductMarginal:
 
     two ``(R x V)(V x S)`` / ``(R x S)(S x V)`` products per sentence and step instead of ``R S V`` exponentials
     twice and ``v`` recomputed for every row.  Exact, except that a token whose mixture underflows (every
-    alignment gives it less than ``1e-38`` of its mass relative to the best token of that alignment) gets the
-    floor value instead of a lower one; such a token is never among the best continuations.  K-max reads
-    ``u + v_s`` at its ``K`` alignments from the kept ``v`` (:meth:`logits_at`).
+    alignment gives it less than the dtype's smallest normal number, ``1.2e-38`` in float32, relative to the best
+    token of that alignment) gets the floor value instead of a lower one; such a token is never among the best
+    continuations.  K-max reads ``u + v_s`` at its ``K`` alignments from the kept ``v`` (:meth:`logits_at`).
     """
 
     def __init__(self, v: Tensor, rows: int) -> None:
