@@ -127,7 +127,7 @@ def observed_log_softmax(
     return _ObservedLogSoftmax.apply(hidden, weight, bias, target.contiguous(), rows, keep_bytes)
 
 
-def product_log_normalizer(u: Tensor, v: Tensor) -> Tensor:
+def product_log_normalizer(u: Tensor, v: Tensor, shifted_v: tuple[Tensor, Tensor] | None = None) -> Tensor:
     r"""``log sum_y exp(u[b, t, y] + v[b, s, y])`` for every ``(b, t, s)``, ``(B, T, S)``: the normalisers of a
     product of experts ``p(y | t, s) \propto exp(u_t[y] + v_s[y])``.
 
@@ -147,13 +147,18 @@ def product_log_normalizer(u: Tensor, v: Tensor) -> Tensor:
 
     :param u: ``(B, T, V)``.
     :param v: ``(B, S, V)``.
+    :param shifted_v: ``(n, exp(v - n))`` with ``n = v.amax(-1, keepdim=True)``, when the caller keeps them for
+        many ``u`` (decoding: one ``v`` per sentence, a new ``u`` every step); computed here otherwise.
     """
     if u.dim() != 3 or v.dim() != 3 or u.shape[0] != v.shape[0] or u.shape[-1] != v.shape[-1]:
         raise ValueError(f"product_log_normalizer: expected u (B, T, V) and v (B, S, V), got {tuple(u.shape)} "
                          f"and {tuple(v.shape)}")
     m = u.detach().amax(-1, keepdim=True)  # (B, T, 1)
-    n = v.detach().amax(-1, keepdim=True)  # (B, S, 1)
-    prod = torch.bmm((u - m).exp(), (v - n).exp().transpose(1, 2))  # (B, T, S), each entry in (0, V]
+    if shifted_v is None:
+        n = v.detach().amax(-1, keepdim=True)  # (B, S, 1)
+        shifted_v = n, (v - n).exp()
+    n, exp_v = shifted_v
+    prod = torch.bmm((u - m).exp(), exp_v.transpose(1, 2))  # (B, T, S), each entry in (0, V]
     info = torch.finfo(prod.dtype)
     floor = u.shape[-1] * info.tiny / info.eps
     ok = prod >= floor

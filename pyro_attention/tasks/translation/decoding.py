@@ -127,16 +127,16 @@ class _ProductMarginal:
     continuations.  K-max reads ``u + v_s`` at its ``K`` alignments from the kept ``v`` (:meth:`logits_at`).
     """
 
-    def __init__(self, v: Tensor, rows: int) -> None:
+    def __init__(self, v: Tensor, rows: int, shifted: tuple[Tensor, Tensor] | None = None) -> None:
         self.v, self.rows = v, rows
-        n = v.amax(-1, keepdim=True)  # (B, S, 1)
-        self.n, self.E = n.transpose(1, 2), (v - n).exp()  # (B, 1, S), (B, S, V)
+        if shifted is None:
+            n = v.amax(-1, keepdim=True)  # (B, S, 1)
+            shifted = n, (v - n).exp()
+        self.n, self.E = shifted  # (B, S, 1), (B, S, V)
 
     def select(self, sentences: Tensor) -> _ProductMarginal:
         """The cache of sentences ``sentences`` ``(B',)`` long only (beam search drops those that are done)."""
-        new = _ProductMarginal.__new__(_ProductMarginal)
-        new.v, new.rows, new.n, new.E = self.v[sentences], self.rows, self.n[sentences], self.E[sentences]
-        return new
+        return _ProductMarginal(self.v[sentences], self.rows, (self.n[sentences], self.E[sentences]))
 
     def logits_at(self, u: Tensor, index: Tensor) -> Tensor:
         """``u + v_s`` at the source positions ``index`` ``(N, K)`` of each row: ``(N, K, V)`` (K-max)."""
@@ -147,7 +147,8 @@ class _ProductMarginal:
         """``u`` ``(N, V)`` or ``(N, 1)`` (zeros), ``log_prior`` ``(N, S)`` -> ``log p(y_t | x, y_<t)`` ``(N, V)``."""
         B, S, V = self.v.shape
         u = u.expand(u.shape[0], V).reshape(B, self.rows, V)
-        w = log_prior.view(B, self.rows, S) + self.n - product_log_normalizer(u, self.v)  # (B, R, S)
+        Z = product_log_normalizer(u, self.v, (self.n, self.E))  # (B, R, S)
+        w = log_prior.view(B, self.rows, S) + self.n.transpose(1, 2) - Z
         M = w.amax(-1, keepdim=True)
         mix = torch.bmm((w - M).exp(), self.E)  # (B, R, V)
         return (u + M + mix.clamp_min(torch.finfo(mix.dtype).tiny).log()).view(-1, V)
