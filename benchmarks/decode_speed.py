@@ -79,18 +79,10 @@ def peer_seconds(log: str) -> float:
 
 def test_files(data_dir: Path, work: Path, limit: int | None) -> dict[str, Path]:
     """The first ``limit`` lines of ``test_2016_flickr`` (de, en), whitespace runs collapsed, in ``work/data``."""
-    import gzip
-
-    out = work / "data"
-    out.mkdir(parents=True, exist_ok=True)
     paths = {}
-    for lang in ("de", "en"):
-        source = data_dir / "multi30k" / "tok" / f"{TEST}.lc.norm.tok.{lang}.gz"
-        if not source.is_file():
-            raise FileNotFoundError(f"{source}: no such file (--data-dir must hold multi30k/tok/)")
-        with gzip.open(source, "rt", encoding="utf-8") as f:
-            lines = [" ".join(line.split()) for line in f][:limit]
-        paths[lang] = out / f"{TEST}.{len(lines)}.{lang}"
+    for lang, full in ((k.rsplit(".", 1)[1], v) for k, v in peer.prepare_data(data_dir, work, (TEST,)).items()):
+        lines = full.read_text(encoding="utf-8").splitlines()[:limit]
+        paths[lang] = full.with_name(f"{TEST}.{len(lines)}.{lang}")
         paths[lang].write_text("\n".join(lines) + "\n", encoding="utf-8")
     return paths
 

@@ -327,12 +327,13 @@ def ensure_peer_venv(venv: Path, log: Path | None = None) -> dict[str, str]:
     return found
 
 
-def prepare_data(data_dir: Path, work: Path) -> dict[str, Path]:
-    """Gunzip Multi30k's tokenised train / val into ``work/data/{split}.{lang}`` with whitespace runs collapsed."""
+def prepare_data(data_dir: Path, work: Path, splits: tuple[str, ...] = SPLITS) -> dict[str, Path]:
+    """Gunzip Multi30k's tokenised ``splits`` (default train / val) into ``work/data/{split}.{lang}`` with
+    whitespace runs collapsed."""
     out_dir = work / "data"
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {}
-    for split in SPLITS:
+    for split in splits:
         for lang in LANGS:
             source = data_dir / "multi30k" / "tok" / f"{split}.lc.norm.tok.{lang}.gz"
             if not source.is_file():
