@@ -75,6 +75,7 @@ def fit(
     num_epochs: int = 1,
     batch_size: int = 32,
     lr: float = 1e-3,
+    param_lr: dict[str, float] | None = None,
     clip_norm: float = 5.0,
     warmup_steps: int = 0,
     seed: int = 0,
@@ -86,6 +87,9 @@ def fit(
 
     :param train: a dataset with ``batches(batch_size, shuffle, generator)`` or an iterable of batches.
     :param val: optional validation data; its mean per-token NLL is computed after every epoch.
+    :param param_lr: learning rates by parameter name prefix, the network's own names (``{"lexical.": 0.1}``: every
+        parameter under the submodule ``lexical``); the longest matching prefix wins, the others get ``lr``.
+        Passed to Pyro's optimiser as its per-parameter ``optim_args`` function.
     :param clip_norm: per-parameter gradient norm clipping of :class:`pyro.optim.ClippedAdam`.
     :param warmup_steps: steps with ``pair.warmup_guide`` first (pairs that define one).
     :param num_samples: importance samples for validation of pairs without an exact likelihood.
@@ -99,6 +103,7 @@ def fit(
         )
     try:
         lr = check_lr(lr)
+        rates = {prefix: check_lr(rate, f"param_lr[{prefix!r}]") for prefix, rate in (param_lr or {}).items()}
     except ValueError as e:
         raise ValueError(f"fit: {e}") from None
     if warmup_steps and not pair.has_warmup:
@@ -106,7 +111,7 @@ def fit(
     pyro.clear_param_store()
     pyro.set_rng_seed(seed)
     generator = torch.Generator().manual_seed(seed)
-    optim = FusedClippedAdam({"lr": lr, "clip_norm": clip_norm})
+    optim = FusedClippedAdam(_optim_args(lr, rates, clip_norm))
     elbo = pair.elbo()
     step = SVIStep(
         DataParallelSVI(pair.model, pair.guide, optim, elbo, distributed=False),
@@ -132,6 +137,18 @@ def fit(
     trainer = Trainer(step, lambda _: _batches(train, batch_size, generator), num_epochs, callbacks).fit()
     result.seconds = trainer.elapsed
     return result
+
+
+def _optim_args(lr: float, rates: dict[str, float], clip_norm: float) -> Any:
+    """Pyro's ``optim_args``: one dict, or with per-prefix rates a function ``(module_name, param_name) -> dict``."""
+    if not rates:
+        return {"lr": lr, "clip_norm": clip_norm}
+
+    def args(module_name: str, param_name: str) -> dict[str, float]:
+        matches = [prefix for prefix in rates if param_name.startswith(prefix)]
+        return {"lr": rates[max(matches, key=len)] if matches else lr, "clip_norm": clip_norm}
+
+    return args
 
 
 class _Record(Callback):

@@ -12,7 +12,6 @@ from pyro_attention.tasks.align.corpus import _lower, _read_side
 from pyro_attention.tasks.align.networks import (
     _SEQ2SEQ_KEYS,
     _Bitext,
-    _distortion,
     _ibm1,
     _ibm1_rank,
     _training_text,

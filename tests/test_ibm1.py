@@ -178,6 +178,58 @@ def test_align_ibm1_from_the_command_line_writes_json_rows(tmp_path, capsys):
         assert r["train_pairs"] == 4 and 0 <= r["aer"] <= 100
 
 
+def test_distortion_aligner_starts_from_ibm1_and_trains_the_table_at_its_own_rate(tmp_path, monkeypatch):
+    """network distortion: IBM Model 1 first (its recipe), then the distortion model holding that very IBM1 as its
+    lexical model, the table at --table-lr and the prior at --lr (Pyro's per-parameter optim_args)."""
+    from pyro_attention.tasks.align import networks as align_networks
+
+    calls = []
+    real = align_networks._fit_lexical
+
+    def spy(network, data, epochs, batch_size, lr, seed, log, label, param_lr=None):
+        calls.append((type(network).__name__, epochs, batch_size, lr, param_lr))
+        if isinstance(network, DistortionNetwork):
+            assert network.lexical is calls_ibm1[0]  # the trained IBM1 itself, not a copy
+            table = network.lexical.src_embed.weight.detach().clone()
+            assert table.abs().sum() > 0  # IBM1 moved it from the uniform start
+        pair = real(network, data, epochs, batch_size, lr, seed, log, label, param_lr)
+        if isinstance(network, IBM1Network):
+            calls_ibm1.append(pair.network)
+        return pair
+
+    calls_ibm1: list = []
+    monkeypatch.setattr(align_networks, "_fit_lexical", spy)
+    pairs = ["the house ||| das haus", "the cat ||| die katze", "a small cat ||| eine kleine katze"]
+    (tmp_path / "gold.txt").write_text("\n".join(pairs) + "\n")
+    (tmp_path / "gold.p1").write_text("1-1 2-2\n1-1 2-2\n1-1 2-2 3-3\n")
+    code = cli.main(["align", "--gold-text", str(tmp_path / "gold.txt"), "--gold-links", str(tmp_path / "gold.p1"),
+                     "--network", "distortion", "--models", "marginal", "--ibm1-epochs", "2", "--epochs", "1",
+                     "--lr", "0.01", "--table-lr", "0.002", "--embedding", "4", "--encoder", "3", "--decoder", "5",
+                     "--attention", "3", "--out", str(tmp_path / "runs")])
+    assert code == 0
+    assert calls == [("IBM1Network", 2, align_networks.IBM1_BATCH_SIZE, align_networks.IBM1_LR, None),
+                     ("DistortionNetwork", 1, 32, 0.01, {"lexical.": 0.002})]
+
+
+def test_fit_param_lr_gives_a_submodule_its_own_rate():
+    """fit(param_lr={"lexical.": r}): the lexical table moves by about r per Adam step, the prior by about lr."""
+    from pyro_attention.inference import fit
+    from pyro_attention.tasks.align.networks import _Bitext
+
+    torch.manual_seed(0)
+    net = DistortionNetwork(9, 8, embedding_size=4, encoder_size=3, decoder_size=5, attention_size=3)
+    torch.nn.init.normal_(net.lexical.src_embed.weight)  # a uniform table leaves the prior without a gradient
+    before = {k: v.detach().clone() for k, v in net.named_parameters()}
+    data = _Bitext([[4, 5, 6], [7, 8]], [[4, 5], [6]])
+    fit(make_pair("marginal", net), data, num_epochs=1, batch_size=2, lr=1e-2, param_lr={"lexical.": 1e-4},
+        progress=False)
+    moved = {k: float((v.detach() - before[k]).abs().max()) for k, v in net.named_parameters()}
+    assert 0 < moved["lexical.src_embed.weight"] <= 1.1e-4  # Adam's first step moves each weight by at most lr
+    assert 5e-3 < moved["score.att_v.weight"] <= 1.1e-2
+    with pytest.raises(ValueError, match=r"param_lr\['lexical\.'\] must be a learning rate"):
+        fit(make_pair("marginal", net), data, param_lr={"lexical.": 0.0}, progress=False)
+
+
 # -- the real-data anchor ----------------------------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.skipif(not (DATA / "gold-alignments").exists(), reason="../shared/data (gold alignments) is absent")

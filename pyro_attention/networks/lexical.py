@@ -92,31 +92,43 @@ class IBM1Network(HeadNetwork):
 
 
 class DistortionNetwork(Seq2Seq):
-    """:class:`~pyro_attention.networks.Seq2Seq`'s learned prior with :class:`IBM1Network`'s lexical expert.
+    """:class:`~pyro_attention.networks.Seq2Seq`'s learned prior times an :class:`IBM1Network`'s lexical table.
 
-    Takes :class:`~pyro_attention.networks.Seq2Seq`'s keyword arguments (``output`` and ``input_feed`` are
-    fixed: the lexical expert, the prior's soft context fed to the decoder).  The source values the expert sees
-    (``enc.values``) are the source word embeddings; the prior scores and the decoder's fed context use the
-    BiLSTM states as in Seq2Seq.
+    ``p(z_t = s | x, y_<t)`` is Seq2Seq's prior (its decoder LSTM, fed the prior's soft context, and attention
+    scores over the BiLSTM source states: a neural distortion model) and ``p(y_t | x, z_t = s) = t(y_t | x_s)`` is
+    the lexical model ``lexical``'s (by default a new free table, IBM Model 1's parameterisation; pass a trained
+    :class:`IBM1Network` to start from its table, as GIZA++ trains Model 1 before its HMM).  The lexical model's
+    parameters are the submodule ``lexical`` (names ``lexical.*``, e.g. for their own learning rate).
+
+    Takes :class:`~pyro_attention.networks.Seq2Seq`'s keyword arguments for the prior (``output`` and
+    ``input_feed`` are fixed: the lexical expert, the prior's soft context).  The source values the expert sees
+    (``enc.values``) are the lexical model's; the prior scores and the decoder's fed context use the BiLSTM states.
     """
 
-    def __init__(self, source_vocab: int, target_vocab: int, **kwargs: Any) -> None:
+    def __init__(self, source_vocab: int, target_vocab: int, lexical: IBM1Network | None = None,
+                 **kwargs: Any) -> None:
         for fixed in ("output", "input_feed"):
             if fixed in kwargs:
                 raise ValueError(f"DistortionNetwork: {fixed} is fixed (the lexical expert, the soft context)")
+        if lexical is not None and (lexical.source_vocab, lexical.num_classes) != (source_vocab, target_vocab):
+            raise ValueError(
+                f"DistortionNetwork: lexical has vocabularies {lexical.source_vocab} / {lexical.num_classes}, "
+                f"the network {source_vocab} / {target_vocab}")
         super().__init__(source_vocab, target_vocab, output="product", **kwargs)
-        embedding = self.src_embed.embedding_dim
-        self.head = LexicalExpert(self.decoder[-1].hidden_size, embedding, target_vocab, self.dropout.p)
-        self.value_size = embedding
+        del self.head  # Seq2Seq's product layer: the lexical model's expert takes its place
+        self.lexical = IBM1Network(source_vocab, target_vocab) if lexical is None else lexical
+        self.head = self.lexical.head  # registered after ``lexical``: its parameters are named lexical.head.*
+        self.value_size = self.lexical.value_size
 
     def encode(self, batch: TranslationBatch) -> Encoded:
         enc = super().encode(batch)
-        enc.values = self.dropout(self.src_embed(batch.source))
+        enc.values = self.lexical.src_embed(batch.source)
         return enc
 
     def output_experts(self, enc: Encoded) -> ExpertLogits:
-        """The logits per distinct source word (:func:`word_experts`) without active dropout; with it, the lexical
-        expert's per source position, on the dropped-out embeddings."""
-        if self.training and self.dropout.p > 0:
-            return super().output_experts(enc)
-        return word_experts(self.src_embed, self.head, enc)
+        """The lexical model's logits per distinct source word (:func:`word_experts`)."""
+        return self.lexical.output_experts(enc)
+
+    def lexical_log_probs(self, source_ids: Tensor) -> Tensor:
+        """``log t(. | x)`` ``(N, V)`` for source word ids ``(N,)``."""
+        return self.lexical.lexical_log_probs(source_ids)

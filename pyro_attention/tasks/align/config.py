@@ -30,6 +30,10 @@ class AlignConfig(OptimConfig):
     encoder: int = option(64, "BiLSTM size per direction", low=1)
     decoder: int = option(128, "decoder LSTM size", low=1)
     attention: int = option(64, "MLP attention size", low=1)
+    ibm1_epochs: int = option(5, "network distortion: IBM Model 1 epochs that train its lexical table first (0: "
+                              "a uniform table)", low=0)
+    table_lr: float = option(1e-2, "network distortion: the lexical table's learning rate while the prior trains",
+                             interval=(0.0, 1.0, True, False))
     both_directions: bool = False
     threads: int = option(1, "torch threads", low=1)
     out: str = "runs/align"

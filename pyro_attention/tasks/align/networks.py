@@ -125,25 +125,73 @@ class LexicalAligner(AlignNetwork):
 
     def train(self, corpus: GoldCorpus, config: AlignConfig, model: str, reverse: bool,
               log: Callable[[str], None]) -> Trained:
-        import pyro
+        start = time.perf_counter()
+        src_vocab, tgt_vocab, data = _bitext(corpus, reverse)
+        pair = _fit_lexical(self.build(len(src_vocab), len(tgt_vocab), config), data, config.epochs,
+                            config.batch_size, config.lr, config.seed, log,
+                            f"{self.name} {model}{' reverse' if reverse else ''}")
+        return Trained(pair, src_vocab, tgt_vocab, time.perf_counter() - start)
 
-        from pyro_attention.inference import fit
-        from pyro_attention.registry import make_pair
+
+def _bitext(corpus: GoldCorpus, reverse: bool) -> tuple[Vocab, Vocab, _Bitext]:
+    src, tgt = _training_text(corpus, reverse)
+    src_vocab, tgt_vocab = Vocab.build(src), Vocab.build(tgt)
+    return src_vocab, tgt_vocab, _Bitext([src_vocab.encode(s) for s in src], [tgt_vocab.encode(t) for t in tgt])
+
+
+def _fit_lexical(network: Any, data: _Bitext, epochs: int, batch_size: int, lr: float, seed: int,
+                 log: Callable[[str], None], label: str, param_lr: dict[str, float] | None = None) -> Any:
+    """The ``marginal`` pair of ``network`` trained by :func:`~pyro_attention.inference.fit`, its losses logged."""
+    import pyro
+
+    from pyro_attention.inference import fit
+    from pyro_attention.registry import make_pair
+
+    pyro.set_rng_seed(seed)
+    pair = make_pair("marginal", network)
+    result = fit(pair, data, num_epochs=epochs, batch_size=batch_size, lr=lr, param_lr=param_lr, seed=seed,
+                 progress=False)
+    steps = max(1, result.steps // max(1, epochs))
+    per_epoch = [sum(result.losses[k: k + steps]) / len(result.losses[k: k + steps])
+                 for k in range(0, result.steps, steps)]
+    log(f"{label}: {len(data.source)} pairs, vocabularies {network.source_vocab} / {network.num_classes}, "
+        f"{result.steps} steps in {result.seconds:.0f} s; mean loss per token by epoch "
+        + " ".join(f"{x:.3f}" for x in per_epoch))
+    return pair
+
+
+#: IBM Model 1's recipe where it starts a distortion model's lexical table (the free-table runs of docs/results.md)
+IBM1_BATCH_SIZE, IBM1_LR = 512, 0.1
+
+
+class DistortionAligner(AlignNetwork):
+    """IBM Model 1 first, then a neural distortion model on its table (as GIZA++ trains Model 1 before the HMM).
+
+    ``ibm1_epochs`` epochs of :class:`~pyro_attention.networks.lexical.IBM1Network` (free table, batches of
+    :data:`IBM1_BATCH_SIZE`, learning rate :data:`IBM1_LR`), then
+    :class:`~pyro_attention.networks.lexical.DistortionNetwork` holding that IBM Model 1 as its lexical model:
+    ``epochs`` epochs, the prior's parameters at ``lr`` and the table at ``table_lr``; both stages by the
+    ``marginal`` pair's exact enumeration."""
+
+    output = "lexical"
+    pairs = ("marginal",)
+
+    def train(self, corpus: GoldCorpus, config: AlignConfig, model: str, reverse: bool,
+              log: Callable[[str], None]) -> Trained:
+        from pyro_attention.networks.lexical import DistortionNetwork, IBM1Network
 
         start = time.perf_counter()
-        src, tgt = _training_text(corpus, reverse)
-        src_vocab, tgt_vocab = Vocab.build(src), Vocab.build(tgt)
-        data = _Bitext([src_vocab.encode(s) for s in src], [tgt_vocab.encode(t) for t in tgt])
-        pyro.set_rng_seed(config.seed)
-        pair = make_pair(model, self.build(len(src_vocab), len(tgt_vocab), config))
-        result = fit(pair, data, num_epochs=config.epochs, batch_size=config.batch_size, lr=config.lr,
-                     seed=config.seed, progress=False)
-        steps = max(1, result.steps // max(1, config.epochs))
-        per_epoch = [sum(result.losses[k: k + steps]) / len(result.losses[k: k + steps])
-                     for k in range(0, result.steps, steps)]
-        log(f"{self.name} {model}{' reverse' if reverse else ''}: {len(src)} pairs, vocabularies {len(src_vocab)} / "
-            f"{len(tgt_vocab)}, {result.steps} steps in {result.seconds:.0f} s; mean loss per token by epoch "
-            + " ".join(f"{x:.3f}" for x in per_epoch))
+        src_vocab, tgt_vocab, data = _bitext(corpus, reverse)
+        direction = " reverse" if reverse else ""
+        lexical = IBM1Network(len(src_vocab), len(tgt_vocab))
+        if config.ibm1_epochs:
+            lexical = _fit_lexical(lexical, data, config.ibm1_epochs, IBM1_BATCH_SIZE, IBM1_LR, config.seed, log,
+                                   f"{self.name} {model}{direction}, IBM Model 1").network
+        network = DistortionNetwork(len(src_vocab), len(tgt_vocab), lexical=lexical,
+                                    embedding_size=config.embedding, encoder_size=config.encoder,
+                                    decoder_size=config.decoder, attention_size=config.attention)
+        pair = _fit_lexical(network, data, config.epochs, config.batch_size, config.lr, config.seed, log,
+                            f"{self.name} {model}{direction}", param_lr={"lexical.": config.table_lr})
         return Trained(pair, src_vocab, tgt_vocab, time.perf_counter() - start)
 
 
@@ -159,14 +207,6 @@ def _ibm1_rank(source_vocab: int, target_vocab: int, config: AlignConfig) -> Any
     return IBM1Network(source_vocab, target_vocab, embedding_size=config.embedding)
 
 
-def _distortion(source_vocab: int, target_vocab: int, config: AlignConfig) -> Any:
-    from pyro_attention.networks.lexical import DistortionNetwork
-
-    return DistortionNetwork(source_vocab, target_vocab, embedding_size=config.embedding,
-                             encoder_size=config.encoder, decoder_size=config.decoder,
-                             attention_size=config.attention)
-
-
 #: ``--network`` values
 ALIGN_NETWORKS: dict[str, AlignNetwork] = {
     n.name: n for n in (
@@ -176,7 +216,8 @@ ALIGN_NETWORKS: dict[str, AlignNetwork] = {
         LexicalAligner("ibm1", "IBM Model 1: uniform prior, lexical expert with a free (full-rank) table", _ibm1),
         LexicalAligner("ibm1-rank", "IBM Model 1 with a rank-E lexical table: uniform prior, lexical expert on the "
                        "source word's E-dimensional embedding (--embedding E)", _ibm1_rank),
-        LexicalAligner("distortion", "Seq2Seq's learned prior (a neural distortion model), lexical expert",
-                       _distortion),
+        DistortionAligner("distortion", "IBM Model 1 (--ibm1-epochs), then Seq2Seq's learned prior (a neural "
+                          "distortion model: --embedding, --encoder, --decoder, --attention) on its lexical table "
+                          "(at --table-lr)"),
     )
 }
