@@ -107,6 +107,32 @@ def test_lexical_expert_kernel_and_the_ibm1_posterior(network):
         assert torch.allclose(probs["prior"][1, :, :2], torch.full((3, 2), 0.5))
 
 
+def test_diagonal_tension_is_fast_aligns_score_and_enters_the_prior():
+    """-lambda |i/m - j/n| with positions from 1 and each sentence's own lengths; DistortionNetwork(tension=)
+    adds it to Seq2Seq's prior scores and learns lambda."""
+    from pyro_attention.networks.lexical import DiagonalTension
+
+    d = DiagonalTension(2.0)
+    assert d.tension == pytest.approx(2.0)
+    target_mask = torch.tensor([[True, True, True, False], [True, True, True, True]])
+    source_mask = torch.tensor([[True, True, False], [True, True, True]])
+    scores = d(target_mask, source_mask).detach()
+    for b, (m, n) in enumerate([(3, 2), (4, 3)]):
+        for i in range(m):
+            for j in range(n):
+                assert float(scores[b, i, j]) == pytest.approx(-2.0 * abs((i + 1) / m - (j + 1) / n), abs=1e-6)
+    with pytest.raises(ValueError, match="tension must be > 0, got 0"):
+        DiagonalTension(0.0)
+    torch.manual_seed(0)
+    kwargs = dict(embedding_size=4, encoder_size=3, decoder_size=5, attention_size=3)
+    plain, diag = DistortionNetwork(9, 8, **kwargs), DistortionNetwork(9, 8, tension=3.0, **kwargs)
+    diag.load_state_dict({**plain.state_dict(), "diagonal.log_tension": diag.diagonal.log_tension.detach()})
+    batch = collate([([4, 5, 6], [4, 7]), ([8, 4], [5])])
+    added = diag.encode(batch).prior_scores - plain.encode(batch).prior_scores
+    assert torch.allclose(added, diag.diagonal(batch.target_mask, batch.source_mask), atol=1e-6)
+    assert "diagonal.log_tension" in dict(diag.named_parameters())
+
+
 def test_distortion_network_fixes_its_output():
     with pytest.raises(ValueError, match="output is fixed"):
         DistortionNetwork(9, 8, output="tanh")

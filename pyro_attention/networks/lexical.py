@@ -27,7 +27,7 @@ from pyro_attention.networks.base import Encoded, ExpertLogits, HeadNetwork
 from pyro_attention.networks.output import LexicalExpert
 from pyro_attention.networks.seq2seq import Seq2Seq
 
-__all__ = ["DistortionNetwork", "IBM1Network", "word_experts"]
+__all__ = ["DiagonalTension", "DistortionNetwork", "IBM1Network", "word_experts"]
 
 
 def word_experts(embed: nn.Embedding, head: LexicalExpert, enc: Encoded) -> ExpertLogits:
@@ -91,6 +91,34 @@ class IBM1Network(HeadNetwork):
         return torch.log_softmax(self.head.logits(self.head.query(values), values), -1)
 
 
+class DiagonalTension(nn.Module):
+    r"""fast_align's diagonal (Dyer et al. 2013) as a prior score with a learned tension ``lambda > 0``:
+    ``-lambda |i / m - j / n|`` for target position ``i`` of ``m`` (``</s>`` included) and source position ``j`` of
+    ``n``, both counted from 1.
+
+    It reads the target length ``m``: with it the prior is an alignment model ``p(z | x, |y|)`` as fast_align's is,
+    and the likelihood ``p(y | x, |y|)`` -- an aligner's, not a translation model to decode from.
+    """
+
+    def __init__(self, tension: float = 4.0) -> None:
+        super().__init__()
+        if not 0.0 < tension < float("inf"):
+            raise ValueError(f"DiagonalTension: tension must be > 0, got {tension}")
+        self.log_tension = nn.Parameter(torch.tensor(float(tension)).log())
+
+    @property
+    def tension(self) -> float:
+        return float(self.log_tension.detach().exp())
+
+    def forward(self, target_mask: Tensor, source_mask: Tensor) -> Tensor:
+        """The scores ``(B, T, S)`` for masks ``(B, T)`` and ``(B, S)``."""
+        m = target_mask.sum(-1, keepdim=True).clamp(min=1)
+        n = source_mask.sum(-1, keepdim=True).clamp(min=1)
+        i = torch.arange(1, target_mask.shape[1] + 1, device=m.device) / m  # (B, T)
+        j = torch.arange(1, source_mask.shape[1] + 1, device=n.device) / n  # (B, S)
+        return -self.log_tension.exp() * (i.unsqueeze(-1) - j.unsqueeze(1)).abs()
+
+
 class DistortionNetwork(Seq2Seq):
     """:class:`~pyro_attention.networks.Seq2Seq`'s learned prior times an :class:`IBM1Network`'s lexical table.
 
@@ -103,10 +131,13 @@ class DistortionNetwork(Seq2Seq):
     Takes :class:`~pyro_attention.networks.Seq2Seq`'s keyword arguments for the prior (``output`` and
     ``input_feed`` are fixed: the lexical expert, the prior's soft context).  The source values the expert sees
     (``enc.values``) are the lexical model's; the prior scores and the decoder's fed context use the BiLSTM states.
+
+    :param tension: the start of a learned :class:`DiagonalTension` added to the prior's scores (``None``: none,
+        the prior sees no target length).
     """
 
     def __init__(self, source_vocab: int, target_vocab: int, lexical: IBM1Network | None = None,
-                 **kwargs: Any) -> None:
+                 tension: float | None = None, **kwargs: Any) -> None:
         for fixed in ("output", "input_feed"):
             if fixed in kwargs:
                 raise ValueError(f"DistortionNetwork: {fixed} is fixed (the lexical expert, the soft context)")
@@ -119,10 +150,13 @@ class DistortionNetwork(Seq2Seq):
         self.lexical = IBM1Network(source_vocab, target_vocab) if lexical is None else lexical
         self.head = self.lexical.head  # registered after ``lexical``: its parameters are named lexical.head.*
         self.value_size = self.lexical.value_size
+        self.diagonal = None if tension is None else DiagonalTension(tension)
 
     def encode(self, batch: TranslationBatch) -> Encoded:
         enc = super().encode(batch)
         enc.values = self.lexical.src_embed(batch.source)
+        if self.diagonal is not None:
+            enc.prior_scores = enc.prior_scores + self.diagonal(batch.target_mask, batch.source_mask)
         return enc
 
     def output_experts(self, enc: Encoded) -> ExpertLogits:

@@ -66,7 +66,8 @@ from pyro_attention.tasks.align.scoring import (
 
 __all__ = [
     "ALIGN_NETWORKS", "CORPORA", "JSON_SYMMETRISATIONS", "LINK_FORMATS", "LINK_ORDERS", "THRESHOLD_GRID",
-    "AlignConfig", "AlignNetwork", "AlignRow", "DistortionAligner", "GoldCorpus", "LexicalAligner", "Seq2SeqAligner", "Trained",
+    "AlignConfig", "AlignNetwork", "AlignRow", "DistortionAligner", "GoldCorpus", "LexicalAligner", "Seq2SeqAligner",
+    "Trained",
     "alignment_links", "alignment_probs", "argmax_links", "format_rows", "json_rows", "load_gold_corpus",
     "load_user_gold", "merge_json", "pyro_latent", "run_align", "threshold_links",
 ]

@@ -32,6 +32,8 @@ class AlignConfig(OptimConfig):
     attention: int = option(64, "MLP attention size", low=1)
     ibm1_epochs: int = option(5, "network distortion: IBM Model 1 epochs that train its lexical table first (0: "
                               "a uniform table)", low=0)
+    tension: float = option(4.0, "network distortion: the start of the prior's learned diagonal tension (fast_align's "
+                            "-lambda |i/m - j/n|; 0: no diagonal term)", interval=(0.0, float("inf"), False, True))
     table_lr: float = option(1e-2, "network distortion: the lexical table's learning rate while the prior trains",
                              interval=(0.0, 1.0, True, False))
     both_directions: bool = False

@@ -170,8 +170,9 @@ class DistortionAligner(AlignNetwork):
     ``ibm1_epochs`` epochs of :class:`~pyro_attention.networks.lexical.IBM1Network` (free table, batches of
     :data:`IBM1_BATCH_SIZE`, learning rate :data:`IBM1_LR`), then
     :class:`~pyro_attention.networks.lexical.DistortionNetwork` holding that IBM Model 1 as its lexical model:
-    ``epochs`` epochs, the prior's parameters at ``lr`` and the table at ``table_lr``; both stages by the
-    ``marginal`` pair's exact enumeration."""
+    ``epochs`` epochs, the prior's parameters at ``lr`` and the table at ``table_lr``, with fast_align's diagonal
+    (:class:`~pyro_attention.networks.lexical.DiagonalTension`, learned from ``tension``; ``0``: none) in the
+    prior; both stages by the ``marginal`` pair's exact enumeration."""
 
     output = "lexical"
     pairs = ("marginal",)
@@ -188,10 +189,14 @@ class DistortionAligner(AlignNetwork):
             lexical = _fit_lexical(lexical, data, config.ibm1_epochs, IBM1_BATCH_SIZE, IBM1_LR, config.seed, log,
                                    f"{self.name} {model}{direction}, IBM Model 1").network
         network = DistortionNetwork(len(src_vocab), len(tgt_vocab), lexical=lexical,
-                                    embedding_size=config.embedding, encoder_size=config.encoder,
-                                    decoder_size=config.decoder, attention_size=config.attention)
+                                    tension=config.tension or None, embedding_size=config.embedding,
+                                    encoder_size=config.encoder, decoder_size=config.decoder,
+                                    attention_size=config.attention)
         pair = _fit_lexical(network, data, config.epochs, config.batch_size, config.lr, config.seed, log,
                             f"{self.name} {model}{direction}", param_lr={"lexical.": config.table_lr})
+        if network.diagonal is not None:
+            log(f"{self.name} {model}{direction}: diagonal tension {network.diagonal.tension:.3f} "
+                f"(from {config.tension:g})")
         return Trained(pair, src_vocab, tgt_vocab, time.perf_counter() - start)
 
 
