@@ -133,6 +133,67 @@ def test_diagonal_tension_is_fast_aligns_score_and_enters_the_prior():
     assert "diagonal.log_tension" in dict(diag.named_parameters())
 
 
+def test_jump_transition_is_an_hmm_predictive_over_the_filtered_posterior():
+    """J(s | s') = softmax_s theta[clip(s - s')] over the real positions; predict = log sum_s' f(s') J(s | s');
+    DistortionNetwork(max_jump=) adds it at t >= 1 with f_{t-1} ∝ prior_{t-1}(s) t(y_{t-1} | x_s), which is also
+    the exact posterior of the previous word, and trains without NaNs on padded batches."""
+    from pyro_attention.inference import alignment_posterior
+    from pyro_attention.networks.lexical import JumpTransition
+
+    torch.manual_seed(0)
+    jt = JumpTransition(2)
+    with torch.no_grad():
+        jt.theta.copy_(torch.randn(5))
+    mask = torch.tensor([[True, True, True, False]])
+    J = jt.matrix(mask)[0].detach()
+    for prev in range(4):
+        scores = torch.tensor([float(jt.theta.detach()[min(2, max(-2, s - prev)) + 2]) for s in range(3)])
+        assert torch.allclose(J[prev, :3], torch.softmax(scores, -1), atol=1e-6) and J[prev, 3] == 0
+    f = torch.tensor([[0.2, 0.5, 0.3, 0.0]])
+    want = torch.log(torch.stack([sum(f[0, p] * J[p, s] for p in range(4)) for s in range(3)]))
+    assert torch.allclose(jt.predict(f, J.unsqueeze(0))[0, :3], want, atol=1e-6)
+    with pytest.raises(ValueError, match="max_jump must be >= 1, got 0"):
+        JumpTransition(0)
+
+    kwargs = dict(embedding_size=4, encoder_size=3, decoder_size=5, attention_size=3)
+    net = DistortionNetwork(9, 8, max_jump=2, **kwargs)
+    torch.nn.init.normal_(net.lexical.src_embed.weight)
+    plain = DistortionNetwork(9, 8, **kwargs)
+    plain.load_state_dict({k: v for k, v in net.state_dict().items() if not k.startswith("transition.")})
+    batch = collate([([4, 5, 6], [4, 7, 5]), ([8, 4], [5])])
+    net.eval()
+    plain.eval()
+    with torch.no_grad():
+        post = alignment_posterior(make_pair("marginal", net), batch)["posterior"]
+        scores = net.encode(batch).prior_scores
+        # step 0 has no previous word: Seq2Seq's own first scores
+        assert torch.allclose(scores[:, 0], plain.encode(batch).prior_scores[:, 0], atol=1e-6)
+        # step 1 = the decoder fed f_0's context, plus log sum_s' f_0(s') J(s | s'), f_0 the exact posterior of word 0
+        src = net.encode_source(batch.source, batch.source_mask)
+        state, fed = net.initial_state(src)
+        _, _, state, _ = net.decoder_step(src, batch.target_in[:, 0], state, fed)
+        f0 = post[:, 0]
+        fed = torch.einsum("bs,bsd->bd", f0, src.values)
+        _, a1, _, _ = net.decoder_step(src, batch.target_in[:, 1], state, fed)
+        expected = a1 + net.transition.predict(f0, net.transition.matrix(batch.source_mask))
+        real = batch.source_mask
+        assert torch.allclose(scores[:, 1][real], expected[real], atol=1e-5)
+    net.train()
+    loss = -_log_likelihood_with_grad(net, batch)
+    loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in net.parameters() if p.grad is not None)
+    assert net.transition.theta.grad.abs().sum() > 0
+
+
+def _log_likelihood_with_grad(net, batch):
+    """The marginal pair's exact log-likelihood with gradients (its negative ELBO under TraceEnum_ELBO)."""
+    import pyro
+
+    pair = make_pair("marginal", net)
+    pyro.clear_param_store()
+    return -pair.elbo().differentiable_loss(pair.model, pair.guide, batch)
+
+
 def test_distortion_network_fixes_its_output():
     with pytest.raises(ValueError, match="output is fixed"):
         DistortionNetwork(9, 8, output="tanh")

@@ -52,7 +52,7 @@ def add_align(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
                     + " (ibm1, ibm1-rank, distortion: --models marginal; ibm1-rank: --embedding = the lexical "
                     "table's rank)")
     add_config_options(al, AlignConfig, ("epochs", "batch_size", "lr", "max_len", "embedding", "encoder", "decoder",
-                                         "attention", "ibm1_epochs", "tension", "table_lr"))
+                                         "attention", "ibm1_epochs", "tension", "max_jump", "table_lr"))
     al.add_argument("--both-directions", action="store_true",
                     help="also train target->source; report every symmetrisation (intersection, union, grow-diag, "
                     "grow-diag-final, grow-diag-final-and)")

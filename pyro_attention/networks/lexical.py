@@ -23,11 +23,11 @@ import torch
 from torch import Tensor, nn
 
 from pyro_attention.data.translation import PAD, SPECIALS, TranslationBatch
-from pyro_attention.networks.base import Encoded, ExpertLogits, HeadNetwork
+from pyro_attention.networks.base import Encoded, ExpertLogits, HeadNetwork, mask_scores
 from pyro_attention.networks.output import LexicalExpert
 from pyro_attention.networks.seq2seq import Seq2Seq
 
-__all__ = ["DiagonalTension", "DistortionNetwork", "IBM1Network", "word_experts"]
+__all__ = ["DiagonalTension", "DistortionNetwork", "IBM1Network", "JumpTransition", "word_experts"]
 
 
 def word_experts(embed: nn.Embedding, head: LexicalExpert, enc: Encoded) -> ExpertLogits:
@@ -119,6 +119,40 @@ class DiagonalTension(nn.Module):
         return -self.log_tension.exp() * (i.unsqueeze(-1) - j.unsqueeze(1)).abs()
 
 
+class JumpTransition(nn.Module):
+    r"""An HMM's alignment transition (Vogel et al. 1996) as a prior score: ``log sum_s' f(s') J(s | s')``.
+
+    ``J(s | s') = softmax_s theta[clip(s - s', -K, K)]`` over the real source positions, with ``2K + 1`` learned
+    jump scores ``theta`` (start: ``-|jump|``, favouring small forward jumps), and ``f`` the *filtered posterior* of
+    the previous target word, ``f_{t-1}(s') = p(z_{t-1} = s' | x, y_{<=t-1})`` as the network computes it -- a
+    function of ``(x, y_<t)``, so the prior of ``z_t`` still depends on no sampled alignment and the target
+    positions stay conditionally independent (enumerated per token).  With it the prior is an HMM's predictive
+    distribution ``p(z_t | x, y_<t)`` times whatever the other scores say.
+    """
+
+    def __init__(self, max_jump: int = 5) -> None:
+        super().__init__()
+        if max_jump < 1:
+            raise ValueError(f"JumpTransition: max_jump must be >= 1, got {max_jump}")
+        self.max_jump = max_jump
+        jumps = torch.arange(-max_jump, max_jump + 1, dtype=torch.float)
+        self.theta = nn.Parameter(-(jumps - 1).abs())
+
+    def matrix(self, source_mask: Tensor) -> Tensor:
+        """``J(s | s')`` ``(B, S', S)``: rows over the previous position, normalised over the real ``s``."""
+        S = source_mask.shape[1]
+        pos = torch.arange(S, device=source_mask.device)
+        jump = (pos.view(1, S) - pos.view(S, 1)).clamp(-self.max_jump, self.max_jump) + self.max_jump
+        scores = self.theta[jump].expand(source_mask.shape[0], S, S)
+        return torch.softmax(scores.masked_fill(~source_mask.unsqueeze(1), float("-inf")), -1)
+
+    @staticmethod
+    def predict(filtered: Tensor, matrix: Tensor) -> Tensor:
+        """``log sum_s' f(s') J(s | s')`` ``(B, S)`` for the previous filtered posterior ``f`` ``(B, S')``; padded
+        positions (probability 0) come out at ``log 1e-30``, finite, with no gradient."""
+        return torch.bmm(filtered.unsqueeze(1), matrix).squeeze(1).clamp(min=1e-30).log()
+
+
 class DistortionNetwork(Seq2Seq):
     """:class:`~pyro_attention.networks.Seq2Seq`'s learned prior times an :class:`IBM1Network`'s lexical table.
 
@@ -134,10 +168,16 @@ class DistortionNetwork(Seq2Seq):
 
     :param tension: the start of a learned :class:`DiagonalTension` added to the prior's scores (``None``: none,
         the prior sees no target length).
+    :param max_jump: an HMM transition (:class:`JumpTransition`, jumps clipped to ``+-max_jump``) added to the
+        prior's scores, and the decoder fed the filtered posterior's context ``sum_s f_{t-1}(s) x_s`` instead of
+        the prior's (``None``: neither).
+
+    An aligner: with ``tension`` or ``max_jump`` the step-by-step decoding methods it inherits do not compute its
+    prior (they see neither the target length nor the filtered posterior).
     """
 
     def __init__(self, source_vocab: int, target_vocab: int, lexical: IBM1Network | None = None,
-                 tension: float | None = None, **kwargs: Any) -> None:
+                 tension: float | None = None, max_jump: int | None = None, **kwargs: Any) -> None:
         for fixed in ("output", "input_feed"):
             if fixed in kwargs:
                 raise ValueError(f"DistortionNetwork: {fixed} is fixed (the lexical expert, the soft context)")
@@ -151,13 +191,47 @@ class DistortionNetwork(Seq2Seq):
         self.head = self.lexical.head  # registered after ``lexical``: its parameters are named lexical.head.*
         self.value_size = self.lexical.value_size
         self.diagonal = None if tension is None else DiagonalTension(tension)
+        self.transition = None if max_jump is None else JumpTransition(max_jump)
 
     def encode(self, batch: TranslationBatch) -> Encoded:
-        enc = super().encode(batch)
+        enc = super().encode(batch) if self.transition is None else self._encode_filtered(batch)
         enc.values = self.lexical.src_embed(batch.source)
         if self.diagonal is not None:
             enc.prior_scores = enc.prior_scores + self.diagonal(batch.target_mask, batch.source_mask)
         return enc
+
+    def _encode_filtered(self, batch: TranslationBatch) -> Encoded:
+        """Seq2Seq's decoder loop with the HMM transition: step ``t``'s scores get ``log sum f_{t-1} J``, its
+        filtered posterior ``f_t ∝ prior_t(s) t(y_t | x_s)`` is fed (as its context) to step ``t + 1``."""
+        if not isinstance(batch, TranslationBatch):
+            raise TypeError(f"DistortionNetwork.encode expects a TranslationBatch, got {type(batch).__name__}")
+        batch.validate(self.source_vocab, self.num_classes)
+        src = self.encode_source(batch.source, batch.source_mask)
+        state, fed = self.initial_state(src)
+        log_t = self._observed_lexical(batch)  # (B, T, S)
+        jumps = self.transition.matrix(batch.source_mask)
+        diagonal = None if self.diagonal is None else self.diagonal(batch.target_mask, batch.source_mask)
+        filtered = None
+        hs, scores = [], []
+        for t in range(batch.target.shape[1]):
+            h, a, state, _ = self.decoder_step(src, batch.target_in[:, t], state, fed)
+            if filtered is not None:  # (finite at padded positions: they are masked where the scores are used)
+                a = a + self.transition.predict(filtered, jumps).masked_fill(~batch.source_mask, 0.0)
+            hs.append(h)
+            scores.append(a)
+            prior = a if diagonal is None else a + diagonal[:, t]
+            log_joint = torch.log_softmax(mask_scores(prior.unsqueeze(1), batch.source_mask).squeeze(1), -1)
+            filtered = torch.softmax(log_joint + log_t[:, t], -1)
+            fed = torch.einsum("bs,bsd->bd", filtered, src.values)
+        h = torch.stack(hs, 1)
+        return Encoded(src.values, batch.source_mask, batch.target, batch.target_mask, torch.stack(scores, 1),
+                       {"query": self.head.query(h), "h": h}, batch)
+
+    def _observed_lexical(self, batch: TranslationBatch) -> Tensor:
+        """``log t(y_t | x_s)`` ``(B, T, S)`` at the observed targets (one normaliser per distinct source word)."""
+        words, rows = torch.unique(batch.source, return_inverse=True)
+        log_t = self.lexical_log_probs(words)  # (U, V)
+        return log_t[rows.unsqueeze(1), batch.target.unsqueeze(2)]
 
     def output_experts(self, enc: Encoded) -> ExpertLogits:
         """The lexical model's logits per distinct source word (:func:`word_experts`)."""

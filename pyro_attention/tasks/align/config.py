@@ -34,6 +34,8 @@ class AlignConfig(OptimConfig):
                               "a uniform table)", low=0)
     tension: float = option(4.0, "network distortion: the start of the prior's learned diagonal tension (fast_align's "
                             "-lambda |i/m - j/n|; 0: no diagonal term)", interval=(0.0, float("inf"), False, True))
+    max_jump: int = option(0, "network distortion: an HMM transition over the previous word's filtered posterior in "
+                           "the prior, jumps clipped to +-max_jump (0: none)", low=0)
     table_lr: float = option(1e-2, "network distortion: the lexical table's learning rate while the prior trains",
                              interval=(0.0, 1.0, True, False))
     both_directions: bool = False

@@ -171,8 +171,9 @@ class DistortionAligner(AlignNetwork):
     :data:`IBM1_BATCH_SIZE`, learning rate :data:`IBM1_LR`), then
     :class:`~pyro_attention.networks.lexical.DistortionNetwork` holding that IBM Model 1 as its lexical model:
     ``epochs`` epochs, the prior's parameters at ``lr`` and the table at ``table_lr``, with fast_align's diagonal
-    (:class:`~pyro_attention.networks.lexical.DiagonalTension`, learned from ``tension``; ``0``: none) in the
-    prior; both stages by the ``marginal`` pair's exact enumeration."""
+    (:class:`~pyro_attention.networks.lexical.DiagonalTension`, learned from ``tension``; ``0``: none) and,
+    with ``max_jump``, an HMM transition (:class:`~pyro_attention.networks.lexical.JumpTransition`) in the prior;
+    both stages by the ``marginal`` pair's exact enumeration."""
 
     output = "lexical"
     pairs = ("marginal",)
@@ -189,7 +190,8 @@ class DistortionAligner(AlignNetwork):
             lexical = _fit_lexical(lexical, data, config.ibm1_epochs, IBM1_BATCH_SIZE, IBM1_LR, config.seed, log,
                                    f"{self.name} {model}{direction}, IBM Model 1").network
         network = DistortionNetwork(len(src_vocab), len(tgt_vocab), lexical=lexical,
-                                    tension=config.tension or None, embedding_size=config.embedding,
+                                    tension=config.tension or None, max_jump=config.max_jump or None,
+                                    embedding_size=config.embedding,
                                     encoder_size=config.encoder, decoder_size=config.decoder,
                                     attention_size=config.attention)
         pair = _fit_lexical(network, data, config.epochs, config.batch_size, config.lr, config.seed, log,
