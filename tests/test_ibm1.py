@@ -194,6 +194,43 @@ def _log_likelihood_with_grad(net, batch):
     return -pair.elbo().differentiable_loss(pair.model, pair.guide, batch)
 
 
+def test_hmm_network_likelihood_is_the_hmm_forward_algorithm_by_brute_force():
+    """Without the diagonal, the marginal pair's exact log-likelihood of HMMNetwork is the HMM's,
+    log sum_z (1/n) prod_t J(z_t | z_{t-1}) t(y_t | x_{z_t}) over all S^T alignment sequences, and its exact
+    posterior of the last word is the HMM's filtered posterior; with the diagonal the first word's prior is
+    softmax(-lambda |1/m - j/n|)."""
+    import itertools
+
+    from pyro_attention.inference import alignment_posterior, log_likelihood
+    from pyro_attention.networks.lexical import HMMNetwork
+
+    torch.manual_seed(0)
+    net = HMMNetwork(9, 8, tension=None, max_jump=2)
+    torch.nn.init.normal_(net.lexical.src_embed.weight)
+    with torch.no_grad():
+        net.transition.theta.copy_(torch.randn(5))
+    batch = collate([([4, 5, 6], [4, 7, 5]), ([8, 4], [5, 6])])
+    pair = make_pair("marginal", net)
+    ll = log_likelihood(pair, batch).per_example
+    post = alignment_posterior(pair, batch)["posterior"]
+    for b, (n, m) in enumerate([(3, 4), (2, 3)]):  # source words, target words with </s>
+        J = net.transition.matrix(batch.source_mask)[b, :n, :n].detach()
+        t = net.lexical.observed_log_probs(batch)[b, :m, :n].detach().exp()
+        total, last = 0.0, torch.zeros(n)
+        for z in itertools.product(range(n), repeat=m):
+            p = (1.0 / n) * t[0, z[0]]
+            for i in range(1, m):
+                p = p * J[z[i - 1], z[i]] * t[i, z[i]]
+            total += p
+            last[z[-1]] += p
+        assert float(ll[b]) == pytest.approx(float(torch.log(total)), abs=1e-5)
+        assert torch.allclose(post[b, m - 1, :n], last / last.sum(), atol=1e-5)  # filtered = smoothed at the end
+    diag = HMMNetwork(9, 8, tension=2.0)
+    first = torch.softmax(diag.encode(batch).prior_scores[0, 0].detach(), -1)
+    want = torch.softmax(torch.tensor([-2.0 * abs(1 / 4 - j / 3) for j in (1, 2, 3)]), -1)
+    assert torch.allclose(first, want, atol=1e-6)
+
+
 def test_distortion_network_fixes_its_output():
     with pytest.raises(ValueError, match="output is fixed"):
         DistortionNetwork(9, 8, output="tanh")
@@ -234,11 +271,11 @@ def test_threshold_links_refuse_unequal_lengths():
 
 # -- the command line ---------------------------------------------------------------------------------------------
 def test_align_config_network_errors():
-    with pytest.raises(ValueError, match="network must be one of seq2seq, product, ibm1, ibm1-rank, distortion"):
-        AlignConfig(network="hmm")
+    with pytest.raises(ValueError, match="network must be one of seq2seq, product, ibm1, ibm1-rank, distortion, hmm"):
+        AlignConfig(network="giza")
     with pytest.raises(ValueError, match=r"network 'ibm1' takes only \['marginal'\], got \['soft'\]"):
         AlignConfig(network="ibm1", models=["soft"])
-    assert set(ALIGN_NETWORKS) == {"seq2seq", "product", "ibm1", "ibm1-rank", "distortion"}
+    assert set(ALIGN_NETWORKS) == {"seq2seq", "product", "ibm1", "ibm1-rank", "distortion", "hmm"}
 
 
 def test_align_ibm1_from_the_command_line_writes_json_rows(tmp_path, capsys):
@@ -265,8 +302,9 @@ def test_align_ibm1_from_the_command_line_writes_json_rows(tmp_path, capsys):
         assert r["train_pairs"] == 4 and 0 <= r["aer"] <= 100
 
 
-def test_distortion_aligner_starts_from_ibm1_and_trains_the_table_at_its_own_rate(tmp_path, monkeypatch):
-    """network distortion: IBM Model 1 first (its recipe), then the distortion model holding that very IBM1 as its
+@pytest.mark.parametrize("network, kind", [("distortion", "DistortionNetwork"), ("hmm", "HMMNetwork")])
+def test_staged_aligners_start_from_ibm1_and_train_the_table_at_its_own_rate(tmp_path, monkeypatch, network, kind):
+    """networks distortion and hmm: IBM Model 1 first (its recipe), then the network holding that very IBM1 as its
     lexical model, the table at --table-lr and the prior at --lr (Pyro's per-parameter optim_args)."""
     from pyro_attention.tasks.align import networks as align_networks
 
@@ -275,7 +313,7 @@ def test_distortion_aligner_starts_from_ibm1_and_trains_the_table_at_its_own_rat
 
     def spy(network, data, epochs, batch_size, lr, seed, log, label, param_lr=None):
         calls.append((type(network).__name__, epochs, batch_size, lr, param_lr))
-        if isinstance(network, DistortionNetwork):
+        if not isinstance(network, IBM1Network):
             assert network.lexical is calls_ibm1[0]  # the trained IBM1 itself, not a copy
             table = network.lexical.src_embed.weight.detach().clone()
             assert table.abs().sum() > 0  # IBM1 moved it from the uniform start
@@ -290,12 +328,12 @@ def test_distortion_aligner_starts_from_ibm1_and_trains_the_table_at_its_own_rat
     (tmp_path / "gold.txt").write_text("\n".join(pairs) + "\n")
     (tmp_path / "gold.p1").write_text("1-1 2-2\n1-1 2-2\n1-1 2-2 3-3\n")
     code = cli.main(["align", "--gold-text", str(tmp_path / "gold.txt"), "--gold-links", str(tmp_path / "gold.p1"),
-                     "--network", "distortion", "--models", "marginal", "--ibm1-epochs", "2", "--epochs", "1",
+                     "--network", network, "--models", "marginal", "--ibm1-epochs", "2", "--epochs", "1",
                      "--lr", "0.01", "--table-lr", "0.002", "--embedding", "4", "--encoder", "3", "--decoder", "5",
                      "--attention", "3", "--out", str(tmp_path / "runs")])
     assert code == 0
     assert calls == [("IBM1Network", 2, align_networks.IBM1_BATCH_SIZE, align_networks.IBM1_LR, None),
-                     ("DistortionNetwork", 1, 32, 0.01, {"lexical.": 0.002})]
+                     (kind, 1, 32, 0.01, {"lexical.": 0.002})]
 
 
 def test_fit_param_lr_gives_a_submodule_its_own_rate():

@@ -27,7 +27,8 @@ from pyro_attention.networks.base import Encoded, ExpertLogits, HeadNetwork, mas
 from pyro_attention.networks.output import LexicalExpert
 from pyro_attention.networks.seq2seq import Seq2Seq
 
-__all__ = ["DiagonalTension", "DistortionNetwork", "IBM1Network", "JumpTransition", "word_experts"]
+__all__ = ["DiagonalTension", "DistortionNetwork", "HMMNetwork", "IBM1Network", "JumpTransition", "filter_step",
+           "word_experts"]
 
 
 def word_experts(embed: nn.Embedding, head: LexicalExpert, enc: Encoded) -> ExpertLogits:
@@ -89,6 +90,11 @@ class IBM1Network(HeadNetwork):
         """``log t(. | x)`` ``(N, V)`` for source word ids ``(N,)``."""
         values = self.src_embed(source_ids)
         return torch.log_softmax(self.head.logits(self.head.query(values), values), -1)
+
+    def observed_log_probs(self, batch: TranslationBatch) -> Tensor:
+        """``log t(y_t | x_s)`` ``(B, T, S)`` at the observed targets (one normaliser per distinct source word)."""
+        words, rows = torch.unique(batch.source, return_inverse=True)
+        return self.lexical_log_probs(words)[rows.unsqueeze(1), batch.target.unsqueeze(2)]
 
 
 class DiagonalTension(nn.Module):
@@ -153,6 +159,87 @@ class JumpTransition(nn.Module):
         return torch.bmm(filtered.unsqueeze(1), matrix).squeeze(1).clamp(min=1e-30).log()
 
 
+def filter_step(scores: Tensor, filtered: Tensor | None, jumps: Tensor, transition: JumpTransition, log_t: Tensor,
+                source_mask: Tensor, diagonal: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """One target position of the filtered prior: ``scores`` ``(B, S)`` plus ``log sum_s' f(s') J(s | s')`` (from the
+    second position on); returns those prior scores and the new filtered posterior ``f ∝ prior(s) t(y | x_s)``
+    (``log_t`` ``(B, S)``; ``diagonal``: a :class:`DiagonalTension` score for this position, in both)."""
+    if filtered is not None:  # finite at padded positions: they are masked where the scores are used
+        scores = scores + transition.predict(filtered, jumps).masked_fill(~source_mask, 0.0)
+    prior = scores if diagonal is None else scores + diagonal
+    log_prior = torch.log_softmax(mask_scores(prior.unsqueeze(1), source_mask).squeeze(1), -1)
+    return scores, torch.softmax(log_prior + log_t, -1)
+
+
+class HMMNetwork(HeadNetwork):
+    r"""IBM Model 1's lexical table with an HMM's alignment prior and no neural prior: fast_align's diagonal and a
+    jump transition over the previous word's filtered posterior.
+
+    .. math::
+
+        p(z_t = s \mid x, y_{<t}) \propto \exp(-\lambda |\tfrac{t}{m} - \tfrac{s}{n}|)
+        \sum_{s'} f_{t-1}(s') J(s \mid s'), \qquad f_t(s) \propto p(z_t = s \mid x, y_{<t})\, t(y_t \mid x_s),
+
+    the first position uniform times the diagonal.  Without the diagonal, ``prod_t sum_s p(z_t = s | x, y_<t)
+    t(y_t | x_s)`` is the HMM aligner's likelihood (Vogel et al. 1996) by the forward algorithm, since ``f_{t-1}`` is
+    its filtered posterior; the exact posterior of the ``marginal`` pair is that filtered posterior
+    ``p(z_t | x, y_<=t)`` (not the HMM's smoothed one, which also sees the words after ``t``).  No LSTM: the prior
+    sees the source and target lengths, the lexical table and the target prefix only through ``f``.
+
+    :param lexical: the lexical model (default: a new free table); pass a trained :class:`IBM1Network` to start
+        from its table.
+    :param tension: the start of the learned :class:`DiagonalTension` (``None``: none).
+    :param max_jump: the :class:`JumpTransition`'s largest jump.
+    """
+
+    def __init__(self, source_vocab: int, target_vocab: int, lexical: IBM1Network | None = None,
+                 tension: float | None = 4.0, max_jump: int = 5) -> None:
+        super().__init__()
+        _check_lexical("HMMNetwork", lexical, source_vocab, target_vocab)
+        self.source_vocab, self.num_classes = source_vocab, target_vocab
+        self.lexical = IBM1Network(source_vocab, target_vocab) if lexical is None else lexical
+        self.head = self.lexical.head
+        self.value_size = self.lexical.value_size
+        self.diagonal = None if tension is None else DiagonalTension(tension)
+        self.transition = JumpTransition(max_jump)
+
+    def encode(self, batch: TranslationBatch) -> Encoded:
+        if not isinstance(batch, TranslationBatch):
+            raise TypeError(f"HMMNetwork.encode expects a TranslationBatch, got {type(batch).__name__}")
+        batch.validate(self.source_vocab, self.num_classes)
+        values = self.lexical.src_embed(batch.source)
+        log_t = self.lexical.observed_log_probs(batch)
+        jumps = self.transition.matrix(batch.source_mask)
+        diagonal = None if self.diagonal is None else self.diagonal(batch.target_mask, batch.source_mask)
+        flat = values.new_zeros(batch.source.shape)
+        filtered, scores = None, []
+        for t in range(batch.target.shape[1]):
+            a, filtered = filter_step(flat, filtered, jumps, self.transition, log_t[:, t], batch.source_mask,
+                                      None if diagonal is None else diagonal[:, t])
+            scores.append(a if diagonal is None else a + diagonal[:, t])
+        query = values.new_zeros(batch.target.shape + (1,))  # u == 0
+        return Encoded(values, batch.source_mask, batch.target, batch.target_mask, torch.stack(scores, 1),
+                       {"query": query}, batch)
+
+    def output_experts(self, enc: Encoded) -> ExpertLogits:
+        """The lexical model's logits per distinct source word (:func:`word_experts`)."""
+        return self.lexical.output_experts(enc)
+
+    def posterior_scores(self, enc: Encoded) -> Tensor:
+        """The prior's scores: no inference network."""
+        return enc.prior_scores
+
+    def lexical_log_probs(self, source_ids: Tensor) -> Tensor:
+        """``log t(. | x)`` ``(N, V)`` for source word ids ``(N,)``."""
+        return self.lexical.lexical_log_probs(source_ids)
+
+
+def _check_lexical(owner: str, lexical: IBM1Network | None, source_vocab: int, target_vocab: int) -> None:
+    if lexical is not None and (lexical.source_vocab, lexical.num_classes) != (source_vocab, target_vocab):
+        raise ValueError(f"{owner}: lexical has vocabularies {lexical.source_vocab} / {lexical.num_classes}, the "
+                         f"network {source_vocab} / {target_vocab}")
+
+
 class DistortionNetwork(Seq2Seq):
     """:class:`~pyro_attention.networks.Seq2Seq`'s learned prior times an :class:`IBM1Network`'s lexical table.
 
@@ -181,10 +268,7 @@ class DistortionNetwork(Seq2Seq):
         for fixed in ("output", "input_feed"):
             if fixed in kwargs:
                 raise ValueError(f"DistortionNetwork: {fixed} is fixed (the lexical expert, the soft context)")
-        if lexical is not None and (lexical.source_vocab, lexical.num_classes) != (source_vocab, target_vocab):
-            raise ValueError(
-                f"DistortionNetwork: lexical has vocabularies {lexical.source_vocab} / {lexical.num_classes}, "
-                f"the network {source_vocab} / {target_vocab}")
+        _check_lexical("DistortionNetwork", lexical, source_vocab, target_vocab)
         super().__init__(source_vocab, target_vocab, output="product", **kwargs)
         del self.head  # Seq2Seq's product layer: the lexical model's expert takes its place
         self.lexical = IBM1Network(source_vocab, target_vocab) if lexical is None else lexical
@@ -208,30 +292,21 @@ class DistortionNetwork(Seq2Seq):
         batch.validate(self.source_vocab, self.num_classes)
         src = self.encode_source(batch.source, batch.source_mask)
         state, fed = self.initial_state(src)
-        log_t = self._observed_lexical(batch)  # (B, T, S)
+        log_t = self.lexical.observed_log_probs(batch)  # (B, T, S)
         jumps = self.transition.matrix(batch.source_mask)
         diagonal = None if self.diagonal is None else self.diagonal(batch.target_mask, batch.source_mask)
         filtered = None
         hs, scores = [], []
         for t in range(batch.target.shape[1]):
             h, a, state, _ = self.decoder_step(src, batch.target_in[:, t], state, fed)
-            if filtered is not None:  # (finite at padded positions: they are masked where the scores are used)
-                a = a + self.transition.predict(filtered, jumps).masked_fill(~batch.source_mask, 0.0)
+            a, filtered = filter_step(a, filtered, jumps, self.transition, log_t[:, t], batch.source_mask,
+                                      None if diagonal is None else diagonal[:, t])
             hs.append(h)
             scores.append(a)
-            prior = a if diagonal is None else a + diagonal[:, t]
-            log_joint = torch.log_softmax(mask_scores(prior.unsqueeze(1), batch.source_mask).squeeze(1), -1)
-            filtered = torch.softmax(log_joint + log_t[:, t], -1)
             fed = torch.einsum("bs,bsd->bd", filtered, src.values)
         h = torch.stack(hs, 1)
         return Encoded(src.values, batch.source_mask, batch.target, batch.target_mask, torch.stack(scores, 1),
                        {"query": self.head.query(h), "h": h}, batch)
-
-    def _observed_lexical(self, batch: TranslationBatch) -> Tensor:
-        """``log t(y_t | x_s)`` ``(B, T, S)`` at the observed targets (one normaliser per distinct source word)."""
-        words, rows = torch.unique(batch.source, return_inverse=True)
-        log_t = self.lexical_log_probs(words)  # (U, V)
-        return log_t[rows.unsqueeze(1), batch.target.unsqueeze(2)]
 
     def output_experts(self, enc: Encoded) -> ExpertLogits:
         """The lexical model's logits per distinct source word (:func:`word_experts`)."""

@@ -18,9 +18,11 @@ precision and recall (Och & Ney 2003, :mod:`pyro_attention.aer`):
 The network (``network``, :data:`ALIGN_NETWORKS`) is an object that trains itself: ``seq2seq`` (the paper's
 ``tanh`` output layer) and ``product`` (the product of experts) train :class:`~pyro_attention.networks.Seq2Seq`
 with :func:`pyro_attention.translation.train`; ``ibm1`` (uniform prior, lexical expert on the source word's
-embedding: IBM Model 1 with a neural lexical table, :class:`~pyro_attention.networks.lexical.IBM1Network`) and
+embedding: IBM Model 1 with a neural lexical table, :class:`~pyro_attention.networks.lexical.IBM1Network`),
 ``distortion`` (IBM Model 1 first, then Seq2Seq's learned prior on its free lexical table,
-:class:`~pyro_attention.networks.lexical.DistortionNetwork`, :class:`DistortionAligner`) train with
+:class:`~pyro_attention.networks.lexical.DistortionNetwork`) and ``hmm`` (IBM Model 1 first, then an HMM prior --
+fast_align's diagonal and jumps over the previous word's filtered posterior -- on its table,
+:class:`~pyro_attention.networks.lexical.HMMNetwork`; both :class:`StagedAligner`) train with
 :func:`pyro_attention.inference.fit` -- the ``marginal`` pair's exact enumeration (``TraceEnum_ELBO``) either way.
 
 With ``both_directions`` a second set of models is trained target -> source and each source's links are also
@@ -46,9 +48,9 @@ from pyro_attention.tasks.align.corpus import GoldCorpus, load_gold_corpus, load
 from pyro_attention.tasks.align.networks import (
     ALIGN_NETWORKS,
     AlignNetwork,
-    DistortionAligner,
     LexicalAligner,
     Seq2SeqAligner,
+    StagedAligner,
     Trained,
 )
 from pyro_attention.tasks.align.scoring import (
@@ -66,7 +68,7 @@ from pyro_attention.tasks.align.scoring import (
 
 __all__ = [
     "ALIGN_NETWORKS", "CORPORA", "JSON_SYMMETRISATIONS", "LINK_FORMATS", "LINK_ORDERS", "THRESHOLD_GRID",
-    "AlignConfig", "AlignNetwork", "AlignRow", "DistortionAligner", "GoldCorpus", "LexicalAligner", "Seq2SeqAligner",
+    "AlignConfig", "AlignNetwork", "AlignRow", "GoldCorpus", "LexicalAligner", "Seq2SeqAligner", "StagedAligner",
     "Trained",
     "alignment_links", "alignment_probs", "argmax_links", "format_rows", "json_rows", "load_gold_corpus",
     "load_user_gold", "merge_json", "pyro_latent", "run_align", "threshold_links",

@@ -30,14 +30,16 @@ class AlignConfig(OptimConfig):
     encoder: int = option(64, "BiLSTM size per direction", low=1)
     decoder: int = option(128, "decoder LSTM size", low=1)
     attention: int = option(64, "MLP attention size", low=1)
-    ibm1_epochs: int = option(5, "network distortion: IBM Model 1 epochs that train its lexical table first (0: "
-                              "a uniform table)", low=0)
-    tension: float = option(4.0, "network distortion: the start of the prior's learned diagonal tension (fast_align's "
-                            "-lambda |i/m - j/n|; 0: no diagonal term)", interval=(0.0, float("inf"), False, True))
-    max_jump: int = option(0, "network distortion: an HMM transition over the previous word's filtered posterior in "
-                           "the prior, jumps clipped to +-max_jump (0: none)", low=0)
-    table_lr: float = option(1e-2, "network distortion: the lexical table's learning rate while the prior trains",
-                             interval=(0.0, 1.0, True, False))
+    ibm1_epochs: int = option(5, "networks distortion and hmm: IBM Model 1 epochs that train the lexical table first "
+                              "(0: a uniform table)", low=0)
+    tension: float = option(4.0, "networks distortion and hmm: the start of the prior's learned diagonal tension "
+                            "(fast_align's -lambda |i/m - j/n|; 0: no diagonal term)",
+                            interval=(0.0, float("inf"), False, True))
+    max_jump: int = option(0, "networks distortion and hmm: an HMM transition over the previous word's filtered "
+                           "posterior in the prior, jumps clipped to +-max_jump (0: none for distortion, 5 for hmm)",
+                           low=0)
+    table_lr: float = option(1e-2, "networks distortion and hmm: the lexical table's learning rate while the prior "
+                             "trains", interval=(0.0, 1.0, True, False))
     both_directions: bool = False
     threads: int = option(1, "torch threads", low=1)
     out: str = "runs/align"

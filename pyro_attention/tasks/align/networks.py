@@ -160,46 +160,68 @@ def _fit_lexical(network: Any, data: _Bitext, epochs: int, batch_size: int, lr: 
     return pair
 
 
-#: IBM Model 1's recipe where it starts a distortion model's lexical table (the free-table runs of docs/results.md)
+#: IBM Model 1's recipe where it starts a staged network's lexical table (the free-table runs of docs/results.md)
 IBM1_BATCH_SIZE, IBM1_LR = 512, 0.1
 
 
-class DistortionAligner(AlignNetwork):
-    """IBM Model 1 first, then a neural distortion model on its table (as GIZA++ trains Model 1 before the HMM).
+class StagedAligner(AlignNetwork):
+    """IBM Model 1 first, then a network holding it as its lexical model (as GIZA++ trains Model 1 before the HMM).
 
     ``ibm1_epochs`` epochs of :class:`~pyro_attention.networks.lexical.IBM1Network` (free table, batches of
-    :data:`IBM1_BATCH_SIZE`, learning rate :data:`IBM1_LR`), then
-    :class:`~pyro_attention.networks.lexical.DistortionNetwork` holding that IBM Model 1 as its lexical model:
-    ``epochs`` epochs, the prior's parameters at ``lr`` and the table at ``table_lr``, with fast_align's diagonal
-    (:class:`~pyro_attention.networks.lexical.DiagonalTension`, learned from ``tension``; ``0``: none) and,
-    with ``max_jump``, an HMM transition (:class:`~pyro_attention.networks.lexical.JumpTransition`) in the prior;
-    both stages by the ``marginal`` pair's exact enumeration."""
+    :data:`IBM1_BATCH_SIZE`, learning rate :data:`IBM1_LR`), then ``build(ibm1, source_vocab, target_vocab,
+    config)``: ``epochs`` epochs, its own parameters at ``lr`` and the table at ``table_lr``; both stages by the
+    ``marginal`` pair's exact enumeration."""
 
     output = "lexical"
     pairs = ("marginal",)
 
+    def __init__(self, name: str, description: str, build: Callable[[Any, int, int, AlignConfig], Any]) -> None:
+        super().__init__(name, description)
+        self.build = build
+
     def train(self, corpus: GoldCorpus, config: AlignConfig, model: str, reverse: bool,
               log: Callable[[str], None]) -> Trained:
-        from pyro_attention.networks.lexical import DistortionNetwork, IBM1Network
+        from pyro_attention.networks.lexical import IBM1Network
 
         start = time.perf_counter()
         src_vocab, tgt_vocab, data = _bitext(corpus, reverse)
-        direction = " reverse" if reverse else ""
+        label = f"{self.name} {model}{' reverse' if reverse else ''}"
         lexical = IBM1Network(len(src_vocab), len(tgt_vocab))
         if config.ibm1_epochs:
             lexical = _fit_lexical(lexical, data, config.ibm1_epochs, IBM1_BATCH_SIZE, IBM1_LR, config.seed, log,
-                                   f"{self.name} {model}{direction}, IBM Model 1").network
-        network = DistortionNetwork(len(src_vocab), len(tgt_vocab), lexical=lexical,
-                                    tension=config.tension or None, max_jump=config.max_jump or None,
-                                    embedding_size=config.embedding,
-                                    encoder_size=config.encoder, decoder_size=config.decoder,
-                                    attention_size=config.attention)
-        pair = _fit_lexical(network, data, config.epochs, config.batch_size, config.lr, config.seed, log,
-                            f"{self.name} {model}{direction}", param_lr={"lexical.": config.table_lr})
-        if network.diagonal is not None:
-            log(f"{self.name} {model}{direction}: diagonal tension {network.diagonal.tension:.3f} "
-                f"(from {config.tension:g})")
+                                   f"{label}, IBM Model 1").network
+        network = self.build(lexical, len(src_vocab), len(tgt_vocab), config)
+        pair = _fit_lexical(network, data, config.epochs, config.batch_size, config.lr, config.seed, log, label,
+                            param_lr={"lexical.": config.table_lr})
+        learned = [f"diagonal tension {network.diagonal.tension:.3f} (from {config.tension:g})"
+                   if network.diagonal is not None else ""]
+        if getattr(network, "transition", None) is not None:
+            theta = network.transition.theta.detach()
+            learned.append("jump scores " + " ".join(f"{j:+d}:{x:.2f}" for j, x in
+                                                      zip(range(-len(theta) // 2 + 1, len(theta) // 2 + 1),
+                                                          theta.tolist(), strict=True)))
+        log(f"{label}: " + "; ".join(x for x in learned if x))
         return Trained(pair, src_vocab, tgt_vocab, time.perf_counter() - start)
+
+
+def _distortion(lexical: Any, source_vocab: int, target_vocab: int, config: AlignConfig) -> Any:
+    from pyro_attention.networks.lexical import DistortionNetwork
+
+    return DistortionNetwork(source_vocab, target_vocab, lexical=lexical, tension=config.tension or None,
+                             max_jump=config.max_jump or None, embedding_size=config.embedding,
+                             encoder_size=config.encoder, decoder_size=config.decoder,
+                             attention_size=config.attention)
+
+
+def _hmm(lexical: Any, source_vocab: int, target_vocab: int, config: AlignConfig) -> Any:
+    from pyro_attention.networks.lexical import HMMNetwork
+
+    return HMMNetwork(source_vocab, target_vocab, lexical=lexical, tension=config.tension or None,
+                      max_jump=config.max_jump or HMM_MAX_JUMP)
+
+
+#: the HMM network's largest jump where ``--max-jump`` is 0
+HMM_MAX_JUMP = 5
 
 
 def _ibm1(source_vocab: int, target_vocab: int, config: AlignConfig) -> Any:
@@ -223,8 +245,11 @@ ALIGN_NETWORKS: dict[str, AlignNetwork] = {
         LexicalAligner("ibm1", "IBM Model 1: uniform prior, lexical expert with a free (full-rank) table", _ibm1),
         LexicalAligner("ibm1-rank", "IBM Model 1 with a rank-E lexical table: uniform prior, lexical expert on the "
                        "source word's E-dimensional embedding (--embedding E)", _ibm1_rank),
-        DistortionAligner("distortion", "IBM Model 1 (--ibm1-epochs), then Seq2Seq's learned prior (a neural "
-                          "distortion model: --embedding, --encoder, --decoder, --attention) on its lexical table "
-                          "(at --table-lr)"),
+        StagedAligner("distortion", "IBM Model 1 (--ibm1-epochs), then Seq2Seq's learned prior (a neural "
+                      "distortion model: --embedding, --encoder, --decoder, --attention; --tension, --max-jump) on "
+                      "its lexical table (at --table-lr)", _distortion),
+        StagedAligner("hmm", "IBM Model 1 (--ibm1-epochs), then an HMM prior on its lexical table (at --table-lr): "
+                      f"fast_align's diagonal (--tension) and jumps over the previous word's filtered posterior "
+                      f"(--max-jump, 0: {HMM_MAX_JUMP}), no LSTM", _hmm),
     )
 }
