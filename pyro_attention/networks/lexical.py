@@ -1,18 +1,23 @@
-r"""Networks whose output expert sees the aligned source *word* only: IBM Model 1 and a neural distortion model.
+r"""Networks whose output expert sees the aligned source *word* only: IBM Model 1, an HMM prior and a neural
+distortion model on its table.
 
-Both use :class:`~pyro_attention.networks.output.LexicalExpert`, the product of experts with ``u == 0``, on the
-source word's own embedding (no BiLSTM context), so ``p(y_t | x, z_t = s) = t(y_t | x_s) = softmax(U_x e(x_s))``
-is a neural (rank-``E``) lexical table.  They differ in the prior:
+All use :class:`~pyro_attention.networks.output.LexicalExpert`, the product of experts with ``u == 0``, on the
+source word alone, so ``p(y_t | x, z_t = s) = t(y_t | x_s) = softmax(U_x e(x_s))`` is a lexical table (free, or
+neural of rank ``E``).  They differ in the prior:
 
 * :class:`IBM1Network` -- uniform, ``p(z_t = s) = 1 / S``.  With the ``marginal`` pair (exact enumeration,
   ``TraceEnum_ELBO``) the likelihood is IBM Model 1's (Brown et al. 1993) without a NULL word,
   ``p(y | x) = prod_t (1 / S) sum_s t(y_t | x_s)``, and the exact posterior is its alignment posterior
   ``p(z_t = s | x, y) = t(y_t | x_s) / sum_s' t(y_t | x_s')``.  The target ends in ``</s>``, which is predicted
   like any word (an EM reference must append it too to be the same model).
+* :class:`HMMNetwork` -- an HMM aligner's prior (Vogel et al. 1996) on an IBM1Network's table: fast_align's
+  diagonal (:class:`DiagonalTension`) and learned jumps (:class:`JumpTransition`) from the previous word's filtered
+  posterior, which is a function of ``(x, y_<t)``, so the target positions stay conditionally independent and the
+  same exact enumeration trains it; no LSTM.
 * :class:`DistortionNetwork` -- :class:`~pyro_attention.networks.Seq2Seq`'s prior ``p(z_t | x, y_<t)`` (its
-  decoder LSTM and attention score over the BiLSTM source states: a neural distortion model), with the same
-  lexical expert.  Comparing it with :class:`IBM1Network` measures what the learned prior adds; comparing it
-  with ``Seq2Seq(output="product")`` what the decoder's expert ``u_t`` (and contextual source values) add.
+  decoder LSTM and attention score over the BiLSTM source states: a neural distortion model) on an IBM1Network's
+  table, optionally with the same diagonal and jumps.  Comparing the three measures what a learned prior adds;
+  comparing with ``Seq2Seq(output="product")`` what the decoder's expert ``u_t`` (and contextual source values) add.
 """
 
 from __future__ import annotations
@@ -129,8 +134,8 @@ class JumpTransition(nn.Module):
     r"""An HMM's alignment transition (Vogel et al. 1996) as a prior score: ``log sum_s' f(s') J(s | s')``.
 
     ``J(s | s') = softmax_s theta[clip(s - s', -K, K)]`` over the real source positions, with ``2K + 1`` learned
-    jump scores ``theta`` (start: ``-|jump|``, favouring small forward jumps), and ``f`` the *filtered posterior* of
-    the previous target word, ``f_{t-1}(s') = p(z_{t-1} = s' | x, y_{<=t-1})`` as the network computes it -- a
+    jump scores ``theta`` (start: ``-|jump - 1|``, favouring the next source position), and ``f`` the *filtered
+    posterior* of the previous target word, ``f_{t-1}(s') = p(z_{t-1} = s' | x, y_{<=t-1})`` as the network computes it -- a
     function of ``(x, y_<t)``, so the prior of ``z_t`` still depends on no sampled alignment and the target
     positions stay conditionally independent (enumerated per token).  With it the prior is an HMM's predictive
     distribution ``p(z_t | x, y_<t)`` times whatever the other scores say.
