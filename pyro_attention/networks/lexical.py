@@ -135,8 +135,8 @@ class JumpTransition(nn.Module):
 
     ``J(s | s') = softmax_s theta[clip(s - s', -K, K)]`` over the real source positions, with ``2K + 1`` learned
     jump scores ``theta`` (start: ``-|jump - 1|``, favouring the next source position), and ``f`` the *filtered
-    posterior* of the previous target word, ``f_{t-1}(s') = p(z_{t-1} = s' | x, y_{<=t-1})`` as the network
-    computes it -- a function of ``(x, y_<t)``, so the prior of ``z_t`` still depends on no sampled alignment and the target
+    posterior* of the previous target word, ``f_{t-1}(s') = p(z_{t-1} = s' | x, y_{<=t-1})`` as the network computes
+    it -- a function of ``(x, y_<t)``, so the prior of ``z_t`` still depends on no sampled alignment and the target
     positions stay conditionally independent (enumerated per token).  With it the prior is an HMM's predictive
     distribution ``p(z_t | x, y_<t)`` times whatever the other scores say.
     """
