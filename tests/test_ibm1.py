@@ -194,18 +194,19 @@ def _log_likelihood_with_grad(net, batch):
     return -pair.elbo().differentiable_loss(pair.model, pair.guide, batch)
 
 
-def test_hmm_network_likelihood_is_the_hmm_forward_algorithm_by_brute_force():
-    """Without the diagonal, the marginal pair's exact log-likelihood of HMMNetwork is the HMM's,
-    log sum_z (1/n) prod_t J(z_t | z_{t-1}) t(y_t | x_{z_t}) over all S^T alignment sequences, and its exact
-    posterior of the last word is the HMM's filtered posterior; with the diagonal the first word's prior is
-    softmax(-lambda |1/m - j/n|)."""
+@pytest.mark.parametrize("tension", [None, 2.0])
+def test_hmm_network_is_the_hmm_by_brute_force(tension):
+    """The marginal pair's exact log-likelihood of HMMNetwork is the inhomogeneous HMM's,
+    log sum_z p(z_1) prod_t p(z_t | z_{t-1}) t(y_t | x_{z_t}) over all S^T alignment sequences with
+    p(z_t = s | z_{t-1} = s') ∝ exp(theta[clip(s - s')] - lambda |t/m - s/n|); its per-token exact posterior is the
+    filtered one (the last word's equals the smoothed one) and smoothed_posterior is p(z_t | x, y) at every t."""
     import itertools
 
     from pyro_attention.inference import alignment_posterior, log_likelihood
     from pyro_attention.networks.lexical import HMMNetwork
 
     torch.manual_seed(0)
-    net = HMMNetwork(9, 8, tension=None, max_jump=2)
+    net = HMMNetwork(9, 8, tension=tension, max_jump=2)
     torch.nn.init.normal_(net.lexical.src_embed.weight)
     with torch.no_grad():
         net.transition.theta.copy_(torch.randn(5))
@@ -213,22 +214,27 @@ def test_hmm_network_likelihood_is_the_hmm_forward_algorithm_by_brute_force():
     pair = make_pair("marginal", net)
     ll = log_likelihood(pair, batch).per_example
     post = alignment_posterior(pair, batch)["posterior"]
+    smoothed = net.smoothed_posterior(batch)
+    lam = 0.0 if tension is None else net.diagonal.tension
+    theta = net.transition.theta.detach()
     for b, (n, m) in enumerate([(3, 4), (2, 3)]):  # source words, target words with </s>
-        J = net.transition.matrix(batch.source_mask)[b, :n, :n].detach()
         t = net.lexical.observed_log_probs(batch)[b, :m, :n].detach().exp()
-        total, last = 0.0, torch.zeros(n)
+        d = torch.tensor([[-lam * abs((i + 1) / m - (j + 1) / n) for j in range(n)] for i in range(m)])
+        first = torch.softmax(d[0], -1)
+        step = [torch.softmax(torch.stack([theta[min(2, max(-2, s - q)) + 2] for s in range(n)]) + d[i], -1)
+                for i in range(m) for q in range(n)]
+        total, marg = 0.0, torch.zeros(m, n)
         for z in itertools.product(range(n), repeat=m):
-            p = (1.0 / n) * t[0, z[0]]
+            p = first[z[0]] * t[0, z[0]]
             for i in range(1, m):
-                p = p * J[z[i - 1], z[i]] * t[i, z[i]]
+                p = p * step[i * n + z[i - 1]][z[i]] * t[i, z[i]]
             total += p
-            last[z[-1]] += p
+            for i in range(m):
+                marg[i, z[i]] += p
         assert float(ll[b]) == pytest.approx(float(torch.log(total)), abs=1e-5)
-        assert torch.allclose(post[b, m - 1, :n], last / last.sum(), atol=1e-5)  # filtered = smoothed at the end
-    diag = HMMNetwork(9, 8, tension=2.0)
-    first = torch.softmax(diag.encode(batch).prior_scores[0, 0].detach(), -1)
-    want = torch.softmax(torch.tensor([-2.0 * abs(1 / 4 - j / 3) for j in (1, 2, 3)]), -1)
-    assert torch.allclose(first, want, atol=1e-6)
+        assert torch.allclose(smoothed[b, :m, :n], marg / total, atol=1e-5)
+        assert torch.allclose(post[b, m - 1, :n], marg[m - 1] / total, atol=1e-5)
+    assert float(smoothed[1, :, 2:].abs().sum()) == 0 and float(smoothed[1, 3:].abs().sum()) == 0  # padding
 
 
 def test_distortion_network_fixes_its_output():
@@ -330,8 +336,11 @@ def test_staged_aligners_start_from_ibm1_and_train_the_table_at_its_own_rate(tmp
     code = cli.main(["align", "--gold-text", str(tmp_path / "gold.txt"), "--gold-links", str(tmp_path / "gold.p1"),
                      "--network", network, "--models", "marginal", "--ibm1-epochs", "2", "--epochs", "1",
                      "--lr", "0.01", "--table-lr", "0.002", "--embedding", "4", "--encoder", "3", "--decoder", "5",
-                     "--attention", "3", "--out", str(tmp_path / "runs")])
+                     "--attention", "3", "--out", str(tmp_path / "runs"), "--json", str(tmp_path / "aer.json")])
     assert code == 0
+    sources = {r["source"] for r in json.loads((tmp_path / "aer.json").read_text())}
+    hmm_sources = {"smoothed", "smoothed-threshold"}  # the HMM's forward-backward posterior, its threshold links
+    assert (sources >= hmm_sources) if network == "hmm" else not (sources & hmm_sources)
     assert calls == [("IBM1Network", 2, align_networks.IBM1_BATCH_SIZE, align_networks.IBM1_LR, None),
                      (kind, 1, 32, 0.01, {"lexical.": 0.002})]
 

@@ -177,19 +177,23 @@ def filter_step(scores: Tensor, filtered: Tensor | None, jumps: Tensor, transiti
 
 
 class HMMNetwork(HeadNetwork):
-    r"""IBM Model 1's lexical table with an HMM's alignment prior and no neural prior: fast_align's diagonal and a
-    jump transition over the previous word's filtered posterior.
+    r"""IBM Model 1's lexical table with an HMM aligner's prior (Vogel et al. 1996) and no neural prior: an
+    inhomogeneous Markov chain over the source positions with learned jumps and fast_align's diagonal,
 
     .. math::
 
-        p(z_t = s \mid x, y_{<t}) \propto \exp(-\lambda |\tfrac{t}{m} - \tfrac{s}{n}|)
-        \sum_{s'} f_{t-1}(s') J(s \mid s'), \qquad f_t(s) \propto p(z_t = s \mid x, y_{<t})\, t(y_t \mid x_s),
+        p(z_1 = s) \propto e^{d_1(s)}, \qquad p(z_t = s \mid z_{t-1} = s') \propto e^{\theta[\mathrm{clip}(s - s')]
+        + d_t(s)}, \qquad d_t(s) = -\lambda \big|\tfrac{t}{m} - \tfrac{s}{n}\big|, \qquad
+        y_t \sim t(\cdot \mid x_{z_t}),
 
-    the first position uniform times the diagonal.  Without the diagonal, ``prod_t sum_s p(z_t = s | x, y_<t)
-    t(y_t | x_s)`` is the HMM aligner's likelihood (Vogel et al. 1996) by the forward algorithm, since ``f_{t-1}`` is
-    its filtered posterior; the exact posterior of the ``marginal`` pair is that filtered posterior
-    ``p(z_t | x, y_<=t)`` (not the HMM's smoothed one, which also sees the words after ``t``).  No LSTM: the prior
-    sees the source and target lengths, the lexical table and the target prefix only through ``f``.
+    (:class:`JumpTransition`'s ``theta``, :class:`DiagonalTension`'s ``lambda``, both learned; normalised over the
+    real source positions).  The network's prior ``p(z_t | x, y_<t)`` is the chain's predictive distribution
+    ``sum_s' f_{t-1}(s') p(z_t = s | z_{t-1} = s')`` from the filtered posterior ``f_{t-1}`` of the previous word --
+    a function of ``(x, y_<t)`` -- so the ``marginal`` pair's exact enumeration per target position computes the
+    HMM's exact likelihood (the forward algorithm), and its per-token posterior is the *filtered* posterior
+    ``p(z_t | x, y_<=t)``.  :meth:`smoothed_posterior` gives the HMM's own posterior ``p(z_t | x, y)``, which also
+    sees the words after ``t`` (forward-backward, as the gradient of the log-likelihood with respect to the
+    emission log-probabilities).  No LSTM.
 
     :param lexical: the lexical model (default: a new free table); pass a trained :class:`IBM1Network` to start
         from its table.
@@ -213,18 +217,43 @@ class HMMNetwork(HeadNetwork):
             raise TypeError(f"HMMNetwork.encode expects a TranslationBatch, got {type(batch).__name__}")
         batch.validate(self.source_vocab, self.num_classes)
         values = self.lexical.src_embed(batch.source)
-        log_t = self.lexical.observed_log_probs(batch)
-        jumps = self.transition.matrix(batch.source_mask)
-        diagonal = None if self.diagonal is None else self.diagonal(batch.target_mask, batch.source_mask)
-        flat = values.new_zeros(batch.source.shape)
-        filtered, scores = None, []
-        for t in range(batch.target.shape[1]):
-            a, filtered = filter_step(flat, filtered, jumps, self.transition, log_t[:, t], batch.source_mask,
-                                      None if diagonal is None else diagonal[:, t])
-            scores.append(a if diagonal is None else a + diagonal[:, t])
+        log_prior, _ = self._forward(batch, self.lexical.observed_log_probs(batch))
         query = values.new_zeros(batch.target.shape + (1,))  # u == 0
-        return Encoded(values, batch.source_mask, batch.target, batch.target_mask, torch.stack(scores, 1),
-                       {"query": query}, batch)
+        return Encoded(values, batch.source_mask, batch.target, batch.target_mask, log_prior, {"query": query}, batch)
+
+    def _forward(self, batch: TranslationBatch, log_t: Tensor) -> tuple[Tensor, Tensor]:
+        """The forward algorithm: the predictive ``log p(z_t | x, y_<t)`` ``(B, T, S)`` (padded source positions at
+        ``log 1e-30``) and ``log p(y_t | x, y_<t)`` ``(B, T)`` for emission log-probabilities ``log_t``."""
+        mask = batch.source_mask
+        B, T = batch.target.shape
+        S = mask.shape[1]
+        diagonal = (batch.source.new_zeros(B, T, S, dtype=log_t.dtype) if self.diagonal is None
+                    else self.diagonal(batch.target_mask, mask))
+        pos = torch.arange(S, device=mask.device)
+        jump = (pos.view(1, S) - pos.view(S, 1)).clamp(-self.transition.max_jump, self.transition.max_jump)
+        theta = self.transition.theta[jump + self.transition.max_jump]  # (S', S)
+        predictive, evidence = [], []
+        filtered = None
+        for t in range(T):
+            scores = diagonal[:, t].unsqueeze(1) + (theta if filtered is not None else 0.0)  # (B, S' or 1, S)
+            chain = torch.softmax(scores.masked_fill(~mask.unsqueeze(1), float("-inf")), -1)
+            p = chain.squeeze(1) if filtered is None else torch.bmm(filtered.unsqueeze(1), chain).squeeze(1)
+            log_p = p.clamp(min=1e-30).log()
+            joint = log_p + log_t[:, t].masked_fill(~mask, 0.0)
+            evidence.append(torch.logsumexp(joint.masked_fill(~mask, float("-inf")), -1))
+            filtered = torch.softmax(joint.masked_fill(~mask, float("-inf")), -1)
+            predictive.append(log_p)
+        return torch.stack(predictive, 1), torch.stack(evidence, 1)
+
+    def smoothed_posterior(self, batch: TranslationBatch) -> Tensor:
+        """The HMM's posterior ``p(z_t | x, y)`` ``(B, T, S)`` (zero at padded positions): the gradient of
+        ``log p(y | x)`` with respect to the emission log-probabilities ``log t(y_t | x_s)``."""
+        with torch.enable_grad():
+            log_t = self.lexical.observed_log_probs(batch).detach().requires_grad_(True)
+            _, evidence = self._forward(batch, log_t)
+            total = evidence.masked_fill(~batch.target_mask, 0.0).sum()
+            (grad,) = torch.autograd.grad(total, log_t)
+        return grad * batch.source_mask.unsqueeze(1) * batch.target_mask.unsqueeze(-1)
 
     def output_experts(self, enc: Encoded) -> ExpertLogits:
         """The lexical model's logits per distinct source word (:func:`word_experts`)."""

@@ -8,12 +8,16 @@ precision and recall (Och & Ney 2003, :mod:`pyro_attention.aer`):
 * ``prior``: ``p(z_t | x, y_<t)`` of a categorical pair (what it would attend to before seeing ``y_t``);
 * ``posterior``: the exact ``p(z_t | x, y)`` by enumeration (Bayes' rule, sees ``y_t``);
 * ``q``: the amortised inference network of :class:`~pyro_attention.models.VariationalAttention`;
-* ``soft``: the attention weights of a :class:`~pyro_attention.models.SoftAttention` model.
+* ``soft``: the attention weights of a :class:`~pyro_attention.models.SoftAttention` model;
+* ``smoothed``: an HMM network's own posterior ``p(z_t | x, y)`` (forward-backward,
+  :meth:`~pyro_attention.networks.lexical.HMMNetwork.smoothed_posterior`), where the pair's exact per-token
+  posterior is the filtered ``p(z_t | x, y_<=t)``.
 
-* ``posterior-threshold``: every source word whose exact posterior is at least a threshold (any number of links
-  per target word, none included).  The threshold is chosen from :data:`THRESHOLD_GRID` by AER on one half of the
-  gold pairs and applied to the *other* half (even-numbered pairs scored with the threshold tuned on the
-  odd-numbered ones and vice versa), so no pair is scored with a threshold tuned on itself.
+* ``posterior-threshold`` (and ``smoothed-threshold``): every source word whose exact posterior is at least a
+  threshold (any number of links per target word, none included).  The threshold is chosen from
+  :data:`THRESHOLD_GRID` by AER on one half of the gold pairs and applied to the *other* half (even-numbered pairs
+  scored with the threshold tuned on the odd-numbered ones and vice versa), so no pair is scored with a threshold
+  tuned on itself.
 
 The network (``network``, :data:`ALIGN_NETWORKS`) is an object that trains itself: ``seq2seq`` (the paper's
 ``tanh`` output layer) and ``product`` (the product of experts) train :class:`~pyro_attention.networks.Seq2Seq`

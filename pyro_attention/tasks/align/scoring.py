@@ -22,7 +22,8 @@ def alignment_probs(
     result: Trained, source: list[list[str]], target: list[list[str]], batch_size: int = 32
 ) -> dict[str, list[torch.Tensor]]:  # noqa: ANN001
     """Every alignment distribution of a trained pair on the given sentence pairs, in order: per source name
-    (``prior``, ``posterior``, ``q``) a list of ``(T_i, S_i)`` matrices over the real words (no ``</s>``)."""
+    (``prior``, ``posterior``, ``q``; ``smoothed`` where the network has an HMM's ``smoothed_posterior``) a list of
+    ``(T_i, S_i)`` matrices over the real words (no ``</s>``)."""
     out: dict[str, list[torch.Tensor]] = {}
     pair = result.pair
     pair.network.eval()
@@ -30,6 +31,8 @@ def alignment_probs(
         chunk = list(range(start, min(len(source), start + batch_size)))
         batch = collate([(result.src_vocab.encode(source[i]), result.tgt_vocab.encode(target[i])) for i in chunk])
         probs = alignment_posterior(pair, batch)
+        if hasattr(pair.network, "smoothed_posterior"):  # an HMM's own posterior p(z_t | x, y)
+            probs["smoothed"] = pair.network.smoothed_posterior(batch)
         for name, p in probs.items():
             name = "q" if name == "guide" else name
             out.setdefault(name, []).extend(
@@ -131,15 +134,15 @@ def run_align(config: AlignConfig, log: Callable[[str], None] = print) -> list[A
             if name == "prior" and ALL_PAIRS[model].deterministic:
                 label = "weights"  # a deterministic pair's prior is its attention weights
             variants = [(label, argmax_links(probs), None if backward is None else argmax_links(backward[name]), "")]
-            if name == "posterior":
+            if name in ("posterior", "smoothed"):
                 fwd, chosen = threshold_links(probs, gold, config.thresholds)
                 note = f"thresholds {chosen[0]:g} / {chosen[1]:g} (even / odd pairs, each tuned on the other half)"
                 bwd = None
                 if backward is not None:
                     bwd, back_chosen = threshold_links(backward[name], gold, config.thresholds, reverse=True)
                     note += f"; reverse {back_chosen[0]:g} / {back_chosen[1]:g}"
-                log(f"posterior-threshold: {note}")
-                variants.append(("posterior-threshold", fwd, bwd, note))
+                log(f"{name}-threshold: {note}")
+                variants.append((f"{name}-threshold", fwd, bwd, note))
             for source_label, fwd, bwd, note in variants:
                 rows.append(row(source_label, "forward", fwd, trained.seconds, note))
                 if bwd is not None:
