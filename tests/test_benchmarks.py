@@ -204,3 +204,20 @@ def test_decode_speed_tiny(tmp_path, capsys) -> None:
     with pytest.raises(SystemExit):
         decode_speed.parse_args(["--ours", "no-equals-sign"])
     assert decode_speed.peer_seconds("[x] Total translation time (s): 12.3\n") == 12.3
+
+
+def test_align_priors_tiny(tmp_path) -> None:
+    """benchmarks/align_priors.py trains every prior on the same EM IBM Model 1 table of a toy gold set and scores
+    each; the table-only row has no prior AER, the HMM row has its smoothed posterior."""
+    align_priors = load_script("benchmarks", "align_priors")
+    pairs = ["the house ||| das haus", "the cat ||| die katze", "a small cat ||| eine kleine katze",
+             "the small house ||| das kleine haus"]
+    (tmp_path / "gold.txt").write_text("\n".join(pairs) + "\n")
+    (tmp_path / "gold.p1").write_text("1-1 2-2\n1-1 2-2\n1-1 2-2 3-3\n1-1 2-2 3-3\n")
+    args = align_priors.parse_args(["--gold-text", str(tmp_path / "gold.txt"), "--gold-links",
+                                    str(tmp_path / "gold.p1"), "--epochs", "1", "--batch-size", "2"])
+    rows = {r["prior"]: r for r in align_priors.main(args)}
+    assert list(rows) == list(align_priors.PRIORS)
+    assert "aer_prior" not in rows["ibm1"] and "aer_smoothed" in rows["hmm"] and "aer_smoothed" not in rows["neural"]
+    assert all(0 <= r["aer_posterior"] <= 100 for r in rows.values())
+    assert all(math.isfinite(r["loss_last_epoch"]) for p, r in rows.items() if p != "ibm1")
