@@ -40,7 +40,7 @@ PRIORS = ("ibm1", "neural", "neural-diag", "neural-diag-jump", "hmm")
 def em_table(src: list[list[str]], tgt: list[list[str]], src_vocab: Any, tgt_vocab: Any, iterations: int) -> Any:
     """An :class:`IBM1Network` holding EM IBM Model 1's ``log t(f | e)`` (floored at 1e-7)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from ibm1_em import EOS, EMIBM1
+    from ibm1_em import EMIBM1, EOS
 
     from pyro_attention.data.translation import EOS as EOS_ID
     from pyro_attention.networks.lexical import IBM1Network
@@ -74,8 +74,14 @@ def main(args: argparse.Namespace) -> list[dict[str, Any]]:
     import warnings
 
     from pyro_attention.aer import alignment_error_rate
-    from pyro_attention.align import AlignConfig, Trained, alignment_probs, argmax_links, load_gold_corpus
-    from pyro_attention.align import load_user_gold
+    from pyro_attention.align import (
+        AlignConfig,
+        Trained,
+        alignment_probs,
+        argmax_links,
+        load_gold_corpus,
+        load_user_gold,
+    )
     from pyro_attention.data.text import Vocab
     from pyro_attention.inference import fit
     from pyro_attention.registry import make_pair
