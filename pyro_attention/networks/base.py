@@ -115,6 +115,11 @@ class AttentionNetwork(nn.Module):
         """Inference-network scores ``(B, T, S)`` that may look at the observed targets."""
         raise NotImplementedError
 
+    def own_posteriors(self, batch: Any) -> dict[str, Tensor]:
+        """Alignment distributions ``(B, T, S)`` the network computes itself besides its pair's, by name (an HMM
+        prior's smoothed posterior, :class:`~pyro_attention.networks.lexical.HMMNetwork`); none by default."""
+        return {}
+
     def output_hidden(self, enc: Encoded, context: Tensor) -> Tensor | None:
         """The input ``(..., B, T, H)`` of the final linear layer :attr:`output_layer`, or ``None`` when the
         network does not expose it."""

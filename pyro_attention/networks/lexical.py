@@ -245,6 +245,10 @@ class HMMNetwork(HeadNetwork):
             predictive.append(log_p)
         return torch.stack(predictive, 1), torch.stack(evidence, 1)
 
+    def own_posteriors(self, batch: TranslationBatch) -> dict[str, Tensor]:
+        """``{"smoothed": p(z_t | x, y)}``: the HMM's posterior (:meth:`smoothed_posterior`)."""
+        return {"smoothed": self.smoothed_posterior(batch)}
+
     def smoothed_posterior(self, batch: TranslationBatch) -> Tensor:
         """The HMM's posterior ``p(z_t | x, y)`` ``(B, T, S)`` (zero at padded positions): the gradient of
         ``log p(y | x)`` with respect to the emission log-probabilities ``log t(y_t | x_s)``."""

@@ -22,8 +22,9 @@ def alignment_probs(
     result: Trained, source: list[list[str]], target: list[list[str]], batch_size: int = 32
 ) -> dict[str, list[torch.Tensor]]:  # noqa: ANN001
     """Every alignment distribution of a trained pair on the given sentence pairs, in order: per source name
-    (``prior``, ``posterior``, ``q``; ``smoothed`` where the network has an HMM's ``smoothed_posterior``) a list of
-    ``(T_i, S_i)`` matrices over the real words (no ``</s>``)."""
+    (``prior``, ``posterior``, ``q``, and the network's own, e.g. an HMM's ``smoothed``:
+    :meth:`~pyro_attention.networks.base.AttentionNetwork.own_posteriors`) a list of ``(T_i, S_i)`` matrices over
+    the real words (no ``</s>``)."""
     out: dict[str, list[torch.Tensor]] = {}
     pair = result.pair
     pair.network.eval()
@@ -31,8 +32,7 @@ def alignment_probs(
         chunk = list(range(start, min(len(source), start + batch_size)))
         batch = collate([(result.src_vocab.encode(source[i]), result.tgt_vocab.encode(target[i])) for i in chunk])
         probs = alignment_posterior(pair, batch)
-        if hasattr(pair.network, "smoothed_posterior"):  # an HMM's own posterior p(z_t | x, y)
-            probs["smoothed"] = pair.network.smoothed_posterior(batch)
+        probs.update(pair.network.own_posteriors(batch))  # an HMM network's smoothed posterior p(z_t | x, y)
         for name, p in probs.items():
             name = "q" if name == "guide" else name
             out.setdefault(name, []).extend(
