@@ -195,7 +195,7 @@ class StagedAligner(AlignNetwork):
                             param_lr={"lexical.": config.table_lr})
         learned = [f"diagonal tension {network.diagonal.tension:.3f} (from {config.tension:g})"
                    if network.diagonal is not None else ""]
-        if getattr(network, "transition", None) is not None:
+        if network.transition is not None:  # both staged networks have .diagonal and .transition (None: off)
             theta = network.transition.theta.detach()
             learned.append("jump scores " + " ".join(f"{j:+d}:{x:.2f}" for j, x in
                                                       zip(range(-len(theta) // 2 + 1, len(theta) // 2 + 1),
