@@ -149,12 +149,16 @@ class JumpTransition(nn.Module):
         jumps = torch.arange(-max_jump, max_jump + 1, dtype=torch.float)
         self.theta = nn.Parameter(-(jumps - 1).abs())
 
+    def scores(self, S: int, device: torch.device | None = None) -> Tensor:
+        """``theta[clip(s - s', -K, K)]`` ``(S', S)``: the unnormalised jump scores from ``s'`` to ``s``."""
+        pos = torch.arange(S, device=device)
+        jump = (pos.view(1, S) - pos.view(S, 1)).clamp(-self.max_jump, self.max_jump) + self.max_jump
+        return self.theta[jump]
+
     def matrix(self, source_mask: Tensor) -> Tensor:
         """``J(s | s')`` ``(B, S', S)``: rows over the previous position, normalised over the real ``s``."""
-        S = source_mask.shape[1]
-        pos = torch.arange(S, device=source_mask.device)
-        jump = (pos.view(1, S) - pos.view(S, 1)).clamp(-self.max_jump, self.max_jump) + self.max_jump
-        scores = self.theta[jump].expand(source_mask.shape[0], S, S)
+        B, S = source_mask.shape
+        scores = self.scores(S, source_mask.device).expand(B, S, S)
         return torch.softmax(scores.masked_fill(~source_mask.unsqueeze(1), float("-inf")), -1)
 
     @staticmethod
@@ -229,9 +233,7 @@ class HMMNetwork(HeadNetwork):
         S = mask.shape[1]
         diagonal = (batch.source.new_zeros(B, T, S, dtype=log_t.dtype) if self.diagonal is None
                     else self.diagonal(batch.target_mask, mask))
-        pos = torch.arange(S, device=mask.device)
-        jump = (pos.view(1, S) - pos.view(S, 1)).clamp(-self.transition.max_jump, self.transition.max_jump)
-        theta = self.transition.theta[jump + self.transition.max_jump]  # (S', S)
+        theta = self.transition.scores(S, mask.device)  # (S', S)
         predictive, evidence = [], []
         filtered = None
         for t in range(T):
