@@ -237,6 +237,82 @@ def test_hmm_network_is_the_hmm_by_brute_force(tension):
     assert float(smoothed[1, :, 2:].abs().sum()) == 0 and float(smoothed[1, 3:].abs().sum()) == 0  # padding
 
 
+@pytest.mark.parametrize("tension", [None, 2.0])
+def test_hmm_network_with_a_null_word_is_och_and_neys_hmm_by_brute_force(tension):
+    """With null_prob p0, HMMNetwork is the HMM over Och & Ney's doubled states, summed by brute force over all
+    (2n)^m state sequences: real position s emits t(y | x_s), the NULL twin of s emits t(y | NULL) and remembers s;
+    from s' or its twin the chain moves to the twin of s' with p0 and to real s with (1 - p0) p(s | s'), the first
+    word to real s / the twin of s with (1 - p0) / p0 times the first position's distribution.  The likelihood, the
+    smoothed posterior (NULL: both twins' mass at position 0) and the prior's p0 on NULL are checked."""
+    import itertools
+
+    from pyro_attention.inference import log_likelihood
+    from pyro_attention.networks.lexical import NULL_WORD, HMMNetwork, with_null_word
+
+    torch.manual_seed(1)
+    p0 = 0.3
+    net = HMMNetwork(9, 8, tension=tension, max_jump=2, null_prob=p0)
+    torch.nn.init.normal_(net.lexical.src_embed.weight)
+    with torch.no_grad():
+        net.transition.theta.copy_(torch.randn(5))
+    batch = collate([(with_null_word([4, 5, 6]), [4, 7, 5]), (with_null_word([8, 4]), [5, 6])])
+    pair = make_pair("marginal", net)
+    ll = log_likelihood(pair, batch).per_example
+    smoothed = net.smoothed_posterior(batch)
+    prior = net.encode(batch).prior_scores.exp()
+    lam = 0.0 if tension is None else net.diagonal.tension
+    theta = net.transition.theta.detach()
+    log_t_all = net.lexical.observed_log_probs(batch).detach()
+    for b, (n, m) in enumerate([(3, 4), (2, 3)]):  # real source words, target words with </s>
+        t_word = log_t_all[b, :m, 1: n + 1].exp()  # (m, n): t(y_i | x_s)
+        t_null = log_t_all[b, :m, 0].exp()  # (m,): t(y_i | NULL)
+        d = torch.tensor([[-lam * abs((i + 1) / m - (j + 1) / n) for j in range(n)] for i in range(m)])
+        first = torch.softmax(d[0], -1)
+        step = [torch.softmax(torch.stack([theta[min(2, max(-2, s - q)) + 2] for s in range(n)]) + d[i], -1)
+                for i in range(m) for q in range(n)]
+        total, marg, null = 0.0, torch.zeros(m, n), torch.zeros(m)
+        for z in itertools.product(range(2 * n), repeat=m):  # z < n: real position z; z >= n: twin of z - n
+            pos = [k % n for k in z]
+            p = (p0 if z[0] >= n else 1 - p0) * first[pos[0]]
+            p = p * (t_null[0] if z[0] >= n else t_word[0, pos[0]])
+            for i in range(1, m):
+                if z[i] >= n:  # to the NULL twin of where we were
+                    p = p * (p0 if pos[i] == pos[i - 1] else 0.0) * t_null[i]
+                else:
+                    p = p * (1 - p0) * step[i * n + pos[i - 1]][pos[i]] * t_word[i, pos[i]]
+            total += p
+            for i in range(m):
+                if z[i] >= n:
+                    null[i] += p
+                else:
+                    marg[i, z[i]] += p
+        assert float(ll[b]) == pytest.approx(float(torch.log(total)), abs=1e-5)
+        assert torch.allclose(smoothed[b, :m, 1: n + 1], marg / total, atol=1e-5)
+        assert torch.allclose(smoothed[b, :m, 0], null / total, atol=1e-5)
+        assert torch.allclose(prior[b, :m, 0], torch.full((m,), p0), atol=1e-6)
+    with pytest.raises(ValueError, match=rf"source position 0 must be the NULL word <s> \(id {NULL_WORD}\).*row 1"):
+        net.encode(collate([(with_null_word([4, 5]), [4]), ([8, 4], [5])]))
+    with pytest.raises(ValueError, match="null_prob must be in \\(0, 1\\)"):
+        HMMNetwork(9, 8, null_prob=1.0)
+
+
+def test_ibm1_with_a_null_word_puts_p0_on_it():
+    """IBM1Network(null_prob=p0): prior p0 on the NULL word, (1 - p0) / n on each word; the exact posterior is
+    prior(s) t(y | x_s) normalised, the NULL word's row being t(y | NULL)."""
+    from pyro_attention.networks.lexical import with_null_word
+
+    torch.manual_seed(0)
+    net = IBM1Network(9, 8, null_prob=0.2)
+    torch.nn.init.normal_(net.src_embed.weight)
+    batch = collate([(with_null_word([4, 5, 6]), [4, 7]), (with_null_word([8, 4]), [5])])
+    probs = alignment_posterior(make_pair("marginal", net), batch)
+    prior = torch.tensor([[0.2, 0.8 / 3, 0.8 / 3, 0.8 / 3], [0.2, 0.4, 0.4, 0.0]])
+    real = batch.target_mask
+    assert torch.allclose(probs["prior"], prior.unsqueeze(1).expand(2, 3, 4), atol=1e-6)
+    t = net.observed_log_probs(batch).exp() * prior.unsqueeze(1)
+    assert torch.allclose(probs["posterior"][real], (t / t.sum(-1, keepdim=True))[real], atol=1e-6)
+
+
 def test_distortion_network_fixes_its_output():
     with pytest.raises(ValueError, match="output is fixed"):
         DistortionNetwork(9, 8, output="tanh")
@@ -343,6 +419,37 @@ def test_staged_aligners_start_from_ibm1_and_train_the_table_at_its_own_rate(tmp
     assert (sources >= hmm_sources) if network == "hmm" else not (sources & hmm_sources)
     assert calls == [("IBM1Network", 2, align_networks.IBM1_BATCH_SIZE, align_networks.IBM1_LR, None),
                      (kind, 1, 32, 0.01, {"lexical.": 0.002})]
+
+
+def test_links_never_point_at_the_null_word():
+    """With a NULL word at column 0: a word whose argmax is NULL gets no link, the words count from column 1, and
+    threshold links skip NULL too."""
+    probs = [torch.tensor([[0.7, 0.2, 0.1], [0.1, 0.3, 0.6], [0.2, 0.5, 0.3]])]
+    assert argmax_links(probs, null_word=True) == [{(1, 1), (0, 2)}]
+    assert argmax_links(probs) == [{(0, 0), (2, 1), (1, 2)}]
+    gold = [{(1, 1), (0, 2)}, {(1, 1), (0, 2)}]
+    links, _ = threshold_links(probs * 2, gold, grid=(0.15, 0.5), null_word=True)
+    assert links[0] == {(1, 1), (0, 2)}  # 0.5 wins on both halves; NULL's 0.7 is no link
+
+
+def test_align_hmm_with_a_null_word_from_the_command_line(tmp_path, capsys):
+    """--null-prob trains IBM1 and the HMM with the NULL word in front of every source sentence and scores links
+    over the words only; a network without a NULL word refuses the option, naming the ones that take it."""
+    pairs = ["the house ||| das haus", "the cat ||| die katze", "a small cat ||| eine kleine katze"]
+    (tmp_path / "gold.txt").write_text("\n".join(pairs) + "\n")
+    (tmp_path / "gold.p1").write_text("1-1 2-2\n1-1 2-2\n1-1 2-2 3-3\n")
+    args = ["align", "--gold-text", str(tmp_path / "gold.txt"), "--gold-links", str(tmp_path / "gold.p1"),
+            "--models", "marginal", "--ibm1-epochs", "2", "--epochs", "1", "--null-prob", "0.2",
+            "--both-directions", "--out", str(tmp_path / "runs"), "--json", str(tmp_path / "aer.json")]
+    assert cli.main(args + ["--network", "hmm"]) == 0
+    rows = json.loads((tmp_path / "aer.json").read_text())
+    assert {r["source"] for r in rows} >= {"posterior", "smoothed", "smoothed-threshold"}
+    assert all(0 <= r["aer"] <= 100 for r in rows)
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        cli.main(args + ["--network", "distortion"])
+    err = capsys.readouterr().err
+    assert "null_prob: network 'distortion' has no NULL word; only ibm1, hmm take --null-prob" in err
 
 
 def test_fit_param_lr_gives_a_submodule_its_own_rate():

@@ -49,10 +49,11 @@ def add_align(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
                     help="the pairs to train and score")
     al.add_argument("--network", default="seq2seq", choices=tuple(ALIGN_NETWORKS),
                     help="; ".join(f"{k}: {v.description}" for k, v in ALIGN_NETWORKS.items())
-                    + " (ibm1, ibm1-rank, distortion: --models marginal; ibm1-rank: --embedding = the lexical "
+                    + " (ibm1, ibm1-rank, distortion, hmm: --models marginal; ibm1-rank: --embedding = the lexical "
                     "table's rank)")
     add_config_options(al, AlignConfig, ("epochs", "batch_size", "lr", "max_len", "embedding", "encoder", "decoder",
-                                         "attention", "ibm1_epochs", "tension", "max_jump", "table_lr"))
+                                         "attention", "ibm1_epochs", "tension", "max_jump", "table_lr",
+                                         "null_prob"))
     al.add_argument("--both-directions", action="store_true",
                     help="also train target->source; report every symmetrisation (intersection, union, grow-diag, "
                     "grow-diag-final, grow-diag-final-and)")

@@ -9,7 +9,8 @@ neural of rank ``E``).  They differ in the prior:
   ``TraceEnum_ELBO``) the likelihood is IBM Model 1's (Brown et al. 1993) without a NULL word,
   ``p(y | x) = prod_t (1 / S) sum_s t(y_t | x_s)``, and the exact posterior is its alignment posterior
   ``p(z_t = s | x, y) = t(y_t | x_s) / sum_s' t(y_t | x_s')``.  The target ends in ``</s>``, which is predicted
-  like any word (an EM reference must append it too to be the same model).
+  like any word (an EM reference must append it too to be the same model).  With a NULL word (below): ``p0`` on
+  it, ``(1 - p0) / n`` on each of the ``n`` words.
 * :class:`HMMNetwork` -- an HMM aligner's prior (Vogel et al. 1996) on an IBM1Network's table: fast_align's
   diagonal (:class:`DiagonalTension`) and learned jumps (:class:`JumpTransition`) from the previous word's filtered
   posterior, which is a function of ``(x, y_<t)``, so the target positions stay conditionally independent and the
@@ -18,22 +19,56 @@ neural of rank ``E``).  They differ in the prior:
   decoder LSTM and attention score over the BiLSTM source states: a neural distortion model) on an IBM1Network's
   table, optionally with the same diagonal and jumps.  Comparing the three measures what a learned prior adds;
   comparing with ``Seq2Seq(output="product")`` what the decoder's expert ``u_t`` (and contextual source values) add.
+
+**The NULL word** (Brown et al. 1993; Och & Ney 2003): with ``null_prob=p0``, IBM1Network and HMMNetwork read source
+position 0 as the NULL word -- the token ``<s>`` (:data:`NULL_WORD`, never otherwise in a source sentence), put
+there by :func:`with_null_word` -- whose lexical row ``t(y | NULL)`` is learned like any word's.  A target word
+aligned to it is aligned to nothing.  Its prior probability is ``p0`` at every target position; the HMM's NULL state
+remembers the last real position it came from (Och & Ney's doubled states), so a jump after an unaligned word is
+measured from the last aligned one.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from pyro_attention.data.translation import PAD, SPECIALS, TranslationBatch
+from pyro_attention.data.translation import BOS, PAD, SPECIALS, TranslationBatch
 from pyro_attention.networks.base import Encoded, ExpertLogits, HeadNetwork, mask_scores
 from pyro_attention.networks.output import LexicalExpert
 from pyro_attention.networks.seq2seq import Seq2Seq
 
-__all__ = ["DiagonalTension", "DistortionNetwork", "HMMNetwork", "IBM1Network", "JumpTransition", "filter_step",
-           "word_experts"]
+__all__ = ["NULL_WORD", "DiagonalTension", "DistortionNetwork", "HMMNetwork", "IBM1Network", "JumpTransition",
+           "filter_step", "with_null_word", "word_experts"]
+
+#: the source id that stands for the NULL word at source position 0 (``<s>``: no source sentence holds it otherwise)
+NULL_WORD = BOS
+
+
+def with_null_word(source_ids: list[int]) -> list[int]:
+    """A source sentence's ids with the NULL word in front (position 0), as a network with ``null_prob`` reads it."""
+    return [NULL_WORD, *source_ids]
+
+
+def _check_null_prob(owner: str, null_prob: float | None) -> None:
+    if null_prob is not None and not 0.0 < null_prob < 1.0:
+        raise ValueError(f"{owner}: null_prob must be in (0, 1) or None (no NULL word), got {null_prob}")
+
+
+def _null_word_mask(owner: str, batch: TranslationBatch) -> Tensor:
+    """The mask of the real source words (position 0, the NULL word, excluded), after checking it is there."""
+    bad = (batch.source[:, 0] != NULL_WORD).nonzero()
+    if len(bad):
+        row = int(bad[0])
+        raise ValueError(f"{owner}(null_prob=...): source position 0 must be the NULL word <s> (id {NULL_WORD}) in "
+                         f"every row; row {row} holds id {int(batch.source[row, 0])} (prepend it with "
+                         "pyro_attention.networks.lexical.with_null_word)")
+    words = batch.source_mask.clone()
+    words[:, 0] = False
+    return words
 
 
 def word_experts(embed: nn.Embedding, head: LexicalExpert, enc: Encoded) -> ExpertLogits:
@@ -54,10 +89,15 @@ class IBM1Network(HeadNetwork):
         rank, a free table -- the source values are the rows of ``U_x`` (a one-hot ``x_s`` times ``U_x``; the
         expert's own projection is the identity), which is IBM Model 1's parameterisation exactly.  A low rank is a
         softmax bottleneck: word-to-word tables are close to full rank.
+    :param null_prob: ``p0``: source position 0 is the NULL word (:func:`with_null_word`) with prior ``p0``, the
+        real words share ``1 - p0`` uniformly; ``None`` (default): no NULL word, every position uniform.
     """
 
-    def __init__(self, source_vocab: int, target_vocab: int, embedding_size: int = 0) -> None:
+    def __init__(self, source_vocab: int, target_vocab: int, embedding_size: int = 0,
+                 null_prob: float | None = None) -> None:
         super().__init__()
+        _check_null_prob("IBM1Network", null_prob)
+        self.null_prob = null_prob
         for name, size, low in (("source_vocab", source_vocab, len(SPECIALS)),
                                 ("target_vocab", target_vocab, len(SPECIALS)), ("embedding_size", embedding_size, 0)):
             if size < low:
@@ -80,6 +120,9 @@ class IBM1Network(HeadNetwork):
         B, S = batch.source.shape
         T = batch.target.shape[1]
         prior = values.new_zeros(B, T, S)  # uniform over the real source words
+        if self.null_prob is not None:  # logit of NULL against a word's: log(p0 / ((1 - p0) / n))
+            n = _null_word_mask("IBM1Network", batch).sum(-1).to(values.dtype)  # (B,)
+            prior[:, :, 0] = (self.null_prob * n / (1.0 - self.null_prob)).log().unsqueeze(-1)
         query = values.new_zeros(B, T, 1)  # u == 0
         return Encoded(values, batch.source_mask, batch.target, batch.target_mask, prior, {"query": query}, batch)
 
@@ -121,12 +164,13 @@ class DiagonalTension(nn.Module):
     def tension(self) -> float:
         return float(self.log_tension.detach().exp())
 
-    def forward(self, target_mask: Tensor, source_mask: Tensor) -> Tensor:
-        """The scores ``(B, T, S)`` for masks ``(B, T)`` and ``(B, S)``."""
+    def forward(self, target_mask: Tensor, source_mask: Tensor, offset: int = 0) -> Tensor:
+        """The scores ``(B, T, S)`` for masks ``(B, T)`` and ``(B, S)`` (``True`` at the real words); ``offset``: the
+        first word's column (1 behind a NULL word at column 0)."""
         m = target_mask.sum(-1, keepdim=True).clamp(min=1)
         n = source_mask.sum(-1, keepdim=True).clamp(min=1)
         i = torch.arange(1, target_mask.shape[1] + 1, device=m.device) / m  # (B, T)
-        j = torch.arange(1, source_mask.shape[1] + 1, device=n.device) / n  # (B, S)
+        j = torch.arange(1 - offset, source_mask.shape[1] + 1 - offset, device=n.device) / n  # (B, S)
         return -self.log_tension.exp() * (i.unsqueeze(-1) - j.unsqueeze(1)).abs()
 
 
@@ -203,12 +247,19 @@ class HMMNetwork(HeadNetwork):
         from its table.
     :param tension: the start of the learned :class:`DiagonalTension` (``None``: none).
     :param max_jump: the :class:`JumpTransition`'s largest jump.
+    :param null_prob: ``p0``: source position 0 is the NULL word (:func:`with_null_word`).  Och & Ney's (2003)
+        doubled states: each real position ``s'`` has a NULL twin that emits ``t(y | NULL)`` and remembers ``s'``;
+        from either, the chain moves to the twin of ``s'`` with probability ``p0`` and to a real ``s`` with
+        ``(1 - p0) p(s | s')`` (the first word: ``p0`` times, and ``1 - p0`` times, the first position's
+        distribution).  The prior of the NULL position is ``p0`` at every step.  ``None`` (default): no NULL word.
     """
 
     def __init__(self, source_vocab: int, target_vocab: int, lexical: IBM1Network | None = None,
-                 tension: float | None = 4.0, max_jump: int = 5) -> None:
+                 tension: float | None = 4.0, max_jump: int = 5, null_prob: float | None = None) -> None:
         super().__init__()
         _check_lexical("HMMNetwork", lexical, source_vocab, target_vocab)
+        _check_null_prob("HMMNetwork", null_prob)
+        self.null_prob = null_prob
         self.source_vocab, self.num_classes = source_vocab, target_vocab
         self.lexical = IBM1Network(source_vocab, target_vocab) if lexical is None else lexical
         self.head = self.lexical.head
@@ -227,23 +278,37 @@ class HMMNetwork(HeadNetwork):
 
     def _forward(self, batch: TranslationBatch, log_t: Tensor) -> tuple[Tensor, Tensor]:
         """The forward algorithm: the predictive ``log p(z_t | x, y_<t)`` ``(B, T, S)`` (padded source positions at
-        ``log 1e-30``) and ``log p(y_t | x, y_<t)`` ``(B, T)`` for emission log-probabilities ``log_t``."""
+        ``log 1e-30``; with a NULL word, ``log p0`` at position 0) and ``log p(y_t | x, y_<t)`` ``(B, T)`` for
+        emission log-probabilities ``log_t``."""
         mask = batch.source_mask
+        words = mask if self.null_prob is None else _null_word_mask("HMMNetwork", batch)
         B, T = batch.target.shape
         S = mask.shape[1]
         diagonal = (batch.source.new_zeros(B, T, S, dtype=log_t.dtype) if self.diagonal is None
-                    else self.diagonal(batch.target_mask, mask))
+                    else self.diagonal(batch.target_mask, words, offset=0 if self.null_prob is None else 1))
         theta = self.transition.scores(S, mask.device)  # (S', S)
+        states = words if self.null_prob is None else torch.cat([words, words], -1)  # real positions, NULL twins
         predictive, evidence = [], []
-        filtered = None
+        filtered = None  # p(last real position = s' | x, y_<=t-1), (B, S')
         for t in range(T):
             scores = diagonal[:, t].unsqueeze(1) + (theta if filtered is not None else 0.0)  # (B, S' or 1, S)
-            chain = torch.softmax(scores.masked_fill(~mask.unsqueeze(1), float("-inf")), -1)
+            chain = torch.softmax(scores.masked_fill(~words.unsqueeze(1), float("-inf")), -1)
             p = chain.squeeze(1) if filtered is None else torch.bmm(filtered.unsqueeze(1), chain).squeeze(1)
-            log_p = p.clamp(min=1e-30).log()
-            joint = log_p + log_t[:, t].masked_fill(~mask, 0.0)
-            evidence.append(torch.logsumexp(joint.masked_fill(~mask, float("-inf")), -1))
-            filtered = torch.softmax(joint.masked_fill(~mask, float("-inf")), -1)
+            if self.null_prob is None:
+                log_p = p.clamp(min=1e-30).log()
+                joint = log_p + log_t[:, t].masked_fill(~mask, 0.0)
+            else:  # real positions (1 - p0) p, NULL twins p0 at the remembered position
+                p0 = self.null_prob
+                twins = p if filtered is None else filtered
+                log_real = ((1.0 - p0) * p).clamp(min=1e-30).log()
+                log_p = torch.cat([log_real.new_full((B, 1), math.log(p0)), log_real[:, 1:]], -1)
+                emit = log_t[:, t].masked_fill(~mask, 0.0)
+                joint = torch.cat([log_real + emit, (p0 * twins).clamp(min=1e-30).log() + emit[:, :1]], -1)
+            joint = joint.masked_fill(~states, float("-inf"))
+            evidence.append(torch.logsumexp(joint, -1))
+            filtered = torch.softmax(joint, -1)
+            if self.null_prob is not None:  # a twin moves on from its real position: only the sum matters
+                filtered = filtered[:, :S] + filtered[:, S:]
             predictive.append(log_p)
         return torch.stack(predictive, 1), torch.stack(evidence, 1)
 

@@ -40,6 +40,9 @@ class AlignConfig(OptimConfig):
                            low=0)
     table_lr: float = option(1e-2, "networks distortion and hmm: the lexical table's learning rate while the prior "
                              "trains", interval=(0.0, 1.0, True, False))
+    null_prob: float = option(0.0, "networks ibm1 and hmm: a NULL word at source position 0 with prior probability "
+                              "null_prob at every target word (Och & Ney's p0; a word aligned to it gets no link; 0: "
+                              "no NULL word)", interval=(0.0, 1.0, False, True))
     both_directions: bool = False
     threads: int = option(1, "torch threads", low=1)
     out: str = "runs/align"
@@ -88,6 +91,10 @@ class AlignConfig(OptimConfig):
         if self.network not in ALIGN_NETWORKS:
             raise ValueError(f"network must be one of {', '.join(ALIGN_NETWORKS)}, got {self.network!r}")
         ALIGN_NETWORKS[self.network].check(self.models)
+        if self.null_prob and not ALIGN_NETWORKS[self.network].null_word:
+            takes = [n for n, net in ALIGN_NETWORKS.items() if net.null_word]
+            raise ValueError(f"null_prob: network {self.network!r} has no NULL word; only {', '.join(takes)} take "
+                             f"--null-prob, got {self.null_prob}")
         if not self.thresholds or not all(0.0 < t <= 1.0 for t in self.thresholds):
             raise ValueError(f"thresholds: need at least one, each in (0, 1], got {self.thresholds}")
 

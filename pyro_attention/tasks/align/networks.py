@@ -29,6 +29,8 @@ class Trained:
     src_vocab: Vocab
     tgt_vocab: Vocab
     seconds: float
+    #: source position 0 is the NULL word (:func:`~pyro_attention.networks.lexical.with_null_word`)
+    null_word: bool = False
 
 
 def _training_text(corpus: GoldCorpus, reverse: bool) -> tuple[list[list[str]], list[list[str]]]:
@@ -44,6 +46,8 @@ class AlignNetwork:
     output: str = ""
     #: pairs it can be trained with (``None``: every pair)
     pairs: tuple[str, ...] | None = None
+    #: whether it takes a NULL word (``--null-prob``)
+    null_word: bool = False
 
     def __init__(self, name: str, description: str) -> None:
         self.name, self.description = name, description
@@ -119,24 +123,33 @@ class LexicalAligner(AlignNetwork):
     output = "lexical"
     pairs = ("marginal",)
 
-    def __init__(self, name: str, description: str, build: Callable[[int, int, AlignConfig], Any]) -> None:
+    def __init__(self, name: str, description: str, build: Callable[[int, int, AlignConfig], Any],
+                 null_word: bool = False) -> None:
         super().__init__(name, description)
+        self.null_word = null_word
         self.build = build
 
     def train(self, corpus: GoldCorpus, config: AlignConfig, model: str, reverse: bool,
               log: Callable[[str], None]) -> Trained:
         start = time.perf_counter()
-        src_vocab, tgt_vocab, data = _bitext(corpus, reverse)
+        null = bool(config.null_prob) and self.null_word
+        src_vocab, tgt_vocab, data = _bitext(corpus, reverse, null)
         pair = _fit_lexical(self.build(len(src_vocab), len(tgt_vocab), config), data, config.epochs,
                             config.batch_size, config.lr, config.seed, log,
                             f"{self.name} {model}{' reverse' if reverse else ''}")
-        return Trained(pair, src_vocab, tgt_vocab, time.perf_counter() - start)
+        return Trained(pair, src_vocab, tgt_vocab, time.perf_counter() - start, null)
 
 
-def _bitext(corpus: GoldCorpus, reverse: bool) -> tuple[Vocab, Vocab, _Bitext]:
+def _bitext(corpus: GoldCorpus, reverse: bool, null_word: bool = False) -> tuple[Vocab, Vocab, _Bitext]:
+    """Vocabularies and ids of the training text (``null_word``: the NULL word in front of every source sentence)."""
+    from pyro_attention.networks.lexical import with_null_word
+
     src, tgt = _training_text(corpus, reverse)
     src_vocab, tgt_vocab = Vocab.build(src), Vocab.build(tgt)
-    return src_vocab, tgt_vocab, _Bitext([src_vocab.encode(s) for s in src], [tgt_vocab.encode(t) for t in tgt])
+    source = [src_vocab.encode(s) for s in src]
+    if null_word:
+        source = [with_null_word(s) for s in source]
+    return src_vocab, tgt_vocab, _Bitext(source, [tgt_vocab.encode(t) for t in tgt])
 
 
 def _fit_lexical(network: Any, data: _Bitext, epochs: int, batch_size: int, lr: float, seed: int,
@@ -175,8 +188,10 @@ class StagedAligner(AlignNetwork):
     output = "lexical"
     pairs = ("marginal",)
 
-    def __init__(self, name: str, description: str, build: Callable[[Any, int, int, AlignConfig], Any]) -> None:
+    def __init__(self, name: str, description: str, build: Callable[[Any, int, int, AlignConfig], Any],
+                 null_word: bool = False) -> None:
         super().__init__(name, description)
+        self.null_word = null_word
         self.build = build
 
     def train(self, corpus: GoldCorpus, config: AlignConfig, model: str, reverse: bool,
@@ -184,9 +199,10 @@ class StagedAligner(AlignNetwork):
         from pyro_attention.networks.lexical import IBM1Network
 
         start = time.perf_counter()
-        src_vocab, tgt_vocab, data = _bitext(corpus, reverse)
+        null = bool(config.null_prob) and self.null_word
+        src_vocab, tgt_vocab, data = _bitext(corpus, reverse, null)
         label = f"{self.name} {model}{' reverse' if reverse else ''}"
-        lexical = IBM1Network(len(src_vocab), len(tgt_vocab))
+        lexical = IBM1Network(len(src_vocab), len(tgt_vocab), null_prob=config.null_prob if null else None)
         if config.ibm1_epochs:
             lexical = _fit_lexical(lexical, data, config.ibm1_epochs, IBM1_BATCH_SIZE, IBM1_LR, config.seed, log,
                                    f"{label}, IBM Model 1").network
@@ -201,7 +217,7 @@ class StagedAligner(AlignNetwork):
                                                       zip(range(-len(theta) // 2 + 1, len(theta) // 2 + 1),
                                                           theta.tolist(), strict=True)))
         log(f"{label}: " + "; ".join(x for x in learned if x))
-        return Trained(pair, src_vocab, tgt_vocab, time.perf_counter() - start)
+        return Trained(pair, src_vocab, tgt_vocab, time.perf_counter() - start, null)
 
 
 def _distortion(lexical: Any, source_vocab: int, target_vocab: int, config: AlignConfig) -> Any:
@@ -217,7 +233,7 @@ def _hmm(lexical: Any, source_vocab: int, target_vocab: int, config: AlignConfig
     from pyro_attention.networks.lexical import HMMNetwork
 
     return HMMNetwork(source_vocab, target_vocab, lexical=lexical, tension=config.tension or None,
-                      max_jump=config.max_jump or HMM_MAX_JUMP)
+                      max_jump=config.max_jump or HMM_MAX_JUMP, null_prob=config.null_prob or None)
 
 
 #: the HMM network's largest jump where ``--max-jump`` is 0
@@ -227,7 +243,8 @@ HMM_MAX_JUMP = 5
 def _ibm1(source_vocab: int, target_vocab: int, config: AlignConfig) -> Any:
     from pyro_attention.networks.lexical import IBM1Network
 
-    return IBM1Network(source_vocab, target_vocab, embedding_size=0)  # a free table: IBM Model 1 exactly
+    return IBM1Network(source_vocab, target_vocab, embedding_size=0,  # a free table: IBM Model 1 exactly
+                       null_prob=config.null_prob or None)
 
 
 def _ibm1_rank(source_vocab: int, target_vocab: int, config: AlignConfig) -> Any:
@@ -242,7 +259,8 @@ ALIGN_NETWORKS: dict[str, AlignNetwork] = {
         Seq2SeqAligner("seq2seq", "Seq2Seq, the paper's tanh output layer", "tanh"),
         Seq2SeqAligner("product", "Seq2Seq, product-of-experts output (decoder expert u_t + source expert v_s)",
                        "product"),
-        LexicalAligner("ibm1", "IBM Model 1: uniform prior, lexical expert with a free (full-rank) table", _ibm1),
+        LexicalAligner("ibm1", "IBM Model 1: uniform prior, lexical expert with a free (full-rank) table (a NULL word "
+                       "with --null-prob)", _ibm1, null_word=True),
         LexicalAligner("ibm1-rank", "IBM Model 1 with a rank-E lexical table: uniform prior, lexical expert on the "
                        "source word's E-dimensional embedding (--embedding E)", _ibm1_rank),
         StagedAligner("distortion", "IBM Model 1 (--ibm1-epochs), then Seq2Seq's learned prior (a neural "
@@ -250,6 +268,7 @@ ALIGN_NETWORKS: dict[str, AlignNetwork] = {
                       "its lexical table (at --table-lr)", _distortion),
         StagedAligner("hmm", "IBM Model 1 (--ibm1-epochs), then an HMM prior on its lexical table (at --table-lr): "
                       f"fast_align's diagonal (--tension) and jumps over the previous word's filtered posterior "
-                      f"(--max-jump, 0: {HMM_MAX_JUMP}), no LSTM", _hmm),
+                      f"(--max-jump, 0: {HMM_MAX_JUMP}), no LSTM; a NULL word with --null-prob", _hmm,
+                      null_word=True),
     )
 }

@@ -19,37 +19,53 @@ from pyro_attention.tasks.align.networks import ALIGN_NETWORKS, Trained
 
 @torch.no_grad()
 def alignment_probs(
-    result: Trained, source: list[list[str]], target: list[list[str]], batch_size: int = 32
+    result: Trained, source: list[list[str]], target: list[list[str]], batch_size: int = 32, null_word: bool = False
 ) -> dict[str, list[torch.Tensor]]:  # noqa: ANN001
     """Every alignment distribution of a trained pair on the given sentence pairs, in order: per source name
     (``prior``, ``posterior``, ``q``, and the network's own, e.g. an HMM's ``smoothed``:
     :meth:`~pyro_attention.networks.base.AttentionNetwork.own_posteriors`) a list of ``(T_i, S_i)`` matrices over
-    the real words (no ``</s>``)."""
+    the real words (no ``</s>``); with ``null_word`` (the network's source position 0 is the NULL word:
+    ``Trained.null_word``) ``(T_i, 1 + S_i)``, column 0 the NULL word's probability."""
+    from pyro_attention.networks.lexical import with_null_word
+
     out: dict[str, list[torch.Tensor]] = {}
     pair = result.pair
     pair.network.eval()
+    null = int(null_word)
     for start in range(0, len(source), batch_size):
         chunk = list(range(start, min(len(source), start + batch_size)))
-        batch = collate([(result.src_vocab.encode(source[i]), result.tgt_vocab.encode(target[i])) for i in chunk])
+        ids = [result.src_vocab.encode(source[i]) for i in chunk]
+        batch = collate([(with_null_word(s) if null else s, result.tgt_vocab.encode(target[i]))
+                         for s, i in zip(ids, chunk, strict=True)])
         probs = alignment_posterior(pair, batch)
         probs.update(pair.network.own_posteriors(batch))  # an HMM network's smoothed posterior p(z_t | x, y)
         for name, p in probs.items():
             name = "q" if name == "guide" else name
             out.setdefault(name, []).extend(
-                p[row, : len(target[i]), : len(source[i])].float() for row, i in enumerate(chunk))
+                p[row, : len(target[i]), : null + len(source[i])].float() for row, i in enumerate(chunk))
     return out
 
 
-def argmax_links(probs: list[torch.Tensor]) -> list[set[tuple[int, int]]]:
-    """Each target word linked to its most probable source word (ties to the first)."""
-    return [links_from_probs(p) for p in probs]
+def _word_links(probs: torch.Tensor, null_word: bool, threshold: float | None = None) -> set[tuple[int, int]]:
+    """:func:`~pyro_attention.aer.links_from_probs` of one ``(T, S)`` matrix; with ``null_word`` column 0 is the
+    NULL word: a link to it is no link, and the words count from column 1."""
+    links = links_from_probs(probs, threshold=threshold)
+    return {(s - 1, t) for s, t in links if s > 0} if null_word else links
+
+
+def argmax_links(probs: list[torch.Tensor], null_word: bool = False) -> list[set[tuple[int, int]]]:
+    """Each target word linked to its most probable source word (ties to the first); with ``null_word`` (column 0
+    of each matrix is the NULL word) a word whose most probable source is the NULL word gets no link."""
+    return [_word_links(p, null_word) for p in probs]
 
 
 def alignment_links(
     result: Trained, source: list[list[str]], target: list[list[str]], batch_size: int = 32
 ) -> dict[str, list[set[tuple[int, int]]]]:  # noqa: ANN001
     """Argmax links of every alignment distribution of a trained pair on the given sentence pairs, in order."""
-    return {k: argmax_links(v) for k, v in alignment_probs(result, source, target, batch_size).items()}
+    null = isinstance(result, Trained) and result.null_word
+    probs = alignment_probs(result, source, target, batch_size, null)
+    return {k: argmax_links(v, null) for k, v in probs.items()}
 
 
 
@@ -59,6 +75,7 @@ def threshold_links(
     gold: list,
     grid: tuple[float, ...] = THRESHOLD_GRID,
     reverse: bool = False,
+    null_word: bool = False,
 ) -> tuple[list[set[tuple[int, int]]], tuple[float, float]]:
     """Links to every source word whose probability is at least a threshold chosen on the *other* half.
 
@@ -69,12 +86,13 @@ def threshold_links(
     :param probs: per pair, ``(T, S)`` alignment probabilities of the model's own direction.
     :param gold: per pair, the gold links (``(source, target)`` of the *corpus*).
     :param reverse: ``probs`` come from the reverse model (its links are ``(target, source)`` of the corpus).
+    :param null_word: column 0 of each matrix is the NULL word (never linked).
     :returns: the links (in the model's direction, like :func:`links_from_probs`) and the two thresholds
         (for the even pairs, for the odd pairs).
     """
     if len(probs) != len(gold):
         raise ValueError(f"threshold_links: {len(probs)} alignments for {len(gold)} gold ones")
-    cache = {th: [links_from_probs(p, threshold=th) for p in probs] for th in grid}
+    cache = {th: [_word_links(p, null_word, th) for p in probs] for th in grid}
 
     def score(th: float, half: int) -> float:
         idx = range(half, len(probs), 2)
@@ -116,12 +134,13 @@ def run_align(config: AlignConfig, log: Callable[[str], None] = print) -> list[A
     rows: list[AlignRow] = []
     for model in config.models:
         trained = network.train(corpus, config, model, False, log)
-        forward = alignment_probs(trained, corpus.source, corpus.target)
+        forward = alignment_probs(trained, corpus.source, corpus.target, null_word=trained.null_word)
         log(f"trained {network.name} {model} ({trained.seconds:.0f} s)")
-        backward, back_seconds = None, 0.0
+        backward, back_seconds, back_null = None, 0.0, False
         if config.both_directions:
             back = network.train(corpus, config, model, True, log)
-            backward, back_seconds = alignment_probs(back, corpus.target, corpus.source), back.seconds
+            back_null, back_seconds = back.null_word, back.seconds
+            backward = alignment_probs(back, corpus.target, corpus.source, null_word=back_null)
             log(f"trained {network.name} {model} reverse ({back.seconds:.0f} s)")
 
         def row(label: str, direction: str, links: list, seconds: float, note: str = "",
@@ -133,13 +152,15 @@ def run_align(config: AlignConfig, log: Callable[[str], None] = print) -> list[A
             label = "soft" if model == "soft" else name  # a soft model's "prior" is its attention weights
             if name == "prior" and ALL_PAIRS[model].deterministic:
                 label = "weights"  # a deterministic pair's prior is its attention weights
-            variants = [(label, argmax_links(probs), None if backward is None else argmax_links(backward[name]), "")]
+            variants = [(label, argmax_links(probs, trained.null_word),
+                         None if backward is None else argmax_links(backward[name], back_null), "")]
             if name in ("posterior", "smoothed"):
-                fwd, chosen = threshold_links(probs, gold, config.thresholds)
+                fwd, chosen = threshold_links(probs, gold, config.thresholds, null_word=trained.null_word)
                 note = f"thresholds {chosen[0]:g} / {chosen[1]:g} (even / odd pairs, each tuned on the other half)"
                 bwd = None
                 if backward is not None:
-                    bwd, back_chosen = threshold_links(backward[name], gold, config.thresholds, reverse=True)
+                    bwd, back_chosen = threshold_links(backward[name], gold, config.thresholds, reverse=True,
+                                                       null_word=back_null)
                     note += f"; reverse {back_chosen[0]:g} / {back_chosen[1]:g}"
                 log(f"{name}-threshold: {note}")
                 variants.append((f"{name}-threshold", fwd, bwd, note))
