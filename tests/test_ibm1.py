@@ -444,7 +444,8 @@ def test_align_hmm_with_a_null_word_from_the_command_line(tmp_path, capsys):
     assert cli.main(args + ["--network", "hmm"]) == 0
     rows = json.loads((tmp_path / "aer.json").read_text())
     assert {r["source"] for r in rows} >= {"posterior", "smoothed", "smoothed-threshold"}
-    assert all(0 <= r["aer"] <= 100 for r in rows)
+    assert all(0 <= r["aer"] <= 100 and r["model"] == "hmm-null-marginal" and "null_prob 0.2" in r["note"]
+               for r in rows)
     capsys.readouterr()
     with pytest.raises(SystemExit):
         cli.main(args + ["--network", "distortion"])

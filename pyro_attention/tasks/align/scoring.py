@@ -143,10 +143,15 @@ def run_align(config: AlignConfig, log: Callable[[str], None] = print) -> list[A
             backward = alignment_probs(back, corpus.target, corpus.source, null_word=back_null)
             log(f"trained {network.name} {model} reverse ({back.seconds:.0f} s)")
 
-        def row(label: str, direction: str, links: list, seconds: float, note: str = "",
-                model: str = model) -> AlignRow:
+        # a NULL word is part of the model: its rows are "<network>-null-<pair>", p0 in the note
+        family = f"{network.name}-null" if trained.null_word else network.name
+        null_note = f"null_prob {config.null_prob:g}" if trained.null_word else ""
+
+        def row(label: str, direction: str, links: list, seconds: float, note: str = "", model: str = model,
+                family: str = family, null_note: str = null_note) -> AlignRow:
+            note = "; ".join(x for x in (null_note, note) if x)
             return AlignRow(model, label, direction, alignment_error_rate(links, gold), network.output,
-                            network.name, train_pairs, seconds, note)
+                            family, train_pairs, seconds, note)
 
         for name, probs in forward.items():
             label = "soft" if model == "soft" else name  # a soft model's "prior" is its attention weights
