@@ -72,6 +72,32 @@ def test_neural_ibm1_is_em_ibm1_on_a_small_text():
     assert em_nll - 1e-3 < nll < em_nll + 0.05
 
 
+def test_neural_ibm1_with_a_null_word_is_em_ibm1_with_one():
+    """With a NULL word of prior p0 on both sides, the marginal pair on IBM1Network(null_prob=p0) trained by
+    enumeration reaches EM's alignment posteriors (NULL column included) and nearly EM's likelihood."""
+    from pyro_attention.networks.lexical import with_null_word
+
+    torch.set_num_threads(1)
+    src, tgt, gold = _small_text()
+    em = EMIBM1(src, tgt, null_prob=0.2).iterate(50)
+    em_post = [torch.tensor(em.posterior(s, t), dtype=torch.float32) for s, t in zip(src, tgt, strict=True)]
+    sv, tv = Vocab.build(src), Vocab.build(tgt)
+    pyro.set_rng_seed(0)
+    pair = make_pair("marginal", IBM1Network(len(sv), len(tv), null_prob=0.2))
+    data = _Bitext([with_null_word(sv.encode(s)) for s in src], [tv.encode(t) for t in tgt])
+    fit(pair, data, num_epochs=30, batch_size=50, lr=0.05, progress=False)
+    neural = alignment_probs(Trained(pair, sv, tv, 0.0, null_word=True), src, tgt, null_word=True)["posterior"]
+    assert all(a.shape == b.shape for a, b in zip(em_post, neural, strict=True))
+    distance = torch.stack([0.5 * (a - b).abs().sum(-1).mean() for a, b in zip(em_post, neural, strict=True)]).mean()
+    assert distance < 0.01
+    assert argmax_links(em_post, null_word=True) == argmax_links(neural, null_word=True)
+    pair.network.eval()
+    tokens = sum(len(t) + 1 for t in tgt)
+    nll = -float(log_likelihood(pair, collate(list(zip(data.source, data.target, strict=True)))).per_example.sum())
+    em_nll = -em.log_likelihood(src, tgt) / tokens
+    assert em_nll - 1e-3 < nll / tokens < em_nll + 0.05
+
+
 def test_em_reference_first_iteration_is_the_uniform_posterior_count():
     """One EM step from a uniform table: t(f | e) = expected counts with posteriors 1/S, normalised per e."""
     em = EMIBM1([["a", "b"], ["a"]], [["x"], ["y"]], eos=False).iterate(1)
