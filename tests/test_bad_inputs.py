@@ -263,6 +263,12 @@ def _multi30k(split_lang: str = "fr") -> None:
     multi30k_paths(root, "val", "de", split_lang)
 
 
+def _null_hmm():  # noqa: ANN202
+    from pyro_attention.networks.lexical import HMMNetwork
+
+    return HMMNetwork(9, 8, null_prob=0.2)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # The catalogue
 
@@ -524,6 +530,21 @@ CATALOGUE: list[Mistake] = [
         lambda: alignment_error_rate([{(0, 0)}, {(1, 1)}], [{(0, 0)}]),
         ValueError, r"alignment_error_rate: 2 predicted alignments for 1 gold ones",
         "Predict one alignment per gold sentence pair, in the same order.",
+    ),
+    Mistake(
+        "null-word-missing", GOLD, "a batch for a network with a NULL word (`null_prob`) whose source sentences lack "
+        "it at position 0",
+        lambda: _null_hmm().encode(collate([([4, 5], [6])])),
+        ValueError, r"HMMNetwork\(null_prob=\.\.\.\): source position 0 must be the NULL word <s> \(id 1\) in every "
+        r"row; row 0 holds id 4 \(prepend it with pyro_attention\.networks\.lexical\.with_null_word\)",
+        "Put the NULL word in front of every source sentence (`with_null_word(ids)`); `pyro-attention align "
+        "--null-prob` does it for you.",
+    ),
+    Mistake(
+        "null-prob-network", GOLD, "`pyro-attention align --null-prob` with a network that has no NULL word",
+        lambda: AlignConfig(network="distortion", models=["marginal"], null_prob=0.2),
+        ValueError, r"null_prob: network 'distortion' has no NULL word; only ibm1, hmm take --null-prob, got 0\.2",
+        "Use `--network ibm1` or `--network hmm`, or leave `--null-prob` out.",
     ),
     # -- unknown names ---------------------------------------------------------------------------------------------
     Mistake(
