@@ -183,9 +183,15 @@ def test_stop_requests_turn_a_signal_into_a_flag():
 
 
 def test_fit_losses_are_unchanged():
-    """``fit`` on the loop: the same losses and validation NLLs as before, bit for bit."""
+    """``fit`` on the loop: the same losses and validation NLLs as before, to float32 rounding (bit for bit on the
+    machine that made the snapshot; another CPU's kernels differ in the last bits: seen 2026-12-02, ~1e-7)."""
     before = torch.load(BEFORE, weights_only=True)
-    assert snapshot() == before
+    now = snapshot()
+    assert now.keys() == before.keys()
+    for name, runs in before.items():
+        assert now[name].keys() == runs.keys(), name
+        for key, values in runs.items():
+            assert now[name][key] == pytest.approx(values, rel=1e-6, abs=1e-6), (name, key)
 
 
 def test_fit_encodes_each_batch_once_per_step(monkeypatch):
