@@ -16,6 +16,8 @@ from pyro_attention.tasks.translation.runner import (
     evaluate_row,
     markdown_table,
     plot_curves,
+    plot_rows,
+    plot_table,
     read_experiment,
     row_config,
     run_experiment,

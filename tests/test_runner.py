@@ -34,7 +34,7 @@ model = "marginal"
 output = "product"
 attention_type = "general"
 """
-TIMING = {"wall_s", "tokens_per_s", "decode_sentences_per_s"}
+TIMING = {"wall_s", "tokens_per_s", "decode_sentences_per_s", "wall_s_per_epoch"}
 
 
 def _write(tmp_path: Path, text: str = TINY) -> Path:
@@ -73,6 +73,9 @@ def test_rows_trained_evaluated_and_resumed_exactly(tmp_path):
     assert json.loads((runs / "table.json").read_text())[0]["label"] == "soft"
     assert "| marginal-product | marginal | - | product |" in (runs / "table.md").read_text()
     assert (runs / "val_ppl.png").stat().st_size > 0
+    # each row carries its curve, from the two sittings' history.csv, so merged tables can still be drawn
+    assert len(resumed[0]["val_ppl_per_epoch"]) == 2 == len(resumed[0]["wall_s_per_epoch"])
+    assert resumed[0]["wall_s_per_epoch"][0] < resumed[0]["wall_s_per_epoch"][1]
 
 
 def test_validation_curve_runs_on_across_sittings(tmp_path):
@@ -83,6 +86,30 @@ def test_validation_curve_runs_on_across_sittings(tmp_path):
                    "step,0,1,2.0,5,0.1,,,,1.0\nepoch,0,1,,,0.1,1.0,2.7,True,2.0\n"
                    "step,1,2,1.5,5,0.1,,,,0.5\nepoch,1,2,,,0.1,0.9,2.5,True,1.5\n")  # a resumed sitting
     assert validation_curve(csv) == ([2.0, 3.5], [2.7, 2.5])
+
+
+def test_a_merged_table_is_drawn_from_its_rows_curves(tmp_path, capsys):
+    rows = [{"label": "timed", "val_ppl_per_epoch": [9.0, 5.0], "wall_s_per_epoch": [60.0, 120.0]},
+            {"label": "untimed", "val_ppl_per_epoch": [8.0, 6.0, 5.5], "wall_s_per_epoch": None},
+            {"label": "no-curve", "val_ppl": 4.0}]
+    table = tmp_path / "table1.json"
+    table.write_text(json.dumps(rows))
+    assert cli.main(["experiment", "--plot", str(table)]) == 0
+    assert capsys.readouterr().out.strip() == str(tmp_path / "table1-val_ppl.png")
+    assert (tmp_path / "table1-val_ppl.png").stat().st_size > 0
+    rows[0]["wall_s_per_epoch"] = [60.0]
+    table.write_text(json.dumps(rows))
+    with pytest.raises(SystemExit) as e:
+        cli.main(["experiment", "--plot", str(table), "--figure", str(tmp_path / "x.png")])
+    assert e.value.code == 1 and not (tmp_path / "x.png").exists()
+    assert "row 'timed': wall_s_per_epoch has 1 entries, val_ppl_per_epoch 2" in capsys.readouterr().err
+    table.write_text('{"rows": []}')
+    with pytest.raises(SystemExit):
+        cli.main(["experiment", "--plot", str(table)])
+    assert "table1.json: a table is a JSON list of rows" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        cli.main(["experiment", "--out", str(tmp_path)])
+    assert e.value.code == 2 and "--config and --out are required" in capsys.readouterr().err
 
 
 def test_only_some_rows_and_the_cli(tmp_path, capsys):

@@ -10,8 +10,19 @@ from pyro_attention.cli.common import _fail, _int_at_least, add_command
 
 def _experiment(args: argparse.Namespace) -> int:
     from pyro_attention.tasks.translation import TrainingInterrupted
-    from pyro_attention.tasks.translation.runner import markdown_table, run_experiment
+    from pyro_attention.tasks.translation.runner import markdown_table, plot_table, run_experiment
 
+    if args.plot is not None:
+        try:
+            figure = plot_table(args.plot, args.figure)
+        except (OSError, ValueError) as error:
+            _fail(args.parser, error)
+            return 1
+        print(figure if figure else f"{args.plot}: no row has a val_ppl_per_epoch curve; nothing drawn")
+        return 0
+    if args.config is None or args.out is None:
+        args.parser.error("the arguments --config and --out are required (or --plot TABLE.json to draw a "
+                          "finished table)")
     try:
         overrides = {k: v for k, v in (("device", args.device), ("threads", args.threads)) if v is not None}
         table = run_experiment(args.config, args.out, only=args.rows, max_epochs=args.max_epochs,
@@ -31,8 +42,8 @@ def add_experiment(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     """``pyro-attention experiment``."""
     ex = add_command(sub, "experiment", _experiment, "a table of translation rows (an experiment file): train each to "
                      "convergence, evaluate, tabulate; resumable row by row")
-    ex.add_argument("--config", required=True, help="experiment file (TOML or JSON): [shared] settings, [[rows]]")
-    ex.add_argument("--out", required=True, help="runs folder: one sub-folder per row, table.json, table.md")
+    ex.add_argument("--config", help="experiment file (TOML or JSON): [shared] settings, [[rows]] (required)")
+    ex.add_argument("--out", help="runs folder: one sub-folder per row, table.json, table.md (required)")
     ex.add_argument("--rows", nargs="+", default=None, metavar="LABEL", help="work on these rows only (default all)")
     ex.add_argument("--max-epochs", type=_int_at_least(1), default=None,
                     help="train at most N epochs per row in this call, then move on (default: to the end)")
@@ -42,3 +53,8 @@ def add_experiment(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     ex.add_argument("--threads", type=_int_at_least(0), default=None,
                     help="torch threads for every row (default: the file's; 0: torch's choice)")
     ex.add_argument("--quiet", action="store_true", help="no progress bars")
+    ex.add_argument("--plot", metavar="TABLE.json", default=None,
+                    help="only draw the validation curves of a table (a runs folder's table.json, or one merged "
+                         "from several, e.g. docs/results/table1-multi30k.json) and exit")
+    ex.add_argument("--figure", metavar="PNG", default=None,
+                    help="with --plot: where the figure goes (default: beside the table, <name>-val_ppl.png)")

@@ -228,6 +228,8 @@ def evaluate_row(config: TranslationConfig, folder: Path, label: str, bleu: bool
         "tokens_per_s": trained["target_tokens"] / max(trained["wall_s"], 1e-9),
         "device": config.device, "threads": config.threads, "config": config.to_dict(),
     }
+    if (folder / "history.csv").is_file():  # the row's curve travels with it (docs tables merge run folders)
+        row["wall_s_per_epoch"], row["val_ppl_per_epoch"] = validation_curve(folder / "history.csv")
     if bleu:
         data = load_split(config, "test", size=config.test_size, references=True)
         rule = ckpt.pair.default_rule(decoding=True)
@@ -274,30 +276,59 @@ def validation_curve(history_csv: Path) -> tuple[list[float], list[float]]:
 
 
 def plot_curves(runs: Path, labels: Sequence[str], path: Path) -> Path | None:
-    """Validation perplexity against wall-clock training time for every row with a ``history.csv``, one PNG."""
-    curves = {label: validation_curve(runs / label / "history.csv") for label in labels
-              if (runs / label / "history.csv").is_file()}
-    curves = {k: v for k, v in curves.items() if v[0]}
+    """Validation perplexity against epochs and wall-clock training time for every row with a ``history.csv``
+    (:func:`plot_rows` of their curves), one PNG; ``None`` when no row has finished an epoch."""
+    rows = []
+    for label in labels:
+        if (runs / label / "history.csv").is_file():
+            walls, ppls = validation_curve(runs / label / "history.csv")
+            rows.append({"label": label, "val_ppl_per_epoch": ppls, "wall_s_per_epoch": walls})
+    return plot_rows(rows, path, f"validation perplexity per epoch: {runs.name}")
+
+
+def plot_rows(rows: Sequence[dict[str, Any]], path: Path, title: str) -> Path | None:
+    """The validation curves of table rows (``val_ppl_per_epoch``; ``wall_s_per_epoch`` where it was
+    measured), one PNG with two panels: against the epoch (every row with a curve) and against wall-clock time
+    (the rows whose clock is known for every epoch).  ``None`` when no row has a curve.
+
+    :raises ValueError: naming the row whose ``wall_s_per_epoch`` and ``val_ppl_per_epoch`` differ in length.
+    """
+    curves = [r for r in rows if r.get("val_ppl_per_epoch")]
     if not curves:
         return None
+    for r in curves:
+        walls = r.get("wall_s_per_epoch")
+        if walls is not None and len(walls) != len(r["val_ppl_per_epoch"]):
+            raise ValueError(f"row {r.get('label')!r}: wall_s_per_epoch has {len(walls)} entries, "
+                             f"val_ppl_per_epoch {len(r['val_ppl_per_epoch'])}")
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for label, (xs, ys) in curves.items():
-        ax.plot([x / 60 for x in xs], ys, marker="o", markersize=3, label=label)
-    ax.set_xlabel("training wall-clock time [min] (validation included)")
-    ax.set_ylabel("validation perplexity (exact; relaxed: bound)")
-    ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
-    ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title(f"validation perplexity per epoch: {runs.name}")
+    fig, (by_epoch, by_clock) = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, r in enumerate(curves):
+        ppls, colour = r["val_ppl_per_epoch"], colours[i % len(colours)]
+        by_epoch.plot(range(1, len(ppls) + 1), ppls, marker="o", markersize=3, color=colour, label=r["label"])
+        if r.get("wall_s_per_epoch"):
+            by_clock.plot([x / 60 for x in r["wall_s_per_epoch"]], ppls, marker="o", markersize=3, color=colour,
+                          label=r["label"])
+    by_epoch.set_xlabel("epoch")
+    by_clock.set_xlabel("training wall-clock time [min] (validation included)")
+    by_epoch.set_ylabel("validation perplexity (exact; relaxed: bound)")
+    for ax in (by_epoch, by_clock):
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.grid(True, which="both", alpha=0.3)
+    by_epoch.legend(fontsize=8)
+    if not by_clock.lines:
+        by_clock.text(0.5, 0.5, "no row with a clock for every epoch", ha="center", transform=by_clock.transAxes)
+    fig.suptitle(title)
     fig.tight_layout()
+    path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp.png")
     try:
         with writing(path):
@@ -307,6 +338,25 @@ def plot_curves(runs: Path, labels: Sequence[str], path: Path) -> Path | None:
         plt.close(fig)
         tmp.unlink(missing_ok=True)
     return path
+
+
+def plot_table(table: str | os.PathLike, path: str | os.PathLike | None = None) -> Path | None:
+    """:func:`plot_rows` of a ``table.json`` (a list of rows, e.g. ``docs/results/table1-multi30k.json``), to
+    ``path`` (default: beside it, ``<name>-val_ppl.png``).
+
+    :raises ValueError: naming the file when it is not a list of rows.
+    """
+    from pyro_attention.data.text import require_file
+
+    table = require_file(table, "table")
+    try:
+        rows = json.loads(table.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise ValueError(f"{table}: {e}") from None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise ValueError(f"{table}: a table is a JSON list of rows (objects), as the runner's table.json")
+    path = Path(path) if path is not None else table.with_name(f"{table.stem}-val_ppl.png")
+    return plot_rows(rows, path, f"validation perplexity per epoch: {table.name}")
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
