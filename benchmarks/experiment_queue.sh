@@ -5,10 +5,11 @@
 #       hard-sample relaxed > /dev/null 2>&1 < /dev/null &
 #
 # It runs `pyro-attention experiment --config CONFIG --out RUNS --rows ROW --threads 1 --quiet` for each ROW in
-# turn from a frozen copy of the package (~/runs/src, ~/runs/venv: editing the checkout does not change a running
-# row), and logs to RUNS.log.  What is missing is rebuilt: on a new machine the venv (torch==2.13.0 first, then
-# the package from this checkout's HEAD); a finished row is skipped and a half-trained one resumes from its
-# last.pt (the runner's own rules).  PYRO_ATTENTION_RUNS (default ~/runs) moves the venv and source copy.
+# turn from a frozen copy of the package at this checkout's HEAD (~/runs/src-COMMIT, ~/runs/venv-COMMIT: editing
+# the checkout does not change a running row) and logs to RUNS.log.  What is missing is rebuilt: on a new machine
+# or commit the venv (torch==2.13.0 first, then the package); a finished row is skipped and a half-trained one
+# resumes from its last.pt (the runner's own rules).  SIGTERM to a row's process (`pkill -f 'experiment
+# --config'`) writes its last.pt and stops the queue.  PYRO_ATTENTION_RUNS (default ~/runs) moves the copies.
 set -euo pipefail
 if [ $# -lt 3 ]; then
     echo "usage: $0 CONFIG RUNS ROW [ROW ...]" >&2
@@ -21,17 +22,26 @@ shift 2
 base=${PYRO_ATTENTION_RUNS:-$HOME/runs}
 log="$out.log"
 mkdir -p "$base" "$(dirname "$out")"
-if [ ! -x "$base/venv/bin/pyro-attention" ]; then
-    echo "$(date -u +%FT%TZ) building $base/venv from $(git rev-parse --short HEAD)" >> "$log"
-    rm -rf "$base/src" && mkdir -p "$base/src"
-    git archive HEAD | tar -x -C "$base/src"
-    python3 -m venv --system-site-packages "$base/venv"
-    "$base/venv/bin/python" -c "import torch" 2>/dev/null || "$base/venv/bin/pip" install -q torch==2.13.0
-    "$base/venv/bin/pip" install -q "$base/src" >> "$log" 2>&1
+commit=$(git rev-parse --short HEAD)
+venv="$base/venv-$commit"  # one per commit: a rebuilt package never changes a queue that is still running
+if [ ! -x "$venv/bin/pyro-attention" ]; then
+    echo "$(date -u +%FT%TZ) building $venv from $commit" >> "$log"
+    rm -rf "$base/src-$commit" "$venv" && mkdir -p "$base/src-$commit"
+    git archive HEAD | tar -x -C "$base/src-$commit"
+    python3 -m venv --system-site-packages "$venv"
+    "$venv/bin/python" -c "import torch" 2>/dev/null || "$venv/bin/pip" install -q torch==2.13.0
+    "$venv/bin/pip" install -q "$base/src-$commit" >> "$log" 2>&1
 fi
 for row in "$@"; do
-    echo "$(date -u +%FT%TZ) row $row" >> "$log"
-    "$base/venv/bin/pyro-attention" experiment --config "$config" --out "$out" --rows "$row" --threads 1 --quiet \
-        >> "$log" 2>&1 || echo "$(date -u +%FT%TZ) row $row exited with $?" >> "$log"
+    echo "$(date -u +%FT%TZ) row $row ($commit)" >> "$log"
+    status=0
+    "$venv/bin/pyro-attention" experiment --config "$config" --out "$out" --rows "$row" --threads 1 --quiet \
+        >> "$log" 2>&1 || status=$?
+    if [ "$status" -eq 130 ]; then  # SIGINT / SIGTERM: last.pt written; the queue stops with its row
+        echo "$(date -u +%FT%TZ) row $row interrupted; queue stopped (run the same command to continue)" >> "$log"
+        exit 130
+    elif [ "$status" -ne 0 ]; then
+        echo "$(date -u +%FT%TZ) row $row exited with $status" >> "$log"
+    fi
 done
 echo "$(date -u +%FT%TZ) queue done" >> "$log"

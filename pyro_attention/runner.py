@@ -13,6 +13,7 @@ from pyro_attention.tasks.translation.runner import (
     _train_pairs,
     _train_row,
     _write_json,
+    entropy_curve,
     evaluate_row,
     markdown_table,
     plot_curves,

@@ -76,20 +76,27 @@ def test_rows_trained_evaluated_and_resumed_exactly(tmp_path):
     # each row carries its curve, from the two sittings' history.csv, so merged tables can still be drawn
     assert len(resumed[0]["val_ppl_per_epoch"]) == 2 == len(resumed[0]["wall_s_per_epoch"])
     assert resumed[0]["wall_s_per_epoch"][0] < resumed[0]["wall_s_per_epoch"][1]
+    assert all(h > 0 for h in resumed[1]["val_prior_entropy_per_epoch"])
 
 
 def test_validation_curve_runs_on_across_sittings(tmp_path):
-    from pyro_attention.runner import validation_curve
+    from pyro_attention.runner import entropy_curve, validation_curve
 
     csv = tmp_path / "history.csv"
     csv.write_text("kind,epoch,step,loss,tokens,lr,val_nll,val_ppl,val_exact,seconds\n"
                    "step,0,1,2.0,5,0.1,,,,1.0\nepoch,0,1,,,0.1,1.0,2.7,True,2.0\n"
                    "step,1,2,1.5,5,0.1,,,,0.5\nepoch,1,2,,,0.1,0.9,2.5,True,1.5\n")  # a resumed sitting
     assert validation_curve(csv) == ([2.0, 3.5], [2.7, 2.5])
+    assert entropy_curve(csv) == [None, None]  # a history.csv from before the column
+    csv.write_text("kind,epoch,step,loss,tokens,lr,val_nll,val_ppl,val_exact,val_prior_entropy,seconds\n"
+                   "step,0,1,2.0,5,0.1,,,,,1.0\nepoch,0,1,,,0.1,1.0,2.7,True,0.5,2.0\n"
+                   "step,1,2,1.5,5,0.1,,,,,0.5\nepoch,1,2,,,0.1,0.9,2.5,True,,1.5\n")
+    assert entropy_curve(csv) == [0.5, None] and validation_curve(csv) == ([2.0, 3.5], [2.7, 2.5])
 
 
 def test_a_merged_table_is_drawn_from_its_rows_curves(tmp_path, capsys):
-    rows = [{"label": "timed", "val_ppl_per_epoch": [9.0, 5.0], "wall_s_per_epoch": [60.0, 120.0]},
+    rows = [{"label": "timed", "val_ppl_per_epoch": [9.0, 5.0], "wall_s_per_epoch": [60.0, 120.0],
+             "val_prior_entropy_per_epoch": [None, 0.7]},
             {"label": "untimed", "val_ppl_per_epoch": [8.0, 6.0, 5.5], "wall_s_per_epoch": None},
             {"label": "no-curve", "val_ppl": 4.0}]
     table = tmp_path / "table1.json"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -82,7 +83,25 @@ def test_train_two_steps(tmp_path, capsys):
         rows = list(csv.DictReader(f))
     assert [r["kind"] for r in rows] == ["step", "step", "epoch"]
     assert float(rows[-1]["val_ppl"]) == pytest.approx(state["best_metric"])
+    assert 0 < float(rows[-1]["val_prior_entropy"]) < math.log(100) and rows[0]["val_prior_entropy"] == ""
+    assert "prior entropy" in printed
     assert _no_temp_files(out)
+
+
+def test_a_checkpoint_from_before_the_entropy_column_resumes(tmp_path):
+    from pyro_attention.tasks.translation.callbacks import _empty_history, _upgrade_history
+
+    out = tmp_path / "old"
+    assert _train(out, "--model", "soft", "--epochs", "1") == 0
+    state = torch.load(out / "last.pt", weights_only=True)
+    del state["history"]["epochs"]["val_prior_entropy"]  # as a checkpoint of commit 4c6a17f has it
+    assert list(_upgrade_history(state["history"])["epochs"]) == list(_empty_history()["epochs"])
+    del state["history"]["epochs"]["val_prior_entropy"]
+    torch.save(state, out / "last.pt")
+    assert _train(out, "--model", "soft", "--epochs", "2", "--resume") == 0
+    with open(out / "history.csv", newline="") as f:
+        epochs = [r for r in csv.DictReader(f) if r["kind"] == "epoch"]
+    assert epochs[0]["val_prior_entropy"] == "" and float(epochs[1]["val_prior_entropy"]) > 0
 
 
 def test_evaluate(run, capsys, tmp_path):

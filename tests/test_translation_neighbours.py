@@ -46,6 +46,8 @@ def test_neighbour_trains_checkpoints_and_decodes(tmp_path, name):
     assert math.isfinite(scores["ppl"]) and scores["ppl"] == pytest.approx(
         result.history["epochs"]["val_ppl"][-1], rel=0.05
     )
+    # the entropy the trainer records after every epoch is the evaluation's (the last epoch's weights)
+    assert scores["prior_entropy"] == pytest.approx(result.history["epochs"]["val_prior_entropy"][-1], rel=1e-4)
     out = translate_lines(ckpt, ["a b c"], beam=2)
     assert len(out) == 1
 

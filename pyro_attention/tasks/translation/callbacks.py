@@ -35,13 +35,15 @@ if TYPE_CHECKING:  # the run the callbacks share is built by training.py, which 
 
 @dataclass
 class Validation:
-    """Validation perplexity of one pass: exact, or an importance-weighted bound (``exact=False``)."""
+    """Validation perplexity of one pass: exact, or an importance-weighted bound (``exact=False``), and the mean
+    entropy of the prior ``p(z_t | x, y_<t)`` in nats per target token (how peaked the attention has become)."""
 
     nll: float
     ppl: float
     exact: bool
     method: str
     tokens: int
+    prior_entropy: float | None = None
 
     def label(self) -> str:
         return "PPL" if self.exact else "PPL bound (importance-weighted; an upper bound in expectation)"
@@ -49,24 +51,31 @@ class Validation:
 
 def validate(pair: AlignmentPair, batches: Iterable[TranslationBatch], num_samples: int = 20) -> Validation:
     """Perplexity over ``batches`` with the network in eval mode: exact by enumeration for the categorical pairs
-    and soft attention; for the Dirichlet pair the ``num_samples``-sample importance-weighted bound.
+    and soft attention; for the Dirichlet pair the ``num_samples``-sample importance-weighted bound.  Also the
+    prior's entropy (:func:`~pyro_attention.metrics.prior_entropy` of :meth:`AlignmentPair.attention_prior`).
     """
+    from pyro_attention import metrics
     from pyro_attention.inference import log_likelihood
 
     net = pair.network
     was_training = net.training
     net.eval()
-    total, tokens, exact, method = 0.0, 0, True, ""
+    total, tokens, exact, method, entropy = 0.0, 0, True, "", 0.0
     try:
-        for batch in batches:
-            ll = log_likelihood(pair, batch, num_samples=num_samples)
-            total += float(ll.per_example.sum())
-            tokens += int(ll.num_tokens.sum())
-            exact, method = exact and ll.exact, ll.method
+        with torch.no_grad():
+            for batch in batches:
+                ll = log_likelihood(pair, batch, num_samples=num_samples)
+                total += float(ll.per_example.sum())
+                tokens += int(ll.num_tokens.sum())
+                exact, method = exact and ll.exact, ll.method
+                enc = net.encode(batch)
+                prior = pair.attention_prior(enc) * enc.source_mask.unsqueeze(-2)
+                entropy += metrics.prior_entropy(prior, batch.target_mask)[0]
     finally:
         net.train(was_training)
     nll = -total / max(tokens, 1)
-    return Validation(nll, math.exp(nll) if nll < _MAX_EXP else math.inf, exact, method, tokens)
+    return Validation(nll, math.exp(nll) if nll < _MAX_EXP else math.inf, exact, method, tokens,
+                      entropy / max(tokens, 1))
 
 
 #: ``math.exp`` overflows above this (a diverged model's perplexity is infinite, not an ``OverflowError``)
@@ -93,7 +102,18 @@ class TrainResult:
 
 def _empty_history() -> dict[str, Any]:
     return {"steps": {k: [] for k in ("epoch", "step", "loss", "tokens", "lr", "seconds")},
-            "epochs": {k: [] for k in ("epoch", "step", "val_nll", "val_ppl", "val_exact", "lr", "seconds")}}
+            "epochs": {k: [] for k in ("epoch", "step", "val_nll", "val_ppl", "val_exact", "val_prior_entropy", "lr",
+                                       "seconds")}}
+
+
+def _upgrade_history(history: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's history in today's columns: a run saved before ``val_prior_entropy`` existed gets ``None``
+    (an empty cell of ``history.csv``) for its past epochs, in the column's place."""
+    epochs = history["epochs"]
+    if "val_prior_entropy" not in epochs:
+        past = [None] * len(epochs["epoch"])
+        history["epochs"] = {k: epochs[k] if k in epochs else past for k in _empty_history()["epochs"]}
+    return history
 
 
 def _epoch_generator(seed: int, epoch: int) -> torch.Generator:
@@ -187,8 +207,8 @@ class _History(Callback):
 
     def on_epoch_end(self, trainer: Trainer) -> None:
         val = self.run.val
-        self._append("epochs", (trainer.epoch - 1, trainer.step, val.nll, val.ppl, val.exact, self.plateau.lr,
-                                trainer.elapsed))
+        self._append("epochs", (trainer.epoch - 1, trainer.step, val.nll, val.ppl, val.exact, val.prior_entropy,
+                                self.plateau.lr, trainer.elapsed))
 
 
 class _Checkpointing(Callback):
@@ -290,6 +310,7 @@ class _EpochLog(Callback):
             f"{trainer.train_loss:.4f}, validation NLL/token {val.nll:.4f}, {val.label()} "
             f"{val.ppl:.4f}" + (" (best)" if plateau.improved else f", no improvement ({plateau.bad}); lr -> "
                                 f"{plateau.lr:.3g}")
+            + ("" if val.prior_entropy is None else f"; prior entropy {val.prior_entropy:.3f} nats")
         )
 
 

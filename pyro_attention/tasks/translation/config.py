@@ -36,7 +36,8 @@ SPLITS = ("train", "val", "test")
 SYNTHETIC_SIZES = {"train": 2000, "val": 200, "test": 200}
 #: IWSLT14 pairs held out from the tail of ``valid`` for validation when ``val_size`` is not given
 IWSLT14_HELD_OUT = 500
-CSV_FIELDS = ("kind", "epoch", "step", "loss", "tokens", "lr", "val_nll", "val_ppl", "val_exact", "seconds")
+CSV_FIELDS = ("kind", "epoch", "step", "loss", "tokens", "lr", "val_nll", "val_ppl", "val_exact", "val_prior_entropy",
+              "seconds")
 
 Log = Callable[[str], None]
 

@@ -230,6 +230,7 @@ def evaluate_row(config: TranslationConfig, folder: Path, label: str, bleu: bool
     }
     if (folder / "history.csv").is_file():  # the row's curve travels with it (docs tables merge run folders)
         row["wall_s_per_epoch"], row["val_ppl_per_epoch"] = validation_curve(folder / "history.csv")
+        row["val_prior_entropy_per_epoch"] = entropy_curve(folder / "history.csv")
     if bleu:
         data = load_split(config, "test", size=config.test_size, references=True)
         rule = ckpt.pair.default_rule(decoding=True)
@@ -259,20 +260,31 @@ def _train_pairs(config: TranslationConfig) -> int | None:
 def validation_curve(history_csv: Path) -> tuple[list[float], list[float]]:
     """``(wall-clock seconds, validation PPL)`` after every epoch of a row's ``history.csv``; the clock runs on
     across sittings (each sitting's ``seconds`` restarts at zero and is added to the previous sittings' total)."""
+    epochs = _epoch_records(history_csv)
+    return [clock for clock, _ in epochs], [float(rec["val_ppl"]) for _, rec in epochs]
+
+
+def entropy_curve(history_csv: Path) -> list[float | None]:
+    """The validation prior entropy (nats per target token) after every epoch of a row's ``history.csv``;
+    ``None`` for an epoch trained before the trainer recorded it (or a file without the column)."""
+    return [float(rec["val_prior_entropy"]) if rec.get("val_prior_entropy") else None
+            for _, rec in _epoch_records(history_csv)]
+
+
+def _epoch_records(history_csv: Path) -> list[tuple[float, dict[str, str]]]:
+    """``(clock, row)`` for every epoch row of ``history.csv``, the clock summed over sittings."""
     import csv
 
-    clock, offset, last, xs, ys = 0.0, 0.0, 0.0, [], []
+    offset, last, epochs = 0.0, 0.0, []
     with open(history_csv, newline="", encoding="utf-8") as f:
         for rec in csv.DictReader(f):
             seconds = float(rec["seconds"])
             if seconds < last:  # a new sitting
                 offset += last
             last = seconds
-            clock = offset + seconds
             if rec["kind"] == "epoch":
-                xs.append(clock)
-                ys.append(float(rec["val_ppl"]))
-    return xs, ys
+                epochs.append((offset + seconds, rec))
+    return epochs
 
 
 def plot_curves(runs: Path, labels: Sequence[str], path: Path) -> Path | None:
@@ -282,14 +294,16 @@ def plot_curves(runs: Path, labels: Sequence[str], path: Path) -> Path | None:
     for label in labels:
         if (runs / label / "history.csv").is_file():
             walls, ppls = validation_curve(runs / label / "history.csv")
-            rows.append({"label": label, "val_ppl_per_epoch": ppls, "wall_s_per_epoch": walls})
+            rows.append({"label": label, "val_ppl_per_epoch": ppls, "wall_s_per_epoch": walls,
+                         "val_prior_entropy_per_epoch": entropy_curve(runs / label / "history.csv")})
     return plot_rows(rows, path, f"validation perplexity per epoch: {runs.name}")
 
 
 def plot_rows(rows: Sequence[dict[str, Any]], path: Path, title: str) -> Path | None:
-    """The validation curves of table rows (``val_ppl_per_epoch``; ``wall_s_per_epoch`` where it was
-    measured), one PNG with two panels: against the epoch (every row with a curve) and against wall-clock time
-    (the rows whose clock is known for every epoch).  ``None`` when no row has a curve.
+    """The validation curves of table rows (``val_ppl_per_epoch``; ``wall_s_per_epoch`` and
+    ``val_prior_entropy_per_epoch`` where they were measured), one PNG with three panels: perplexity against the
+    epoch (every row with a curve) and against wall-clock time (the rows whose clock is known for every epoch),
+    and the prior's entropy against the epoch (the epochs that recorded it).  ``None`` when no row has a curve.
 
     :raises ValueError: naming the row whose ``wall_s_per_epoch`` and ``val_ppl_per_epoch`` differ in length.
     """
@@ -307,7 +321,8 @@ def plot_rows(rows: Sequence[dict[str, Any]], path: Path, title: str) -> Path | 
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    fig, (by_epoch, by_clock) = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
+    fig, (by_epoch, by_clock, entropy) = plt.subplots(1, 3, figsize=(16, 4.5))
+    by_clock.sharey(by_epoch)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, r in enumerate(curves):
         ppls, colour = r["val_ppl_per_epoch"], colours[i % len(colours)]
@@ -315,6 +330,9 @@ def plot_rows(rows: Sequence[dict[str, Any]], path: Path, title: str) -> Path | 
         if r.get("wall_s_per_epoch"):
             by_clock.plot([x / 60 for x in r["wall_s_per_epoch"]], ppls, marker="o", markersize=3, color=colour,
                           label=r["label"])
+        measured = [(e, h) for e, h in enumerate(r.get("val_prior_entropy_per_epoch") or [], 1) if h is not None]
+        if measured:
+            entropy.plot(*zip(*measured, strict=True), marker="o", markersize=3, color=colour, label=r["label"])
     by_epoch.set_xlabel("epoch")
     by_clock.set_xlabel("training wall-clock time [min] (validation included)")
     by_epoch.set_ylabel("validation perplexity (exact; relaxed: bound)")
@@ -323,9 +341,14 @@ def plot_rows(rows: Sequence[dict[str, Any]], path: Path, title: str) -> Path | 
         ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
         ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
         ax.grid(True, which="both", alpha=0.3)
+    entropy.set_xlabel("epoch")
+    entropy.set_ylabel("validation prior entropy [nats per target token]")
+    entropy.grid(True, alpha=0.3)
     by_epoch.legend(fontsize=8)
-    if not by_clock.lines:
-        by_clock.text(0.5, 0.5, "no row with a clock for every epoch", ha="center", transform=by_clock.transAxes)
+    for ax, empty in ((by_clock, "no row with a clock for every epoch"),
+                      (entropy, "no row recorded its prior entropy per epoch")):
+        if not ax.lines:
+            ax.text(0.5, 0.5, empty, ha="center", transform=ax.transAxes)
     fig.suptitle(title)
     fig.tight_layout()
     path = Path(path)

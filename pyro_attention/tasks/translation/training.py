@@ -32,6 +32,7 @@ from pyro_attention.tasks.translation.callbacks import (
     _last_row,
     _StopOnSignal,
     _TensorBoard,
+    _upgrade_history,
     _Validate,
     _write_csv,
 )
@@ -231,7 +232,7 @@ def _prepare(
         start["lr"] = config.lr  # a new --lr replaces the saved (possibly decayed) one
     optim = _optimiser(config, start["lr"], saved)
     run = _Run(config, rank, world_size, log, src_vocab, tgt_vocab, network, pair, optim, train_batches, val_batches,
-               saved["history"] if saved is not None else _empty_history())
+               _upgrade_history(saved["history"]) if saved is not None else _empty_history())
     if saved is not None:
         _restore_rng(run, saved, start)
     _make_out(run)
