@@ -259,6 +259,32 @@ def symmetrize(forward, backward, method: str = "intersection"):
     return combine(forward, [invert(x) for x in backward])
 
 
+#: ways to combine the two directions' alignment *probabilities* before linking (:func:`combine_posteriors`)
+POSTERIOR_COMBINATIONS = ("posterior-mean", "posterior-product")
+
+
+def combine_posteriors(forward: Tensor, backward: Tensor, method: str = "posterior-mean") -> Tensor:
+    """One sentence pair's two directions' alignment probabilities as one ``(T, S)`` matrix to threshold.
+
+    ``forward`` ``(T, S)``: row ``t`` is the source->target model's distribution over source words for target word
+    ``t``; ``backward`` ``(S, T)``: the reverse model's, row ``s`` over target words for source word ``s`` (the
+    layout each model's :func:`links_from_probs` takes).  ``"posterior-mean"``: the cell-wise mean of ``forward``
+    and ``backward.T`` (a soft union); ``"posterior-product"``: their product (a soft intersection: a link needs
+    both directions' mass, as the agreement decoding of Liang, Taskar & Klein 2006 thresholds it).  Link the result
+    with ``links_from_probs(..., threshold=...)``; the threshold is chosen on held-out gold, never the scored pairs.
+
+    :raises ValueError: naming the shapes when ``backward`` is not ``forward`` transposed, or the method.
+    """
+    if method not in POSTERIOR_COMBINATIONS:
+        raise ValueError(f"combine_posteriors: unknown method {method!r}; allowed: "
+                         f"{', '.join(map(repr, POSTERIOR_COMBINATIONS))}")
+    if forward.dim() != 2 or backward.shape != forward.shape[::-1]:
+        raise ValueError(f"combine_posteriors: forward {tuple(forward.shape)} (T, S) needs backward (S, T) = "
+                         f"{tuple(forward.shape[::-1])}, got {tuple(backward.shape)}")
+    reverse = backward.transpose(0, 1).to(forward.dtype)
+    return (forward + reverse) / 2 if method == "posterior-mean" else forward * reverse
+
+
 def merge_json(path: str | Path, new: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Write ``new`` into the JSON list at ``path``, replacing rows with the same corpus, model, output, source
     and symmetrisation (other rows are kept; the file is written atomically)."""

@@ -376,3 +376,42 @@ def test_final_or_against_final_and():
         from pyro_attention.aer import grow_diag
 
         grow_diag(set(), set(), "maybe")
+
+
+def test_posteriors_of_both_directions_combined_cell_by_cell():
+    from pyro_attention.aer import combine_posteriors
+
+    forward = torch.tensor([[0.8, 0.2], [0.1, 0.9], [0.5, 0.5]])  # (T=3, S=2): target word t over source words
+    backward = torch.tensor([[0.6, 0.3, 0.1], [0.4, 0.5, 0.1]])  # (S=2, T=3): source word s over target words
+    mean = combine_posteriors(forward, backward, "posterior-mean")
+    product = combine_posteriors(forward, backward, "posterior-product")
+    assert torch.allclose(mean, torch.tensor([[0.7, 0.3], [0.2, 0.7], [0.3, 0.3]]))
+    assert torch.allclose(product, torch.tensor([[0.48, 0.08], [0.03, 0.45], [0.05, 0.05]]))
+    # thresholded: the mean keeps what either direction believes strongly, the product what both do
+    assert links_from_probs(mean, threshold=0.5) == {(0, 0), (1, 1)}
+    assert links_from_probs(product, threshold=0.04) == {(0, 0), (1, 0), (1, 1), (0, 2), (1, 2)}
+    assert links_from_probs(product, threshold=0.4) == {(0, 0), (1, 1)}
+    with pytest.raises(ValueError, match=r"forward \(3, 2\) \(T, S\) needs backward \(S, T\) = \(2, 3\), got \(3, 2\)"):
+        combine_posteriors(forward, forward)
+    with pytest.raises(ValueError, match="unknown method 'grow-diag'; allowed: 'posterior-mean', 'posterior-product'"):
+        combine_posteriors(forward, backward, "grow-diag")
+
+
+def test_combined_links_drop_null_columns_and_tune_each_half_on_the_other():
+    from pyro_attention.data import GoldAlignment
+    from pyro_attention.tasks.align.scoring import combined_links
+
+    # two copies of one sentence pair (T = S = 2); the NULL word is column 0 of both directions' matrices
+    fwd = torch.tensor([[0.1, 0.6, 0.3], [0.1, 0.2, 0.7]])  # (T, 1 + S)
+    bwd = torch.tensor([[0.0, 0.9, 0.1], [0.0, 0.45, 0.55]])  # (S, 1 + T)
+    gold = [GoldAlignment(sure={(0, 0), (1, 1)}, possible={(0, 0), (1, 1)})] * 2
+    out = dict((m, (links, note)) for m, links, note in combined_links([fwd, fwd], [bwd, bwd], gold,
+                                                                       (0.3, 0.5), True, True))
+    # the mean ((0.75, 0.375), (0.15, 0.625)): 0.5 gives exactly the gold, 0.3 a wrong link too
+    assert out["posterior-mean"][0] == [{(0, 0), (1, 1)}] * 2
+    assert out["posterior-mean"][1].startswith("thresholds 0.5 / 0.5")
+    # the product ((0.54, 0.135), (0.02, 0.385)): 0.3 finds both links, 0.5 only one
+    assert out["posterior-product"][0] == [{(0, 0), (1, 1)}] * 2
+    assert out["posterior-product"][1].startswith("thresholds 0.3 / 0.3")
+    with pytest.raises(ValueError, match="2 forward and 1 reverse"):
+        combined_links([fwd, fwd], [bwd], gold)

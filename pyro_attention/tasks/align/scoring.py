@@ -9,7 +9,15 @@ from typing import Any
 
 import torch
 
-from pyro_attention.aer import SYMMETRIZATIONS, AERResult, alignment_error_rate, links_from_probs, symmetrize
+from pyro_attention.aer import (
+    POSTERIOR_COMBINATIONS,
+    SYMMETRIZATIONS,
+    AERResult,
+    alignment_error_rate,
+    combine_posteriors,
+    links_from_probs,
+    symmetrize,
+)
 from pyro_attention.data.translation import collate
 from pyro_attention.inference import alignment_posterior
 from pyro_attention.tasks.align.config import THRESHOLD_GRID, AlignConfig
@@ -177,7 +185,41 @@ def run_align(config: AlignConfig, log: Callable[[str], None] = print) -> list[A
                     for method in SYMMETRIZATIONS:
                         rows.append(row(source_label, method, symmetrize(fwd, bwd, method),
                                         trained.seconds + back_seconds, note))
+            if backward is not None and name in ("posterior", "smoothed"):
+                for method, links, note in combined_links(probs, backward[name], gold, config.thresholds,
+                                                          trained.null_word, back_null):
+                    log(f"{name} {method}: {note}")
+                    rows.append(row(name, method, links, trained.seconds + back_seconds, note))
     return rows
+
+
+def combined_links(
+    forward: list[torch.Tensor],
+    backward: list[torch.Tensor],
+    gold: list,
+    grid: tuple[float, ...] = THRESHOLD_GRID,
+    forward_null: bool = False,
+    backward_null: bool = False,
+) -> list[tuple[str, list[set[tuple[int, int]]], str]]:
+    """Links from both directions' probabilities combined cell by cell (:func:`~pyro_attention.aer.
+    combine_posteriors`, each of :data:`~pyro_attention.aer.POSTERIOR_COMBINATIONS`), thresholded as
+    :func:`threshold_links` does: each half of the pairs with the threshold best on the other half.
+
+    :param forward: per pair the forward model's ``(T, S)`` matrices (``(T, 1 + S)`` with ``forward_null``: column
+        0 the NULL word, dropped here); ``backward``: the reverse model's ``(S, T)`` (``(S, 1 + T)``).
+    :returns: ``(method, links, note)`` per combination, links as ``(source, target)`` of the corpus.
+    """
+    if len(forward) != len(backward):
+        raise ValueError(f"combined_links: {len(forward)} forward and {len(backward)} reverse alignments")
+    fwd = [p[:, int(forward_null):] for p in forward]
+    bwd = [p[:, int(backward_null):] for p in backward]
+    out = []
+    for method in POSTERIOR_COMBINATIONS:
+        matrices = [combine_posteriors(f, b, method) for f, b in zip(fwd, bwd, strict=True)]
+        links, chosen = threshold_links(matrices, gold, grid)
+        out.append((method, links, f"thresholds {chosen[0]:g} / {chosen[1]:g} (even / odd pairs, each tuned on the "
+                                   "other half)"))
+    return out
 
 
 def pyro_latent(model: str) -> str:
@@ -199,7 +241,8 @@ def format_rows(rows: list[AlignRow]) -> str:
 
 
 #: the ``symmetrisation`` values written to the JSON results
-JSON_SYMMETRISATIONS = ("forward", "reverse", "intersection", "union", "grow-diag", "grow-diag-final")
+JSON_SYMMETRISATIONS = ("forward", "reverse", "intersection", "union", "grow-diag", "grow-diag-final",
+                        *POSTERIOR_COMBINATIONS)
 
 
 def json_rows(rows: list[AlignRow], corpus: str) -> list[dict[str, Any]]:
