@@ -65,8 +65,9 @@ def test_align_on_hansards_tiny(tmp_path):
         **TINY,
     )
     rows = run_align(config, log=lambda _: None)
-    assert {(r.source, r.direction) for r in rows} >= {("prior", "forward"), ("posterior", "intersection"),
-                                                       ("posterior", "posterior-mean"), ("posterior", "posterior-product")}
+    assert {(r.source, r.direction) for r in rows} >= {
+        ("prior", "forward"), ("posterior", "intersection"), ("posterior", "posterior-mean"),
+        ("posterior", "posterior-product")}
     assert all(0.0 <= r.result.aer <= 1.0 for r in rows)
     assert format_rows(rows).startswith("| model | alignment source | direction | AER |")
 

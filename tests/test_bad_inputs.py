@@ -35,7 +35,7 @@ import pytest
 import torch
 
 from pyro_attention import cli
-from pyro_attention.aer import alignment_error_rate, links_from_probs, symmetrize
+from pyro_attention.aer import alignment_error_rate, combine_posteriors, links_from_probs, symmetrize
 from pyro_attention.align import AlignConfig
 from pyro_attention.data import RegionBatch, make_region_qa
 from pyro_attention.data.alignments import read_bitext, read_naacl, read_pharaoh
@@ -649,6 +649,19 @@ CATALOGUE: list[Mistake] = [
         ValueError, r"symmetrize: unknown method 'grow-diagonal'; allowed: 'intersection', 'union', 'grow-diag', "
         r"'grow-diag-final', 'grow-diag-final-and'",
         "Use one of the listed heuristics.",
+    ),
+    Mistake(
+        "unknown-posterior-combination", NAMES, "an unknown way to combine both directions' posteriors",
+        lambda: combine_posteriors(torch.ones(2, 3), torch.ones(3, 2), "posterior-max"),
+        ValueError, r"combine_posteriors: unknown method 'posterior-max'; allowed: 'posterior-mean', "
+        r"'posterior-product'",
+        "Use one of the listed combinations.",
+    ),
+    Mistake(
+        "posterior-combination-shapes", NAMES, "combining two directions' posteriors of different sentence pairs",
+        lambda: combine_posteriors(torch.ones(2, 3), torch.ones(2, 3)),
+        ValueError, r"combine_posteriors: forward \(2, 3\) \(T, S\) needs backward \(S, T\) = \(3, 2\), got \(2, 3\)",
+        "Pass the reverse model's matrix of the same pair, `(S, T)`: source words over target words.",
     ),
     Mistake(
         "kmax-non-categorical", NAMES, "K-max likelihood of a pair without a categorical alignment",
