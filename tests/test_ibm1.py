@@ -402,7 +402,8 @@ def test_align_ibm1_from_the_command_line_writes_json_rows(tmp_path, capsys):
     rows = json.loads(out.read_text())
     assert {r["source"] for r in rows} == {"prior", "posterior", "posterior-threshold"}
     assert {r["symmetrisation"] for r in rows} == {"forward", "reverse", "intersection", "union", "grow-diag",
-                                                  "grow-diag-final"}
+                                                  "grow-diag-final", "posterior-mean", "posterior-product"}
+    assert {r["source"] for r in rows if r["symmetrisation"].startswith("posterior-")} == {"posterior"}
     for r in rows:
         assert set(r) >= {"corpus", "model", "output", "source", "symmetrisation", "aer", "precision", "recall",
                           "train_pairs", "wall_s"}
