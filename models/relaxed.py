@@ -27,15 +27,6 @@ source positions (:class:`~pyro_attention.distributions.MaskedDirichlet`: padded
   warm start on :math:`\mathbb{E}_p[\log p(y \mid x, z)]`: :meth:`RelaxedAttention.warmup_guide` is the prior
   used as the guide (KL = 0), and :func:`pyro_attention.inference.fit` runs it for ``warmup_steps`` steps.
 
-**Precision.**  ``exp(a_t)`` ties the Dirichlet's mean ``softmax(a_t)`` to its precision ``sum_s exp(a_{t,s})``.
-A bilinear (Luong ``general``) score ``h_t^T W x_s`` has no offset, so it cannot raise every concentration of a
-row together: from scores near 0 (small initial weights) the concentrations stay near 1, ``z_t`` is nearly
-uniform on the simplex, the context is noise that the decoder learns to ignore, and the prior stays uniform
-(measured on full Multi30k: prior entropy 2.56 nats = log of the mean source length after 1--3 epochs).
-``precision="learned"`` adds one learned offset per distribution, :math:`z_t \sim \mathrm{Dirichlet}(\exp(a_t +
-\beta_p))` and :math:`q = \mathrm{Dirichlet}(\exp(b_t + \beta_q))` (both 0 at the start, so the model starts
-as the paper's): the means are unchanged, and the precision can grow until ``z_t`` is close to its mean.
-
 Reproduces the "Relaxed Attention" row of Deng et al. (2018), Table 1 (IWSLT14 7.58 PPL / 30.05 BLEU).
 
 References: [1] Deng, Kim, Chiu, Guo, Rush, "Latent Alignment and Variational Attention", NeurIPS 2018.
@@ -48,13 +39,13 @@ from typing import Any, ClassVar
 
 import pyro
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from pyro_attention.distributions import MaskedDirichlet
 from pyro_attention.distributions.aligned import OutputCategorical
 from pyro_attention.inference.estimators import Estimator, MeanField
 from pyro_attention.models._continuous import ContinuousAlignment
-from pyro_attention.networks.base import AttentionNetwork, Encoded, expected_context
+from pyro_attention.networks.base import Encoded, expected_context
 
 #: scores are clamped to this range before ``exp`` so concentrations stay finite and positive
 SCORE_CLAMP = 10.0
@@ -97,25 +88,8 @@ class SimplexAlignmentModel(ContinuousAlignment):
             pyro.sample("align", self.posterior(enc))
 
 
-#: ``precision=`` values of :class:`RelaxedAttention`
-PRECISIONS = ("scores", "learned")
-
-
-class PrecisionOffsets(nn.Module):
-    """The learned log-precision offsets ``beta_p`` (prior) and ``beta_q`` (guide), both 0 at the start."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.prior = nn.Parameter(torch.zeros(()))
-        self.guide = nn.Parameter(torch.zeros(()))
-
-
 class RelaxedAttention(SimplexAlignmentModel):
-    """Dirichlet relaxed attention with an amortised Dirichlet guide.
-
-    :param precision: ``"scores"`` (the paper's: concentrations ``exp(scores)``) or ``"learned"`` (one learned
-        offset per distribution added to the scores: see the module doc, *Precision*).
-    """
+    """Dirichlet relaxed attention with an amortised Dirichlet guide."""
 
     latent: ClassVar[str] = "simplex"
     has_warmup: ClassVar[bool] = True
@@ -124,36 +98,16 @@ class RelaxedAttention(SimplexAlignmentModel):
     #: reparameterised Dirichlet draws and the registered analytic KL: ``TraceMeanField_ELBO``
     estimators: ClassVar[tuple[Estimator, ...]] = (MeanField(),)
 
-    def __init__(self, network: AttentionNetwork, precision: str = "scores") -> None:
-        super().__init__(network)
-        if precision not in PRECISIONS:
-            raise ValueError(f"{type(self).__name__}: precision must be one of {PRECISIONS}, got {precision!r}")
-        self.precision = precision
-        self.offsets = PrecisionOffsets() if precision == "learned" else None
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(precision={self.precision!r})"
-
-    def owned_modules(self) -> dict[str, nn.Module]:
-        return {} if self.offsets is None else {"relaxed_precision": self.offsets}
-
-    def _offset(self, which: str) -> Tensor | float:
-        if self.offsets is None:
-            return 0.0
-        return getattr(pyro.module("relaxed_precision", self.offsets), which)
-
     def _dirichlet(self, enc: Encoded, scores: Tensor) -> MaskedDirichlet:
         return MaskedDirichlet(concentration(scores), enc.source_mask.unsqueeze(-2).expand(scores.shape))
 
     def prior(self, enc: Encoded) -> MaskedDirichlet:
         """``p(z_t | x)`` as a ``(B, T)`` batch of Dirichlets over ``S``."""
-        return self._dirichlet(enc, enc.prior_scores + self._offset("prior"))
+        return self._dirichlet(enc, enc.prior_scores)
 
     def posterior(self, enc: Encoded) -> MaskedDirichlet:
         """``q(z_t | x, y)``; equal to the prior at padded targets."""
-        prior = enc.prior_scores + self._offset("prior")
-        scores = torch.where(enc.target_mask.unsqueeze(-1), self.network.posterior_scores(enc) + self._offset("guide"),
-                             prior)
+        scores = torch.where(enc.target_mask.unsqueeze(-1), self.network.posterior_scores(enc), enc.prior_scores)
         return self._dirichlet(enc, scores)
 
     def attention_prior(self, enc: Encoded) -> Tensor:

@@ -135,28 +135,3 @@ def test_predictive_generates_answers(float64, cls):
     assert samples["y"].shape == (20, 3, 4)
     assert (samples["y"] != batch.target).any()  # generated, not copied from the observations
     assert ("align" in samples) == (cls is not SoftAttention)
-
-
-def test_learned_precision_starts_as_the_paper_and_moves_only_the_precision(float64):
-    torch.manual_seed(0)
-    net, batch = ToyNetwork(), make_toy_batch(B=3, S=4, T=2)
-    paper, learned = RelaxedAttention(net), RelaxedAttention(net, precision="learned")
-    enc = net.encode(batch)
-    # at the start (offsets 0) the same prior and guide as the paper's pair
-    assert torch.equal(paper.prior(enc).concentration, learned.prior(enc).concentration)
-    assert torch.equal(paper.posterior(enc).concentration, learned.posterior(enc).concentration)
-    assert set(learned.owned_modules()) == {"relaxed_precision"} and paper.owned_modules() == {}
-    # an offset scales every concentration of a row together: the mean is unchanged, the precision grows
-    with torch.no_grad():
-        learned.offsets.prior.fill_(2.0)
-    p, q = paper.prior(enc), learned.prior(enc)
-    mask = enc.source_mask.unsqueeze(-2).expand(p.concentration.shape)
-    assert torch.allclose(p.mean, q.mean)
-    assert torch.allclose(q.concentration[mask], p.concentration[mask] * torch.e ** 2)
-    # the ELBO's gradient reaches both offsets, and training moves them
-    pyro.clear_param_store()
-    learned = RelaxedAttention(ToyNetwork(), precision="learned")
-    fit(learned, [batch] * 20, num_epochs=1, lr=5e-2, progress=False)
-    assert learned.offsets.prior.item() != 0 and learned.offsets.guide.item() != 0
-    with pytest.raises(ValueError, match=r"precision must be one of \('scores', 'learned'\), got 'fixed'"):
-        RelaxedAttention(net, precision="fixed")

@@ -613,12 +613,3 @@ def test_device_option(tmp_path):
     assert res["ppl"] == pytest.approx(state["val"]["ppl"], rel=1e-5)
     config = row_config({"data": "synthetic", "device": "cpu"}, {"label": "a"}, tmp_path, {"threads": 2})
     assert config.threads == 2 and config.out_dir == tmp_path / "a"
-
-
-def test_relaxed_with_a_learned_precision_trains_and_its_offsets_come_back(tmp_path):
-    out = tmp_path / "relaxed"
-    assert _train(out, "--model", "relaxed", "--option", "precision=learned", "--epochs", "1") == 0
-    ckpt = load_checkpoint(out / "last.pt")
-    assert ckpt.pair.precision == "learned"
-    saved = torch.load(out / "last.pt", weights_only=True)["pair_modules"]["relaxed_precision"]
-    assert torch.equal(ckpt.pair.offsets.prior.detach(), saved["prior"]) and saved["prior"].item() != 0
