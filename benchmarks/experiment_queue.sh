@@ -22,9 +22,10 @@ shift 2
 base=${PYRO_ATTENTION_RUNS:-$HOME/runs}
 log="$out.log"
 mkdir -p "$base" "$(dirname "$out")"
-commit=$(git rev-parse --short HEAD)
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 venv="$base/venv-$commit"  # one per commit: a rebuilt package never changes a queue that is still running
-if [ ! -x "$venv/bin/pyro-attention" ]; then
+exe=${PYRO_ATTENTION_EXE:-$venv/bin/pyro-attention}  # PYRO_ATTENTION_EXE: a command to use instead (tests)
+if [ -z "${PYRO_ATTENTION_EXE:-}" ] && [ ! -x "$exe" ]; then
     echo "$(date -u +%FT%TZ) building $venv from $commit" >> "$log"
     rm -rf "$base/src-$commit" "$venv" && mkdir -p "$base/src-$commit"
     git archive HEAD | tar -x -C "$base/src-$commit"
@@ -35,7 +36,7 @@ fi
 for row in "$@"; do
     echo "$(date -u +%FT%TZ) row $row ($commit)" >> "$log"
     status=0
-    "$venv/bin/pyro-attention" experiment --config "$config" --out "$out" --rows "$row" --threads 1 --quiet \
+    "$exe" experiment --config "$config" --out "$out" --rows "$row" --threads 1 --quiet \
         >> "$log" 2>&1 || status=$?
     if [ "$status" -eq 130 ]; then  # SIGINT / SIGTERM: last.pt written; the queue stops with its row
         echo "$(date -u +%FT%TZ) row $row interrupted; queue stopped (run the same command to continue)" >> "$log"

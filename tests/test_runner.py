@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -195,3 +196,24 @@ def test_a_table_that_cannot_be_written_names_the_file(tmp_path, monkeypatch):
     with pytest.raises(WriteError, match=r"cannot write .*table.json: No space left on device \(errno 28\)"):
         runner._write_json(target, [2])
     assert json.loads(target.read_text()) == [1] and [p.name for p in tmp_path.iterdir()] == ["table.json"]
+
+
+def test_the_background_queue_runs_rows_in_turn_and_logs_each(tmp_path):
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    exe = tmp_path / "pyro-attention"
+    exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m pyro_attention "$@"\n')
+    exe.chmod(0o755)
+    config = _write(tmp_path, TINY.replace("epochs = 2", "epochs = 1"))
+    runs = tmp_path / "runs" / "table"
+    env = {**os.environ, "PYRO_ATTENTION_EXE": str(exe), "PYRO_ATTENTION_RUNS": str(tmp_path / "base")}
+    done = subprocess.run(["bash", str(repo / "benchmarks" / "experiment_queue.sh"), str(config), str(runs), "soft",
+                           "no-such-row", "soft"], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    log = (tmp_path / "runs" / "table.log").read_text()
+    assert log.count(" row soft (") == 2 and "row no-such-row exited with 1" in log and "queue done" in log
+    assert "[soft] finished" in log  # the second time: skipped, not retrained
+    assert json.loads((runs / "soft" / "result.json").read_text())["label"] == "soft"
+    assert not (tmp_path / "base").exists() or not list((tmp_path / "base").glob("venv-*"))  # nothing built
