@@ -404,6 +404,19 @@ def test_align_ibm1_from_the_command_line_writes_json_rows(tmp_path, capsys):
     assert {r["symmetrisation"] for r in rows} == {"forward", "reverse", "intersection", "union", "grow-diag",
                                                   "grow-diag-final", "posterior-mean", "posterior-product"}
     assert {r["source"] for r in rows if r["symmetrisation"].startswith("posterior-")} == {"posterior"}
+    # the gold pairs' alignment probabilities are kept: new links are scored again without training
+    from pyro_attention.aer import alignment_error_rate
+    from pyro_attention.data.alignments import read_pharaoh
+    from pyro_attention.tasks.align.scoring import combined_links
+
+    saved = torch.load(tmp_path / "runs" / "ibm1-marginal.probs.pt", weights_only=True)
+    assert [p.shape for p in saved["forward"]["posterior"]] == [(4, 4), (2, 2), (3, 3), (3, 3)]
+    assert [p.shape for p in saved["backward"]["posterior"]] == [(4, 4), (2, 2), (3, 3), (3, 3)]
+    gold = list(read_pharaoh(tmp_path / "gold.p1", one_indexed=True))
+    again = {m: alignment_error_rate(links, gold).aer * 100
+             for m, links, _ in combined_links(saved["forward"]["posterior"], saved["backward"]["posterior"], gold)}
+    assert again == pytest.approx({r["symmetrisation"]: r["aer"] for r in rows
+                                   if r["symmetrisation"].startswith("posterior-")}, abs=0.01)
     for r in rows:
         assert set(r) >= {"corpus", "model", "output", "source", "symmetrisation", "aer", "precision", "recall",
                           "train_pairs", "wall_s"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -153,6 +154,7 @@ def run_align(config: AlignConfig, log: Callable[[str], None] = print) -> list[A
 
         # a NULL word is part of the model: its rows are "<network>-null-<pair>", p0 in the note
         family = f"{network.name}-null" if trained.null_word else network.name
+        save_probs(Path(config.out) / f"{family}-{model}.probs.pt", forward, backward, trained.null_word, back_null)
         null_note = f"null_prob {config.null_prob:g}" if trained.null_word else ""
 
         def row(label: str, direction: str, links: list, seconds: float, note: str = "", model: str = model,
@@ -191,6 +193,18 @@ def run_align(config: AlignConfig, log: Callable[[str], None] = print) -> list[A
                     log(f"{name} {method}: {note}")
                     rows.append(row(name, method, links, trained.seconds + back_seconds, note))
     return rows
+
+
+def save_probs(path: Path, forward: dict[str, list[torch.Tensor]], backward: dict[str, list[torch.Tensor]] | None,
+               forward_null: bool, backward_null: bool) -> Path:
+    """Every alignment distribution of the gold pairs (:func:`alignment_probs` of both directions), written
+    atomically to ``path`` (``torch.load(path)``: ``forward`` / ``backward`` dicts of per-pair matrices and their
+    NULL flags), so new links or symmetrisations can be scored without training again."""
+    from pyro_attention.tasks.translation.checkpoints import save_checkpoint
+
+    save_checkpoint({"forward": forward, "backward": backward, "forward_null": forward_null,
+                     "backward_null": backward_null}, path)
+    return path
 
 
 def combined_links(
