@@ -9,7 +9,8 @@
 # the checkout does not change a running row) and logs to RUNS.log.  What is missing is rebuilt: on a new machine
 # or commit the venv (torch==2.13.0 first, then the package); a finished row is skipped and a half-trained one
 # resumes from its last.pt (the runner's own rules).  SIGTERM to a row's process (`pkill -f 'experiment
-# --config'`) writes its last.pt and stops the queue.  PYRO_ATTENTION_RUNS (default ~/runs) moves the copies.
+# --config'`) writes its last.pt and stops the queue.  PYRO_ATTENTION_RUNS (default ~/runs) moves the copies;
+# PYRO_ATTENTION_EXE names a pyro-attention command to use instead of building one.
 set -euo pipefail
 if [ $# -lt 3 ]; then
     echo "usage: $0 CONFIG RUNS ROW [ROW ...]" >&2
