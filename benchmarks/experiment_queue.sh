@@ -12,38 +12,45 @@
 # --config'`) writes its last.pt and stops the queue.  PYRO_ATTENTION_RUNS (default ~/runs) moves the copies;
 # PYRO_ATTENTION_EXE names a pyro-attention command to use instead of building one.
 set -euo pipefail
-if [ $# -lt 3 ]; then
-    echo "usage: $0 CONFIG RUNS ROW [ROW ...]" >&2
-    exit 2
-fi
-cd "$(dirname "$0")/.."
-config=$(realpath "$1")
-out=$2
-shift 2
-base=${PYRO_ATTENTION_RUNS:-$HOME/runs}
-log="$out.log"
-mkdir -p "$base" "$(dirname "$out")"
-commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-venv="$base/venv-$commit"  # one per commit: a rebuilt package never changes a queue that is still running
-exe=${PYRO_ATTENTION_EXE:-$venv/bin/pyro-attention}  # PYRO_ATTENTION_EXE: a command to use instead (tests)
-if [ -z "${PYRO_ATTENTION_EXE:-}" ] && [ ! -x "$exe" ]; then
-    echo "$(date -u +%FT%TZ) building $venv from $commit" >> "$log"
-    rm -rf "$base/src-$commit" "$venv" && mkdir -p "$base/src-$commit"
-    git archive HEAD | tar -x -C "$base/src-$commit"
-    python3 -m venv --system-site-packages "$venv"
-    "$venv/bin/python" -c "import torch" 2>/dev/null || "$venv/bin/pip" install -q torch==2.13.0
-    "$venv/bin/pip" install -q "$base/src-$commit" >> "$log" 2>&1
-fi
-for row in "$@"; do
-    echo "$(date -u +%FT%TZ) row $row ($commit)" >> "$log"
-    status=0
-    "$exe" experiment --config "$config" --out "$out" --rows "$row" --threads 1 --quiet \
-        >> "$log" 2>&1 || status=$?
-    if [ "$status" -eq 130 ]; then  # SIGINT / SIGTERM: last.pt written; the queue stops with its row
-        echo "$(date -u +%FT%TZ) row $row interrupted; queue stopped (run the same command to continue)" >> "$log"
-        exit 130
-    elif [ "$status" -ne 0 ]; then
-        echo "$(date -u +%FT%TZ) row $row exited with $status" >> "$log"
+
+# the whole queue is one function, read before it runs: editing this file while a queue runs cannot change it
+main() {
+    if [ $# -lt 3 ]; then
+        echo "usage: $0 CONFIG RUNS ROW [ROW ...]" >&2
+        exit 2
     fi
-done
-echo "$(date -u +%FT%TZ) queue done" >> "$log"
+    cd "$(dirname "$0")/.."
+    config=$(realpath "$1")
+    out=$2
+    shift 2
+    base=${PYRO_ATTENTION_RUNS:-$HOME/runs}
+    log="$out.log"
+    mkdir -p "$base" "$(dirname "$out")"
+    commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+    venv="$base/venv-$commit"  # one per commit: a rebuilt package never changes a queue that is still running
+    exe=${PYRO_ATTENTION_EXE:-$venv/bin/pyro-attention}  # PYRO_ATTENTION_EXE: a command to use instead (tests)
+    if [ -z "${PYRO_ATTENTION_EXE:-}" ] && [ ! -x "$exe" ]; then
+        echo "$(date -u +%FT%TZ) building $venv from $commit" >> "$log"
+        rm -rf "$base/src-$commit" "$venv" && mkdir -p "$base/src-$commit"
+        git archive HEAD | tar -x -C "$base/src-$commit"
+        python3 -m venv --system-site-packages "$venv"
+        "$venv/bin/python" -c "import torch" 2>/dev/null || "$venv/bin/pip" install -q torch==2.13.0
+        "$venv/bin/pip" install -q "$base/src-$commit" >> "$log" 2>&1
+    fi
+    for row in "$@"; do
+        echo "$(date -u +%FT%TZ) row $row ($commit)" >> "$log"
+        status=0
+        "$exe" experiment --config "$config" --out "$out" --rows "$row" --threads 1 --quiet \
+            >> "$log" 2>&1 || status=$?
+        if [ "$status" -eq 130 ]; then  # SIGINT / SIGTERM: last.pt written; the queue stops with its row
+            echo "$(date -u +%FT%TZ) row $row interrupted; queue stopped (run the same command to continue)" >> "$log"
+            exit 130
+        elif [ "$status" -ne 0 ]; then
+            echo "$(date -u +%FT%TZ) row $row exited with $status" >> "$log"
+        fi
+    done
+    echo "$(date -u +%FT%TZ) queue done" >> "$log"
+}
+
+main "$@"
+exit
