@@ -14,6 +14,7 @@ from pyro_attention.tasks.translation.runner import (
     _train_row,
     _write_json,
     entropy_curve,
+    epoch_curves,
     evaluate_row,
     markdown_table,
     plot_curves,

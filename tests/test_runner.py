@@ -81,7 +81,7 @@ def test_rows_trained_evaluated_and_resumed_exactly(tmp_path):
 
 
 def test_validation_curve_runs_on_across_sittings(tmp_path):
-    from pyro_attention.runner import entropy_curve, validation_curve
+    from pyro_attention.runner import entropy_curve, epoch_curves, validation_curve
 
     csv = tmp_path / "history.csv"
     csv.write_text("kind,epoch,step,loss,tokens,lr,val_nll,val_ppl,val_exact,seconds\n"
@@ -93,6 +93,8 @@ def test_validation_curve_runs_on_across_sittings(tmp_path):
                    "step,0,1,2.0,5,0.1,,,,,1.0\nepoch,0,1,,,0.1,1.0,2.7,True,0.5,2.0\n"
                    "step,1,2,1.5,5,0.1,,,,,0.5\nepoch,1,2,,,0.1,0.9,2.5,True,,1.5\n")
     assert entropy_curve(csv) == [0.5, None] and validation_curve(csv) == ([2.0, 3.5], [2.7, 2.5])
+    assert epoch_curves(csv) == {"wall_s_per_epoch": [2.0, 3.5], "val_ppl_per_epoch": [2.7, 2.5],
+                                 "val_prior_entropy_per_epoch": [0.5, None]}
 
 
 def test_a_merged_table_is_drawn_from_its_rows_curves(tmp_path, capsys):

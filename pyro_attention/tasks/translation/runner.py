@@ -229,8 +229,7 @@ def evaluate_row(config: TranslationConfig, folder: Path, label: str, bleu: bool
         "device": config.device, "threads": config.threads, "config": config.to_dict(),
     }
     if (folder / "history.csv").is_file():  # the row's curve travels with it (docs tables merge run folders)
-        row["wall_s_per_epoch"], row["val_ppl_per_epoch"] = validation_curve(folder / "history.csv")
-        row["val_prior_entropy_per_epoch"] = entropy_curve(folder / "history.csv")
+        row.update(epoch_curves(folder / "history.csv"))
     if bleu:
         data = load_split(config, "test", size=config.test_size, references=True)
         rule = ckpt.pair.default_rule(decoding=True)
@@ -257,18 +256,28 @@ def _train_pairs(config: TranslationConfig) -> int | None:
         return None
 
 
-def validation_curve(history_csv: Path) -> tuple[list[float], list[float]]:
-    """``(wall-clock seconds, validation PPL)`` after every epoch of a row's ``history.csv``; the clock runs on
-    across sittings (each sitting's ``seconds`` restarts at zero and is added to the previous sittings' total)."""
+def epoch_curves(history_csv: Path) -> dict[str, list]:
+    """A row's curves from one read of its ``history.csv``, under the row keys ``wall_s_per_epoch`` (the clock
+    runs on across sittings: each sitting's ``seconds`` restarts at zero and is added to the previous sittings'
+    total), ``val_ppl_per_epoch`` and ``val_prior_entropy_per_epoch`` (nats per target token; ``None`` for an
+    epoch trained before the trainer recorded it, or a file without the column)."""
     epochs = _epoch_records(history_csv)
-    return [clock for clock, _ in epochs], [float(rec["val_ppl"]) for _, rec in epochs]
+    return {"wall_s_per_epoch": [clock for clock, _ in epochs],
+            "val_ppl_per_epoch": [float(rec["val_ppl"]) for _, rec in epochs],
+            "val_prior_entropy_per_epoch": [float(rec["val_prior_entropy"]) if rec.get("val_prior_entropy")
+                                            else None for _, rec in epochs]}
+
+
+def validation_curve(history_csv: Path) -> tuple[list[float], list[float]]:
+    """``(wall-clock seconds, validation PPL)`` after every epoch of a row's ``history.csv``
+    (:func:`epoch_curves`)."""
+    curves = epoch_curves(history_csv)
+    return curves["wall_s_per_epoch"], curves["val_ppl_per_epoch"]
 
 
 def entropy_curve(history_csv: Path) -> list[float | None]:
-    """The validation prior entropy (nats per target token) after every epoch of a row's ``history.csv``;
-    ``None`` for an epoch trained before the trainer recorded it (or a file without the column)."""
-    return [float(rec["val_prior_entropy"]) if rec.get("val_prior_entropy") else None
-            for _, rec in _epoch_records(history_csv)]
+    """The validation prior entropy after every epoch of a row's ``history.csv`` (:func:`epoch_curves`)."""
+    return epoch_curves(history_csv)["val_prior_entropy_per_epoch"]
 
 
 def _epoch_records(history_csv: Path) -> list[tuple[float, dict[str, str]]]:
@@ -293,9 +302,7 @@ def plot_curves(runs: Path, labels: Sequence[str], path: Path) -> Path | None:
     rows = []
     for label in labels:
         if (runs / label / "history.csv").is_file():
-            walls, ppls = validation_curve(runs / label / "history.csv")
-            rows.append({"label": label, "val_ppl_per_epoch": ppls, "wall_s_per_epoch": walls,
-                         "val_prior_entropy_per_epoch": entropy_curve(runs / label / "history.csv")})
+            rows.append({"label": label, **epoch_curves(runs / label / "history.csv")})
     return plot_rows(rows, path, f"validation perplexity per epoch: {runs.name}")
 
 
