@@ -122,6 +122,13 @@ def test_a_merged_table_is_drawn_from_its_rows_curves(tmp_path, capsys):
     assert e.value.code == 2 and "--config and --out are required" in capsys.readouterr().err
 
 
+def test_an_unfinished_row_is_marked_in_the_legend():
+    from pyro_attention.tasks.translation.runner import _curve_label
+
+    assert _curve_label({"label": "hard-sample", "finished": False}) == "hard-sample (unfinished)"
+    assert _curve_label({"label": "soft"}) == _curve_label({"label": "soft", "finished": True}) == "soft"
+
+
 def test_only_some_rows_and_the_cli(tmp_path, capsys):
     path = _write(tmp_path)
     assert cli.main(["experiment", "--config", str(path), "--out", str(tmp_path / "r"), "--rows", "soft",

@@ -306,6 +306,11 @@ def plot_curves(runs: Path, labels: Sequence[str], path: Path) -> Path | None:
     return plot_rows(rows, path, f"validation perplexity per epoch: {runs.name}")
 
 
+def _curve_label(row: dict[str, Any]) -> str:
+    """A row's legend entry: its label, marked where the row says it did not finish (``"finished": false``)."""
+    return f"{row.get('label')} (unfinished)" if row.get("finished") is False else str(row.get("label"))
+
+
 def plot_rows(rows: Sequence[dict[str, Any]], path: Path, title: str) -> Path | None:
     """The validation curves of table rows (``val_ppl_per_epoch``; ``wall_s_per_epoch`` and
     ``val_prior_entropy_per_epoch`` where they were measured), one PNG with three panels: perplexity against the
@@ -333,13 +338,14 @@ def plot_rows(rows: Sequence[dict[str, Any]], path: Path, title: str) -> Path | 
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, r in enumerate(curves):
         ppls, colour = r["val_ppl_per_epoch"], colours[i % len(colours)]
-        by_epoch.plot(range(1, len(ppls) + 1), ppls, marker="o", markersize=3, color=colour, label=r["label"])
+        label = _curve_label(r)
+        by_epoch.plot(range(1, len(ppls) + 1), ppls, marker="o", markersize=3, color=colour, label=label)
         if r.get("wall_s_per_epoch"):
             by_clock.plot([x / 60 for x in r["wall_s_per_epoch"]], ppls, marker="o", markersize=3, color=colour,
-                          label=r["label"])
+                          label=label)
         measured = [(e, h) for e, h in enumerate(r.get("val_prior_entropy_per_epoch") or [], 1) if h is not None]
         if measured:
-            entropy.plot(*zip(*measured, strict=True), marker="o", markersize=3, color=colour, label=r["label"])
+            entropy.plot(*zip(*measured, strict=True), marker="o", markersize=3, color=colour, label=label)
     by_epoch.set_xlabel("epoch")
     by_clock.set_xlabel("training wall-clock time [min] (validation included)")
     by_epoch.set_ylabel("validation perplexity (exact; relaxed: bound)")
