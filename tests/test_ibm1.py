@@ -263,6 +263,60 @@ def test_hmm_network_is_the_hmm_by_brute_force(tension):
     assert float(smoothed[1, :, 2:].abs().sum()) == 0 and float(smoothed[1, 3:].abs().sum()) == 0  # padding
 
 
+def test_hmm_network_with_a_decoder_expert_is_the_hmm_of_the_product_emission_by_brute_force():
+    """With a DecoderExpert, HMMNetwork's emission is p(y_t | x_s, y_<t) = t(y_t | x_s) e^{u_t[y_t]} / sum_y
+    t(y | x_s) e^{u_t[y]} (u_t the expert's logits for the prefix), the chain unchanged: the marginal pair's exact
+    log-likelihood and smoothed_posterior against brute force over all S^T alignment sequences; the gradient reaches
+    the expert; and the expert starts at u == 0 (the same likelihood as the network without it)."""
+    import itertools
+
+    from pyro_attention.inference import log_likelihood
+    from pyro_attention.networks.lexical import DecoderExpert, HMMNetwork
+
+    torch.manual_seed(3)
+    batch = collate([([4, 5, 6], [4, 7, 5]), ([8, 4], [5, 6])])
+    net = HMMNetwork(9, 8, tension=2.0, max_jump=2, decoder_expert=DecoderExpert(8, 5, 6))
+    torch.nn.init.normal_(net.lexical.src_embed.weight)
+    plain = HMMNetwork(9, 8, lexical=net.lexical, tension=2.0, max_jump=2)
+    with torch.no_grad():
+        net.transition.theta.copy_(torch.randn(5))
+        plain.transition.theta.copy_(net.transition.theta)
+    assert torch.allclose(log_likelihood(make_pair("marginal", net), batch).per_example,
+                          log_likelihood(make_pair("marginal", plain), batch).per_example)  # u == 0 at the start
+    torch.nn.init.normal_(net.decoder_expert.out.weight)
+    torch.nn.init.normal_(net.decoder_expert.out.bias)
+    pair = make_pair("marginal", net)
+    ll = log_likelihood(pair, batch).per_example
+    smoothed = net.smoothed_posterior(batch)
+    u = net.decoder_expert(batch.target_in).detach()  # (B, T, V)
+    lam, theta = net.diagonal.tension, net.transition.theta.detach()
+    for b, (src, n, m) in enumerate([([4, 5, 6], 3, 4), ([8, 4], 2, 3)]):
+        log_table = net.lexical.lexical_log_probs(torch.tensor(src)).detach()  # (n, V): log t(. | x_s)
+        y = batch.target[b, :m]
+        emit = torch.stack([torch.log_softmax(log_table + u[b, i], -1)[:, y[i]] for i in range(m)]).exp()  # (m, n)
+        d = torch.tensor([[-lam * abs((i + 1) / m - (j + 1) / n) for j in range(n)] for i in range(m)])
+        first = torch.softmax(d[0], -1)
+        step = [torch.softmax(torch.stack([theta[min(2, max(-2, s - q)) + 2] for s in range(n)]) + d[i], -1)
+                for i in range(m) for q in range(n)]
+        total, marg = 0.0, torch.zeros(m, n)
+        for z in itertools.product(range(n), repeat=m):
+            p = first[z[0]] * emit[0, z[0]]
+            for i in range(1, m):
+                p = p * step[i * n + z[i - 1]][z[i]] * emit[i, z[i]]
+            total += p
+            for i in range(m):
+                marg[i, z[i]] += p
+        assert float(ll[b]) == pytest.approx(float(torch.log(total)), abs=1e-5)
+        assert torch.allclose(smoothed[b, :m, :n], marg / total, atol=1e-5)
+    total_ll = _log_likelihood_with_grad(net, batch)
+    assert float(total_ll.detach()) == pytest.approx(float(ll.sum()), abs=1e-4)
+    (-total_ll).backward()
+    assert float(net.decoder_expert.out.weight.grad.abs().sum()) > 0
+    assert float(net.decoder_expert.lstm.weight_ih_l0.grad.abs().sum()) > 0
+    with pytest.raises(ValueError, match="decoder_expert has 7 classes, the network 8"):
+        HMMNetwork(9, 8, decoder_expert=DecoderExpert(7))
+
+
 @pytest.mark.parametrize("tension", [None, 2.0])
 def test_hmm_network_with_a_null_word_is_och_and_neys_hmm_by_brute_force(tension):
     """With null_prob p0, HMMNetwork is the HMM over Och & Ney's doubled states, summed by brute force over all
@@ -491,6 +545,27 @@ def test_align_hmm_with_a_null_word_from_the_command_line(tmp_path, capsys):
         cli.main(args + ["--network", "distortion"])
     err = capsys.readouterr().err
     assert "null_prob: network 'distortion' has no NULL word; only ibm1, hmm take --null-prob" in err
+
+
+def test_align_hmm_with_a_decoder_expert_from_the_command_line(tmp_path, capsys):
+    """--decoder-expert H trains the HMM with a DecoderExpert (rows "hmm-lm[-null]-marginal", output "product",
+    the size in the note); a network that takes none refuses the option, naming the ones that do."""
+    pairs = ["the house ||| das haus", "the cat ||| die katze", "a small cat ||| eine kleine katze"]
+    (tmp_path / "gold.txt").write_text("\n".join(pairs) + "\n")
+    (tmp_path / "gold.p1").write_text("1-1 2-2\n1-1 2-2\n1-1 2-2 3-3\n")
+    args = ["align", "--gold-text", str(tmp_path / "gold.txt"), "--gold-links", str(tmp_path / "gold.p1"),
+            "--models", "marginal", "--ibm1-epochs", "2", "--epochs", "1", "--decoder-expert", "4", "--embedding",
+            "3", "--out", str(tmp_path / "runs"), "--json", str(tmp_path / "aer.json")]
+    assert cli.main(args + ["--network", "hmm", "--null-prob", "0.2"]) == 0
+    rows = json.loads((tmp_path / "aer.json").read_text())
+    assert {r["source"] for r in rows} >= {"posterior", "smoothed", "smoothed-threshold"}
+    assert all(0 <= r["aer"] <= 100 and r["model"] == "hmm-lm-null-marginal" and r["output"] == "product"
+               and "null_prob 0.2; decoder_expert 4" in r["note"] for r in rows)
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        cli.main(args + ["--network", "distortion"])
+    err = capsys.readouterr().err
+    assert "decoder_expert: network 'distortion' takes no decoder's expert here; only hmm take --decoder-expert" in err
 
 
 def test_fit_param_lr_gives_a_submodule_its_own_rate():

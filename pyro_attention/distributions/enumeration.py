@@ -45,7 +45,8 @@ from torch.utils.checkpoint import checkpoint
 from pyro_attention.distributions.kernels import observed_log_softmax, product_log_normalizer
 from pyro_attention.networks.base import AttentionNetwork, Encoded, ExpertLogits, gather_context
 
-__all__ = ["KEEP_BYTES", "follows_output_logits", "gathered_table", "logits_at_values", "observed_table"]
+__all__ = ["KEEP_BYTES", "experts_table", "follows_output_logits", "gathered_table", "logits_at_values",
+           "observed_table"]
 
 #: Bytes of output log-probabilities the fused path may keep for the backward pass by default (1 GiB).
 KEEP_BYTES = 2**30
@@ -63,7 +64,7 @@ def observed_table(
     """
     experts = network.output_experts(enc) if follows_output_logits(network, "output_experts") else None
     if experts is not None:
-        return _experts_table(experts, enc.target)
+        return experts_table(experts, enc.target)
     if network.output_layer is not None and follows_output_logits(network, "output_hidden"):
         hidden = _hidden_at_values(network, enc)
         if hidden is not None:  # (S, B, T, H)
@@ -132,7 +133,7 @@ def _gathered_chunk(network: AttentionNetwork, enc: Encoded, start: int, stop: i
     return (picked - torch.logsumexp(logits, dim=-1)).permute(1, 2, 0)
 
 
-def _experts_table(experts: ExpertLogits, target: Tensor) -> Tensor:
+def experts_table(experts: ExpertLogits, target: Tensor) -> Tensor:
     """``u_t[y_t] + v_s[y_t] - log sum_y exp(u_t[y] + v_s[y])``, ``(B, T, S)``, for observed ``target`` ``(B, T)``."""
     B, T = target.shape
     if experts.u is None:  # the lexical expert: log softmax(v_s)[y_t], one normaliser per row of v

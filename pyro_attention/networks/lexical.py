@@ -20,6 +20,11 @@ neural of rank ``E``).  They differ in the prior:
   table, optionally with the same diagonal and jumps.  Comparing the three measures what a learned prior adds;
   comparing with ``Seq2Seq(output="product")`` what the decoder's expert ``u_t`` (and contextual source values) add.
 
+**The decoder's expert on the table** (:class:`DecoderExpert`, in :class:`HMMNetwork`): ``u_t``, the logits of a
+target-side LSTM over ``y_<t``, joins the lexical expert in a product, ``p(y_t | x, z_t = s, y_<t) \propto
+t(y_t | x_s) e^{u_t[y_t]}`` -- the output layer of the issue on exact marginalisation with the decoder's expert on
+and the source word's table as the source expert.  It starts at ``u == 0`` (the network without it).
+
 **The NULL word** (Brown et al. 1993; Och & Ney 2003): with ``null_prob=p0``, IBM1Network and HMMNetwork read source
 position 0 as the NULL word -- the token ``<s>`` (:data:`NULL_WORD`, never otherwise in a source sentence), put
 there by :func:`with_null_word` -- whose lexical row ``t(y | NULL)`` is learned like any word's.  A target word
@@ -37,12 +42,13 @@ import torch
 from torch import Tensor, nn
 
 from pyro_attention.data.translation import BOS, PAD, SPECIALS, TranslationBatch
+from pyro_attention.distributions.enumeration import experts_table
 from pyro_attention.networks.base import Encoded, ExpertLogits, HeadNetwork, mask_scores
 from pyro_attention.networks.output import LexicalExpert
 from pyro_attention.networks.seq2seq import Seq2Seq
 
-__all__ = ["NULL_WORD", "DiagonalTension", "DistortionNetwork", "HMMNetwork", "IBM1Network", "JumpTransition",
-           "filter_step", "with_null_word", "word_experts"]
+__all__ = ["NULL_WORD", "DecoderExpert", "DiagonalTension", "DistortionNetwork", "HMMNetwork", "IBM1Network",
+           "JumpTransition", "filter_step", "with_null_word", "word_experts"]
 
 #: the source id that stands for the NULL word at source position 0 (``<s>``: no source sentence holds it otherwise)
 NULL_WORD = BOS
@@ -143,6 +149,40 @@ class IBM1Network(HeadNetwork):
         """``log t(y_t | x_s)`` ``(B, T, S)`` at the observed targets (one normaliser per distinct source word)."""
         words, rows = torch.unique(batch.source, return_inverse=True)
         return self.lexical_log_probs(words)[rows.unsqueeze(1), batch.target.unsqueeze(2)]
+
+
+class DecoderExpert(nn.Module):
+    r"""The decoder's expert of a product-of-experts output for an aligner: ``u_t = W LSTM(e(<s>, y_1, ...,
+    y_{t-1})) + b`` ``(B, T, V)``, a target-side language model's logits from the target prefix alone.
+
+    Beside the lexical expert, ``p(y_t | x, z_t = s, y_<t) \propto t(y_t | x_s) e^{u_t[y_t]}``: each source word
+    explains the target word only as far as the prefix does not predict it (one ``V``-way normaliser per
+    ``(t, s)``, :func:`~pyro_attention.distributions.kernels.product_log_normalizer`).  ``W`` and ``b`` start at
+    zero, so a network with it starts as the same network without it.
+
+    :param target_vocab: ``V``.
+    :param embedding_size: the target words' embedding size.
+    :param hidden_size: the LSTM's size.
+    """
+
+    def __init__(self, target_vocab: int, embedding_size: int = 64, hidden_size: int = 128) -> None:
+        super().__init__()
+        for name, size in (("target_vocab", target_vocab), ("embedding_size", embedding_size),
+                           ("hidden_size", hidden_size)):
+            if size < 1:
+                raise ValueError(f"DecoderExpert: {name} must be >= 1, got {size}")
+        self.num_classes = target_vocab
+        self.embed = nn.Embedding(target_vocab, embedding_size, padding_idx=PAD)
+        self.lstm = nn.LSTM(embedding_size, hidden_size, batch_first=True)
+        self.out = nn.Linear(hidden_size, target_vocab)
+        nn.init.zeros_(self.out.weight)
+        nn.init.zeros_(self.out.bias)
+
+    def forward(self, target_in: Tensor) -> Tensor:
+        """``u`` ``(B, T, V)`` for the decoder inputs ``<s> y_1 ... y_{T-1}`` ``(B, T)`` (a position after the end
+        reads padding; the caller masks it)."""
+        h, _ = self.lstm(self.embed(target_in))
+        return self.out(h)
 
 
 class DiagonalTension(nn.Module):
@@ -252,13 +292,20 @@ class HMMNetwork(HeadNetwork):
         from either, the chain moves to the twin of ``s'`` with probability ``p0`` and to a real ``s`` with
         ``(1 - p0) p(s | s')`` (the first word: ``p0`` times, and ``1 - p0`` times, the first position's
         distribution).  The prior of the NULL position is ``p0`` at every step.  ``None`` (default): no NULL word.
+    :param decoder_expert: a :class:`DecoderExpert`: the emission becomes the product ``p(y_t | x_s, y_<t)
+        \propto t(y_t | x_s) e^{u_t[y_t]}`` (the chain is unchanged); ``None`` (default): ``t(y_t | x_s)``.
     """
 
     def __init__(self, source_vocab: int, target_vocab: int, lexical: IBM1Network | None = None,
-                 tension: float | None = 4.0, max_jump: int = 5, null_prob: float | None = None) -> None:
+                 tension: float | None = 4.0, max_jump: int = 5, null_prob: float | None = None,
+                 decoder_expert: DecoderExpert | None = None) -> None:
         super().__init__()
         _check_lexical("HMMNetwork", lexical, source_vocab, target_vocab)
         _check_null_prob("HMMNetwork", null_prob)
+        if decoder_expert is not None and decoder_expert.num_classes != target_vocab:
+            raise ValueError(f"HMMNetwork: decoder_expert has {decoder_expert.num_classes} classes, the network "
+                             f"{target_vocab}")
+        self.decoder_expert = decoder_expert
         self.null_prob = null_prob
         self.source_vocab, self.num_classes = source_vocab, target_vocab
         self.lexical = IBM1Network(source_vocab, target_vocab) if lexical is None else lexical
@@ -272,9 +319,29 @@ class HMMNetwork(HeadNetwork):
             raise TypeError(f"HMMNetwork.encode expects a TranslationBatch, got {type(batch).__name__}")
         batch.validate(self.source_vocab, self.num_classes)
         values = self.lexical.src_embed(batch.source)
-        log_prior, _ = self._forward(batch, self.lexical.observed_log_probs(batch))
-        query = values.new_zeros(batch.target.shape + (1,))  # u == 0
+        query = self._query(batch)
+        log_prior, _ = self._forward(batch, self._emission(batch, query))
         return Encoded(values, batch.source_mask, batch.target, batch.target_mask, log_prior, {"query": query}, batch)
+
+    def _query(self, batch: TranslationBatch) -> Tensor:
+        """The decoder's expert ``u`` ``(B, T, V)``, or zeros ``(B, T, 1)`` (``u == 0``) without one."""
+        if self.decoder_expert is None:
+            return self.lexical.src_embed.weight.new_zeros(batch.target.shape + (1,))
+        return self.decoder_expert(batch.target_in)
+
+    def _emission(self, batch: TranslationBatch, query: Tensor) -> Tensor:
+        """``log p(y_t | x_s, y_<t)`` ``(B, T, S)`` at the observed targets: ``log t(y_t | x_s)``, or with the
+        decoder's expert the product's (:func:`~pyro_attention.distributions.enumeration.experts_table`)."""
+        if self.decoder_expert is None:
+            return self.lexical.observed_log_probs(batch)
+        return experts_table(self._word_experts(batch.source, query), batch.target)
+
+    def _word_experts(self, source: Tensor, query: Tensor) -> ExpertLogits:
+        """The table's logits once per distinct source word, with ``u`` (``None`` without a decoder expert)."""
+        words, inverse = torch.unique(source, return_inverse=True)
+        values = self.lexical.src_embed(words)
+        u = None if self.decoder_expert is None else query
+        return ExpertLogits(u, self.head.logits(self.head.query(values), values), inverse)
 
     def _forward(self, batch: TranslationBatch, log_t: Tensor) -> tuple[Tensor, Tensor]:
         """The forward algorithm: the predictive ``log p(z_t | x, y_<t)`` ``(B, T, S)`` (padded source positions at
@@ -320,15 +387,16 @@ class HMMNetwork(HeadNetwork):
         """The HMM's posterior ``p(z_t | x, y)`` ``(B, T, S)`` (zero at padded positions): the gradient of
         ``log p(y | x)`` with respect to the emission log-probabilities ``log t(y_t | x_s)``."""
         with torch.enable_grad():
-            log_t = self.lexical.observed_log_probs(batch).detach().requires_grad_(True)
+            log_t = self._emission(batch, self._query(batch)).detach().requires_grad_(True)
             _, evidence = self._forward(batch, log_t)
             total = evidence.masked_fill(~batch.target_mask, 0.0).sum()
             (grad,) = torch.autograd.grad(total, log_t)
         return grad * batch.source_mask.unsqueeze(1) * batch.target_mask.unsqueeze(-1)
 
     def output_experts(self, enc: Encoded) -> ExpertLogits:
-        """The lexical model's logits per distinct source word (:func:`word_experts`)."""
-        return self.lexical.output_experts(enc)
+        """The lexical model's logits per distinct source word (:func:`word_experts`), with the decoder's expert
+        ``u`` where there is one."""
+        return self._word_experts(enc.batch.source, enc.state["query"])
 
     def posterior_scores(self, enc: Encoded) -> Tensor:
         """The prior's scores: no inference network."""

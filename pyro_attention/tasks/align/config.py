@@ -43,6 +43,9 @@ class AlignConfig(OptimConfig):
     null_prob: float = option(0.0, "networks ibm1 and hmm: a NULL word at source position 0 with prior probability "
                               "null_prob at every target word (Och & Ney's p0; a word aligned to it gets no link; 0: "
                               "no NULL word)", interval=(0.0, 1.0, False, True))
+    decoder_expert: int = option(0, "network hmm: a decoder's expert, a target-side LSTM of this many units over "
+                                 "y_<t whose logits u_t join the lexical table in a product, p(y_t | x_s, y_<t) ∝ "
+                                 "t(y_t | x_s) exp(u_t[y_t]), from u = 0 (embeddings: --embedding; 0: none)", low=0)
     both_directions: bool = False
     threads: int = option(1, "torch threads", low=1)
     out: str = "runs/align"
@@ -95,6 +98,10 @@ class AlignConfig(OptimConfig):
             takes = [n for n, net in ALIGN_NETWORKS.items() if net.null_word]
             raise ValueError(f"null_prob: network {self.network!r} has no NULL word; only {', '.join(takes)} take "
                              f"--null-prob, got {self.null_prob}")
+        if self.decoder_expert and not ALIGN_NETWORKS[self.network].decoder_expert:
+            takes = [n for n, net in ALIGN_NETWORKS.items() if net.decoder_expert]
+            raise ValueError(f"decoder_expert: network {self.network!r} takes no decoder's expert here; only "
+                             f"{', '.join(takes)} take --decoder-expert, got {self.decoder_expert}")
         if not self.thresholds or not all(0.0 < t <= 1.0 for t in self.thresholds):
             raise ValueError(f"thresholds: need at least one, each in (0, 1], got {self.thresholds}")
 

@@ -31,6 +31,8 @@ class Trained:
     seconds: float
     #: source position 0 is the NULL word (:func:`~pyro_attention.networks.lexical.with_null_word`)
     null_word: bool = False
+    #: the output has a decoder's expert (:class:`~pyro_attention.networks.lexical.DecoderExpert`)
+    decoder_expert: bool = False
 
 
 def _training_text(corpus: GoldCorpus, reverse: bool) -> tuple[list[list[str]], list[list[str]]]:
@@ -48,6 +50,8 @@ class AlignNetwork:
     pairs: tuple[str, ...] | None = None
     #: whether it takes a NULL word (``--null-prob``)
     null_word: bool = False
+    #: whether it takes a decoder's expert (``--decoder-expert``)
+    decoder_expert: bool = False
 
     def __init__(self, name: str, description: str) -> None:
         self.name, self.description = name, description
@@ -189,9 +193,9 @@ class StagedAligner(AlignNetwork):
     pairs = ("marginal",)
 
     def __init__(self, name: str, description: str, build: Callable[[Any, int, int, AlignConfig], Any],
-                 null_word: bool = False) -> None:
+                 null_word: bool = False, decoder_expert: bool = False) -> None:
         super().__init__(name, description)
-        self.null_word = null_word
+        self.null_word, self.decoder_expert = null_word, decoder_expert
         self.build = build
 
     def train(self, corpus: GoldCorpus, config: AlignConfig, model: str, reverse: bool,
@@ -217,7 +221,8 @@ class StagedAligner(AlignNetwork):
                                                       zip(range(-len(theta) // 2 + 1, len(theta) // 2 + 1),
                                                           theta.tolist(), strict=True)))
         log(f"{label}: " + "; ".join(x for x in learned if x))
-        return Trained(pair, src_vocab, tgt_vocab, time.perf_counter() - start, null)
+        return Trained(pair, src_vocab, tgt_vocab, time.perf_counter() - start, null,
+                       getattr(network, "decoder_expert", None) is not None)
 
 
 def _distortion(lexical: Any, source_vocab: int, target_vocab: int, config: AlignConfig) -> Any:
@@ -230,10 +235,13 @@ def _distortion(lexical: Any, source_vocab: int, target_vocab: int, config: Alig
 
 
 def _hmm(lexical: Any, source_vocab: int, target_vocab: int, config: AlignConfig) -> Any:
-    from pyro_attention.networks.lexical import HMMNetwork
+    from pyro_attention.networks.lexical import DecoderExpert, HMMNetwork
 
+    expert = (DecoderExpert(target_vocab, config.embedding, config.decoder_expert) if config.decoder_expert
+              else None)
     return HMMNetwork(source_vocab, target_vocab, lexical=lexical, tension=config.tension or None,
-                      max_jump=config.max_jump or HMM_MAX_JUMP, null_prob=config.null_prob or None)
+                      max_jump=config.max_jump or HMM_MAX_JUMP, null_prob=config.null_prob or None,
+                      decoder_expert=expert)
 
 
 #: the HMM network's largest jump where ``--max-jump`` is 0
@@ -268,7 +276,7 @@ ALIGN_NETWORKS: dict[str, AlignNetwork] = {
                       "its lexical table (at --table-lr)", _distortion),
         StagedAligner("hmm", "IBM Model 1 (--ibm1-epochs), then an HMM prior on its lexical table (at --table-lr): "
                       f"fast_align's diagonal (--tension) and jumps over the previous word's filtered posterior "
-                      f"(--max-jump, 0: {HMM_MAX_JUMP}), no LSTM; a NULL word with --null-prob", _hmm,
-                      null_word=True),
+                      f"(--max-jump, 0: {HMM_MAX_JUMP}), no LSTM; a NULL word with --null-prob; a decoder's "
+                      "expert with --decoder-expert", _hmm, null_word=True, decoder_expert=True),
     )
 }

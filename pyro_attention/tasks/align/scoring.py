@@ -152,15 +152,19 @@ def run_align(config: AlignConfig, log: Callable[[str], None] = print) -> list[A
             backward = alignment_probs(back, corpus.target, corpus.source, null_word=back_null)
             log(f"trained {network.name} {model} reverse ({back.seconds:.0f} s)")
 
-        # a NULL word is part of the model: its rows are "<network>-null-<pair>", p0 in the note
-        family = f"{network.name}-null" if trained.null_word else network.name
+        # a NULL word and a decoder's expert are part of the model: rows "<network>[-lm][-null]-<pair>", noted
+        family = (network.name + ("-lm" if trained.decoder_expert else "")
+                  + ("-null" if trained.null_word else ""))
+        output = "product" if trained.decoder_expert else network.output  # the lexical table times u_t
         save_probs(Path(config.out) / f"{family}-{model}.probs.pt", forward, backward, trained.null_word, back_null)
-        null_note = f"null_prob {config.null_prob:g}" if trained.null_word else ""
+        null_note = "; ".join(x for x in (f"null_prob {config.null_prob:g}" if trained.null_word else "",
+                                          f"decoder_expert {config.decoder_expert}" if trained.decoder_expert
+                                          else "") if x)
 
         def row(label: str, direction: str, links: list, seconds: float, note: str = "", model: str = model,
-                family: str = family, null_note: str = null_note) -> AlignRow:
+                family: str = family, null_note: str = null_note, output: str = output) -> AlignRow:
             note = "; ".join(x for x in (null_note, note) if x)
-            return AlignRow(model, label, direction, alignment_error_rate(links, gold), network.output,
+            return AlignRow(model, label, direction, alignment_error_rate(links, gold), output,
                             family, train_pairs, seconds, note)
 
         for name, probs in forward.items():
