@@ -31,6 +31,7 @@ import csv
 import itertools
 import math
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
@@ -328,9 +329,13 @@ def stop_requests(enabled: bool) -> Iterator[dict[str, str | None]]:
         return
 
     def handler(signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
         if flag["signal"] is not None:
-            raise KeyboardInterrupt(f"second {signal.Signals(signum).name}: abandoned without saving the step")
-        flag["signal"] = signal.Signals(signum).name
+            raise KeyboardInterrupt(f"second {name}: abandoned without saving the step")
+        flag["signal"] = name
+        # said at once: the step (or an epoch's validation) in progress may take minutes to finish
+        print(f"{name}: stopping after the step or validation in progress, then saving; a second {name} "
+              "abandons it without saving", file=sys.stderr, flush=True)
 
     # a signal the process ignores stays ignored (a shell starts background jobs with SIGINT ignored)
     old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)

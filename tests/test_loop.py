@@ -171,12 +171,15 @@ def test_csv_logger_writes_a_row_per_step_and_epoch(tmp_path):
                     {"kind": "epoch", "step": "2", "loss": ""}]
 
 
-def test_stop_requests_turn_a_signal_into_a_flag():
+def test_stop_requests_turn_a_signal_into_a_flag(capsys):
     import signal
 
     with stop_requests(True) as flag:
         signal.raise_signal(signal.SIGINT)
         assert flag["signal"] == "SIGINT"
+        assert "SIGINT: stopping after the step or validation in progress" in capsys.readouterr().err
+        with pytest.raises(KeyboardInterrupt, match="second SIGINT: abandoned without saving the step"):
+            signal.raise_signal(signal.SIGINT)
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     with stop_requests(False) as flag:
         assert flag["signal"] is None
