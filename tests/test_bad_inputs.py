@@ -269,6 +269,12 @@ def _null_hmm():  # noqa: ANN202
     return HMMNetwork(9, 8, null_prob=0.2)
 
 
+def _decoder_expert_hmm():  # noqa: ANN202
+    from pyro_attention.networks.lexical import DecoderExpert, HMMNetwork
+
+    return HMMNetwork(9, 8, decoder_expert=DecoderExpert(7))
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # The catalogue
 
@@ -545,6 +551,19 @@ CATALOGUE: list[Mistake] = [
         lambda: AlignConfig(network="distortion", models=["marginal"], null_prob=0.2),
         ValueError, r"null_prob: network 'distortion' has no NULL word; only ibm1, hmm take --null-prob, got 0\.2",
         "Use `--network ibm1` or `--network hmm`, or leave `--null-prob` out.",
+    ),
+    Mistake(
+        "decoder-expert-network", GOLD, "`pyro-attention align --decoder-expert` with a network that takes none",
+        lambda: AlignConfig(network="ibm1", models=["marginal"], decoder_expert=64),
+        ValueError, r"decoder_expert: network 'ibm1' takes no decoder's expert here; only hmm take "
+        r"--decoder-expert, got 64",
+        "Use `--network hmm`, or leave `--decoder-expert` out (`--network product` has its own decoder's expert).",
+    ),
+    Mistake(
+        "decoder-expert-classes", GOLD, "a DecoderExpert for another target vocabulary than its HMMNetwork's",
+        lambda: _decoder_expert_hmm(),
+        ValueError, r"HMMNetwork: decoder_expert has 7 classes, the network 8",
+        "Build the DecoderExpert with the network's target vocabulary size.",
     ),
     # -- unknown names ---------------------------------------------------------------------------------------------
     Mistake(
