@@ -286,8 +286,9 @@ def combine_posteriors(forward: Tensor, backward: Tensor, method: str = "posteri
 
 
 def merge_json(path: str | Path, new: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Write ``new`` into the JSON list at ``path``, replacing rows with the same corpus, model, output, source
-    and symmetrisation (other rows are kept; the file is written atomically)."""
+    """Write ``new`` into the JSON list at ``path``, replacing rows with the same corpus, model, output, source,
+    symmetrisation and number of training pairs (other rows are kept -- a pilot on fewer pairs never replaces a
+    full run; the file is written atomically)."""
     path = Path(path)
     old = []
     if path.exists():
@@ -298,8 +299,8 @@ def merge_json(path: str | Path, new: list[dict[str, Any]]) -> list[dict[str, An
         if not isinstance(old, list) or not all(isinstance(r, dict) for r in old):
             raise ValueError(f"{path}: not a JSON list of AER rows (it holds a {type(old).__name__}); give another "
                              "--json file")
-    key = ("corpus", "model", "output", "source", "symmetrisation")
-    replaced = {tuple(r[k] for k in key) for r in new}
+    key = ("corpus", "model", "output", "source", "symmetrisation", "train_pairs")
+    replaced = {tuple(r.get(k) for k in key) for r in new}
     merged = [r for r in old if tuple(r.get(k) for k in key) not in replaced] + new
     write_text(path, json.dumps(merged, indent=1) + "\n")
     return merged

@@ -415,3 +415,17 @@ def test_combined_links_drop_null_columns_and_tune_each_half_on_the_other():
     assert out["posterior-product"][1].startswith("thresholds 0.3 / 0.3")
     with pytest.raises(ValueError, match="2 forward and 1 reverse"):
         combined_links([fwd, fwd], [bwd], gold)
+
+
+def test_merge_json_replaces_a_row_only_at_the_same_training_size(tmp_path):
+    """A rerun replaces its own rows; a pilot on fewer training pairs sits beside the full run, never over it."""
+    from pyro_attention.aer import merge_json
+
+    path = tmp_path / "aer.json"
+    full = {"corpus": "enfr", "model": "hmm-marginal", "output": "lexical", "source": "smoothed",
+            "symmetrisation": "forward", "aer": 26.5, "train_pairs": 29447}
+    pilot = dict(full, aer=27.7, train_pairs=5447)
+    rerun = dict(full, aer=26.4)
+    merge_json(path, [full])
+    assert merge_json(path, [pilot]) == [full, pilot]
+    assert merge_json(path, [rerun]) == [pilot, rerun]
