@@ -129,6 +129,27 @@ def test_an_unfinished_row_is_marked_in_the_legend():
     assert _curve_label({"label": "soft"}) == _curve_label({"label": "soft", "finished": True}) == "soft"
 
 
+def test_a_paused_row_is_evaluated_as_it_is_and_then_resumes(tmp_path, capsys):
+    """--evaluate-paused trains nothing: a half-trained row's best.pt is evaluated into result-paused.json
+    ("finished": false, its epochs so far) and listed, marked, in the table; a row not started is said to be; the
+    row then resumes, and its result.json supersedes the paused one in the table."""
+    path = _write(tmp_path)
+    runs = tmp_path / "r"
+    assert run_experiment(path, runs, only=["soft"], max_epochs=1, progress=False, log=None) == []
+    stamp = (runs / "soft" / "last.pt").stat().st_mtime_ns
+    assert cli.main(["experiment", "--config", str(path), "--out", str(runs), "--evaluate-paused", "--no-bleu",
+                     "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "[marginal-product] not started: nothing to evaluate" in out and "| soft (unfinished) | soft |" in out
+    assert (runs / "soft" / "last.pt").stat().st_mtime_ns == stamp  # nothing trained
+    paused = json.loads((runs / "soft" / "result-paused.json").read_text())
+    assert paused["finished"] is False and paused["epochs"] == 1 and paused["best_epoch"] == 1
+    assert not (runs / "soft" / "result.json").exists() and paused["val_ppl"] > 1 and paused["wall_s"] > 0
+    assert [r["label"] for r in json.loads((runs / "table.json").read_text())] == ["soft"]
+    table = run_experiment(path, runs, only=["soft"], progress=False, log=None, bleu=False)
+    assert table[0]["finished"] is True and table[0]["epochs"] == 2
+
+
 def test_only_some_rows_and_the_cli(tmp_path, capsys):
     path = _write(tmp_path)
     assert cli.main(["experiment", "--config", str(path), "--out", str(tmp_path / "r"), "--rows", "soft",

@@ -26,7 +26,8 @@ def _experiment(args: argparse.Namespace) -> int:
     try:
         overrides = {k: v for k, v in (("device", args.device), ("threads", args.threads)) if v is not None}
         table = run_experiment(args.config, args.out, only=args.rows, max_epochs=args.max_epochs,
-                               progress=not args.quiet, bleu=not args.no_bleu, overrides=overrides)
+                               progress=not args.quiet, bleu=not args.no_bleu, overrides=overrides,
+                               evaluate_paused=args.evaluate_paused)
     except (OSError, ValueError) as error:
         _fail(args.parser, error)
         return 1
@@ -47,6 +48,9 @@ def add_experiment(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     ex.add_argument("--rows", nargs="+", default=None, metavar="LABEL", help="work on these rows only (default all)")
     ex.add_argument("--max-epochs", type=_int_at_least(1), default=None,
                     help="train at most N epochs per row in this call, then move on (default: to the end)")
+    ex.add_argument("--evaluate-paused", action="store_true",
+                    help="train nothing: evaluate each half-trained row's best.pt as it is, into "
+                    "RUNS/<label>/result-paused.json (\"finished\": false; the row still resumes later)")
     ex.add_argument("--no-bleu", action="store_true", help="skip decoding (perplexities and entropies only)")
     ex.add_argument("--device", default=None,
                     help="train and evaluate every row here: cpu, cuda, cuda:N or mps (default: the file's, else cpu)")

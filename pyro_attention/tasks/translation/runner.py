@@ -24,7 +24,11 @@ Each row lives in ``RUNS/<label>/`` (the trainer's ``last.pt``, ``best.pt``, ``h
 * a finished row (``result.json`` there) is skipped;
 * a trained row (``trained.json``) is only evaluated;
 * a half-trained row (``last.pt``) resumes where it stopped -- bit-exactly, as ``train --resume`` does;
-* ``max_epochs`` limits the epochs one call trains per row (a table built over several sittings).
+* ``max_epochs`` limits the epochs one call trains per row (a table built over several sittings);
+* ``evaluate_paused`` trains nothing and evaluates each half-trained row's ``best.pt`` as it is, into
+  ``RUNS/<label>/result-paused.json`` (``"finished": false``), so a sitting that must end -- its machine to be
+  replaced, say -- keeps what the row has reached; the row still resumes later, and its ``result.json`` then
+  supersedes it.
 
 A trained row is evaluated from ``best.pt``: validation and test perplexity (exact where the pair allows,
 :func:`~pyro_attention.translation.evaluate`), BLEU with beam 5 (sacreBLEU on detokenised output against the
@@ -63,7 +67,7 @@ Log = Callable[[str], None]
 ROW_FIELDS = (
     "label", "pair", "estimator", "output", "attention_type", "train_pairs", "val_ppl", "test_ppl", "ppl_exact",
     "ppl_method", "bleu", "bleu_signature", "bleu_tok_none", "bleu_kmax5", "prior_entropy", "epochs", "best_epoch",
-    "stopped_early", "wall_s", "tokens_per_s", "device", "threads", "decode_sentences_per_s",
+    "stopped_early", "wall_s", "tokens_per_s", "device", "threads", "decode_sentences_per_s", "finished",
 )  # fmt: skip
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=,+-]*$")
 
@@ -127,11 +131,14 @@ def run_experiment(
     log: Log | None = print,
     bleu: bool = True,
     overrides: dict[str, Any] | None = None,
+    evaluate_paused: bool = False,
 ) -> list[dict[str, Any]]:
     """Train, evaluate and tabulate every row of the experiment file ``path`` in ``runs`` (see the module doc).
 
-    :param only: labels of the rows to work on (default: all); the table lists every finished row.
+    :param only: labels of the rows to work on (default: all); the table lists every finished row, and every
+        row evaluated while paused (``"finished": false``) that has not finished since.
     :param max_epochs: train at most this many epochs per row in this call (``None``: to the end).
+    :param evaluate_paused: train nothing; evaluate the ``best.pt`` of every half-trained row as it is.
     :param overrides: settings that win over the file's for every row, e.g. ``{"device": "cuda", "threads": 4}``
         (only settings a row may change when it resumes; a structural one is refused as ``train --resume`` does).
     :returns: the finished rows (``table.json``'s content).
@@ -154,12 +161,24 @@ def run_experiment(
             log(f"[{row['label']}] finished: {folder / 'result.json'}")
             continue
         if not (folder / "trained.json").is_file():
+            if evaluate_paused:
+                if (folder / "last.pt").is_file() and (folder / "best.pt").is_file():
+                    log(f"[{row['label']}] evaluating the paused row's {folder / 'best.pt'} (unfinished)")
+                    _write_json(folder / "result-paused.json",
+                                evaluate_row(config, folder, row["label"], bleu=bleu, trained=_paused(folder)))
+                else:
+                    log(f"[{row['label']}] not started: nothing to evaluate")
+                continue
             if not _train_row(config, folder, max_epochs, progress, log, row["label"]):
                 continue
         log(f"[{row['label']}] evaluating {folder / 'best.pt'}")
         _write_json(folder / "result.json", evaluate_row(config, folder, row["label"], bleu=bleu))
-    table = [json.loads((runs / r["label"] / "result.json").read_text()) for r in rows
-             if (runs / r["label"] / "result.json").is_file()]
+    table = []
+    for r in rows:  # a finished row's result, else the one evaluated while it was paused
+        found = [runs / r["label"] / name for name in ("result.json", "result-paused.json")]
+        found = [f for f in found if f.is_file()]
+        if found:
+            table.append(json.loads(found[0].read_text()))
     _write_json(runs / "table.json", table)
     write_text(runs / "table.md", markdown_table(table) + "\n")
     figure = plot_curves(runs, [r["label"] for r in rows], runs / "val_ppl.png")
@@ -204,13 +223,27 @@ def _train_row(config: TranslationConfig, folder: Path, max_epochs: int | None, 
     return finished
 
 
-def evaluate_row(config: TranslationConfig, folder: Path, label: str, bleu: bool = True) -> dict[str, Any]:
-    """The table row of a trained row folder (``best.pt``, ``trained.json``)."""
+def _paused(folder: Path) -> dict[str, Any]:
+    """What ``trained.json`` says of a finished row, for a half-trained one: from its ``last.pt`` (epochs, best
+    epoch, steps, target tokens) and ``sittings.json`` (wall-clock seconds), ``"finished": false``."""
+    state = _read_checkpoint(folder / "last.pt")
+    return {"epochs": int(state["epoch"]), "best_epoch": int(state["best_epoch"]) + 1,
+            "best_val_ppl": float(state["best_metric"]), "stopped_early": False, "steps": int(state["step"]),
+            "target_tokens": sum(state["history"]["steps"]["tokens"]),
+            "wall_s": sum(s["wall_s"] for s in _read_json(folder / "sittings.json", [])), "finished": False}
+
+
+def evaluate_row(config: TranslationConfig, folder: Path, label: str, bleu: bool = True,
+                 trained: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The table row of a trained row folder (``best.pt``, ``trained.json``).
+
+    :param trained: what to say of its training instead of ``trained.json`` (a paused row: :func:`_paused`,
+        whose ``"finished": false`` the row carries)."""
     import sacrebleu
 
     from pyro_attention import metrics
 
-    trained = json.loads((folder / "trained.json").read_text())
+    trained = trained if trained is not None else json.loads((folder / "trained.json").read_text())
     best = folder / "best.pt"
     ckpt = load_checkpoint(best, device=config.device)  # read once: both splits and the decoding use it
     val = evaluate(ckpt, "val", kmax=0, bleu=False)
@@ -227,6 +260,7 @@ def evaluate_row(config: TranslationConfig, folder: Path, label: str, bleu: bool
         "stopped_early": trained["stopped_early"], "wall_s": trained["wall_s"],
         "tokens_per_s": trained["target_tokens"] / max(trained["wall_s"], 1e-9),
         "device": config.device, "threads": config.threads, "config": config.to_dict(),
+        "finished": trained.get("finished", True),
     }
     if (folder / "history.csv").is_file():  # the row's curve travels with it (docs tables merge run folders)
         row.update(epoch_curves(folder / "history.csv"))
@@ -396,7 +430,8 @@ def plot_table(table: str | os.PathLike, path: str | os.PathLike | None = None) 
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
-    """The finished rows as a markdown table (``~``: a perplexity that is a bound, not exact)."""
+    """The rows as a markdown table (``~``: a perplexity that is a bound, not exact; a row evaluated while paused
+    is marked unfinished)."""
     lines = [
         "| row | pair | estimator | output | val PPL | test PPL | BLEU | BLEU tok none | K-max BLEU | H(prior) | "
         "epochs | wall [s] | tok/s |",
@@ -409,8 +444,9 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         mark = "" if r["ppl_exact"] else "~"
         lines.append(
-            f"| {r['label']} | {r['pair']} | {r['estimator'] or '-'} | {r['output']} | {mark}{num(r['val_ppl'])} | "
-            f"{mark}{num(r['test_ppl'])} | {num(r['bleu'])} | {num(r['bleu_tok_none'])} | {num(r['bleu_kmax5'])} | "
+            f"| {_curve_label(r)} | {r['pair']} | {r['estimator'] or '-'} | {r['output']} | "
+            f"{mark}{num(r['val_ppl'])} | {mark}{num(r['test_ppl'])} | {num(r['bleu'])} | "
+            f"{num(r['bleu_tok_none'])} | {num(r['bleu_kmax5'])} | "
             f"{num(r['prior_entropy'], '.3f')} | {r['epochs']} | {num(r['wall_s'], '.0f')} | "
             f"{num(r['tokens_per_s'], ',.0f')} |"
         )
