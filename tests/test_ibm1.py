@@ -220,13 +220,34 @@ def _log_likelihood_with_grad(net, batch):
     return -pair.elbo().differentiable_loss(pair.model, pair.guide, batch)
 
 
+def _hmm_by_brute_force(emit, theta, lam):
+    """``(p(y | x), p(z_t = s, y | x))`` of the HMM with jump scores ``theta`` (jumps clipped to +-2) and tension
+    ``lam`` for emissions ``emit`` ``(m, n)`` (target word ``i``, source word ``s``), summed over all ``n^m``
+    alignment sequences."""
+    import itertools
+
+    m, n = emit.shape
+    d = torch.tensor([[-lam * abs((i + 1) / m - (j + 1) / n) for j in range(n)] for i in range(m)])
+    first = torch.softmax(d[0], -1)
+    step = [torch.softmax(torch.stack([theta[min(2, max(-2, s - q)) + 2] for s in range(n)]) + d[i], -1)
+            for i in range(m) for q in range(n)]
+    total, marg = 0.0, torch.zeros(m, n)
+    for z in itertools.product(range(n), repeat=m):
+        p = first[z[0]] * emit[0, z[0]]
+        for i in range(1, m):
+            p = p * step[i * n + z[i - 1]][z[i]] * emit[i, z[i]]
+        total += p
+        for i in range(m):
+            marg[i, z[i]] += p
+    return total, marg
+
+
 @pytest.mark.parametrize("tension", [None, 2.0])
 def test_hmm_network_is_the_hmm_by_brute_force(tension):
     """The marginal pair's exact log-likelihood of HMMNetwork is the inhomogeneous HMM's,
     log sum_z p(z_1) prod_t p(z_t | z_{t-1}) t(y_t | x_{z_t}) over all S^T alignment sequences with
     p(z_t = s | z_{t-1} = s') ∝ exp(theta[clip(s - s')] - lambda |t/m - s/n|); its per-token exact posterior is the
     filtered one (the last word's equals the smoothed one) and smoothed_posterior is p(z_t | x, y) at every t."""
-    import itertools
 
     from pyro_attention.inference import alignment_posterior, log_likelihood
     from pyro_attention.networks.lexical import HMMNetwork
@@ -245,18 +266,7 @@ def test_hmm_network_is_the_hmm_by_brute_force(tension):
     theta = net.transition.theta.detach()
     for b, (n, m) in enumerate([(3, 4), (2, 3)]):  # source words, target words with </s>
         t = net.lexical.observed_log_probs(batch)[b, :m, :n].detach().exp()
-        d = torch.tensor([[-lam * abs((i + 1) / m - (j + 1) / n) for j in range(n)] for i in range(m)])
-        first = torch.softmax(d[0], -1)
-        step = [torch.softmax(torch.stack([theta[min(2, max(-2, s - q)) + 2] for s in range(n)]) + d[i], -1)
-                for i in range(m) for q in range(n)]
-        total, marg = 0.0, torch.zeros(m, n)
-        for z in itertools.product(range(n), repeat=m):
-            p = first[z[0]] * t[0, z[0]]
-            for i in range(1, m):
-                p = p * step[i * n + z[i - 1]][z[i]] * t[i, z[i]]
-            total += p
-            for i in range(m):
-                marg[i, z[i]] += p
+        total, marg = _hmm_by_brute_force(t, theta, lam)
         assert float(ll[b]) == pytest.approx(float(torch.log(total)), abs=1e-5)
         assert torch.allclose(smoothed[b, :m, :n], marg / total, atol=1e-5)
         assert torch.allclose(post[b, m - 1, :n], marg[m - 1] / total, atol=1e-5)
@@ -268,7 +278,6 @@ def test_hmm_network_with_a_decoder_expert_is_the_hmm_of_the_product_emission_by
     t(y | x_s) e^{u_t[y]} (u_t the expert's logits for the prefix), the chain unchanged: the marginal pair's exact
     log-likelihood and smoothed_posterior against brute force over all S^T alignment sequences; the gradient reaches
     the expert; and the expert starts at u == 0 (the same likelihood as the network without it)."""
-    import itertools
 
     from pyro_attention.inference import log_likelihood
     from pyro_attention.networks.lexical import DecoderExpert, HMMNetwork
@@ -294,18 +303,7 @@ def test_hmm_network_with_a_decoder_expert_is_the_hmm_of_the_product_emission_by
         log_table = net.lexical.lexical_log_probs(torch.tensor(src)).detach()  # (n, V): log t(. | x_s)
         y = batch.target[b, :m]
         emit = torch.stack([torch.log_softmax(log_table + u[b, i], -1)[:, y[i]] for i in range(m)]).exp()  # (m, n)
-        d = torch.tensor([[-lam * abs((i + 1) / m - (j + 1) / n) for j in range(n)] for i in range(m)])
-        first = torch.softmax(d[0], -1)
-        step = [torch.softmax(torch.stack([theta[min(2, max(-2, s - q)) + 2] for s in range(n)]) + d[i], -1)
-                for i in range(m) for q in range(n)]
-        total, marg = 0.0, torch.zeros(m, n)
-        for z in itertools.product(range(n), repeat=m):
-            p = first[z[0]] * emit[0, z[0]]
-            for i in range(1, m):
-                p = p * step[i * n + z[i - 1]][z[i]] * emit[i, z[i]]
-            total += p
-            for i in range(m):
-                marg[i, z[i]] += p
+        total, marg = _hmm_by_brute_force(emit, theta, lam)
         assert float(ll[b]) == pytest.approx(float(torch.log(total)), abs=1e-5)
         assert torch.allclose(smoothed[b, :m, :n], marg / total, atol=1e-5)
     total_ll = _log_likelihood_with_grad(net, batch)
