@@ -157,13 +157,13 @@ def run_align(config: AlignConfig, log: Callable[[str], None] = print) -> list[A
                   + ("-null" if trained.null_word else ""))
         output = "product" if trained.decoder_expert else network.output  # the lexical table times u_t
         save_probs(Path(config.out) / f"{family}-{model}.probs.pt", forward, backward, trained.null_word, back_null)
-        null_note = "; ".join(x for x in (f"null_prob {config.null_prob:g}" if trained.null_word else "",
+        model_note = "; ".join(x for x in (f"null_prob {config.null_prob:g}" if trained.null_word else "",
                                           f"decoder_expert {config.decoder_expert}" if trained.decoder_expert
                                           else "") if x)
 
         def row(label: str, direction: str, links: list, seconds: float, note: str = "", model: str = model,
-                family: str = family, null_note: str = null_note, output: str = output) -> AlignRow:
-            note = "; ".join(x for x in (null_note, note) if x)
+                family: str = family, model_note: str = model_note, output: str = output) -> AlignRow:
+            note = "; ".join(x for x in (model_note, note) if x)
             return AlignRow(model, label, direction, alignment_error_rate(links, gold), output,
                             family, train_pairs, seconds, note)
 
