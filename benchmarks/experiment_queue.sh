@@ -29,13 +29,22 @@ main() {
     commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
     venv="$base/venv-$commit"  # one per commit: a rebuilt package never changes a queue that is still running
     exe=${PYRO_ATTENTION_EXE:-$venv/bin/pyro-attention}  # PYRO_ATTENTION_EXE: a command to use instead (tests)
-    if [ -z "${PYRO_ATTENTION_EXE:-}" ] && [ ! -x "$exe" ]; then
-        echo "$(date -u +%FT%TZ) building $venv from $commit" >> "$log"
-        rm -rf "$base/src-$commit" "$venv" && mkdir -p "$base/src-$commit"
-        git archive HEAD | tar -x -C "$base/src-$commit"
-        python3 -m venv --system-site-packages "$venv"
-        "$venv/bin/python" -c "import torch" 2>/dev/null || "$venv/bin/pip" install -q torch==2.13.0
-        "$venv/bin/pip" install -q "$base/src-$commit" >> "$log" 2>&1
+    if [ -z "${PYRO_ATTENTION_EXE:-}" ]; then
+        # two queues started together on a new commit share one build: the second waits for the first's lock
+        # (without it, it removed the venv the first was installing); .built marks a build that completed
+        exec 9> "$base/venv-$commit.lock"
+        flock 9
+        if [ ! -f "$venv/.built" ]; then
+            echo "$(date -u +%FT%TZ) building $venv from $commit" >> "$log"
+            rm -rf "$base/src-$commit" "$venv" && mkdir -p "$base/src-$commit"
+            git archive HEAD | tar -x -C "$base/src-$commit"
+            python3 -m venv --system-site-packages "$venv"
+            "$venv/bin/python" -c "import torch" 2>/dev/null || "$venv/bin/pip" install -q torch==2.13.0
+            "$venv/bin/pip" install -q "$base/src-$commit" >> "$log" 2>&1
+            touch "$venv/.built"
+        fi
+        flock -u 9
+        exec 9>&-
     fi
     for row in "$@"; do
         echo "$(date -u +%FT%TZ) row $row ($commit)" >> "$log"

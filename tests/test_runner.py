@@ -247,3 +247,39 @@ def test_the_background_queue_runs_rows_in_turn_and_logs_each(tmp_path):
     assert "[soft] finished" in log  # the second time: skipped, not retrained
     assert json.loads((runs / "soft" / "result.json").read_text())["label"] == "soft"
     assert not (tmp_path / "base").exists() or not list((tmp_path / "base").glob("venv-*"))  # nothing built
+
+
+def test_two_queues_started_together_on_a_new_commit_build_its_venv_once(tmp_path):
+    """The second queue waits for the first's build (it used to remove the venv the first was installing)."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    fake = tmp_path / "fakebin"
+    fake.mkdir()
+    events = tmp_path / "events"
+    # a stand-in `python3 -m venv DIR` whose pip takes a second and records when it starts and ends
+    (fake / "python3").write_text(f"""#!/bin/sh
+venv=$4  # python3 -m venv --system-site-packages DIR
+mkdir -p "$venv/bin"
+printf '#!/bin/sh\\nexit 0\\n' > "$venv/bin/python"
+printf '#!/bin/sh\\necho start >> {events}\\nsleep 1\\necho end >> {events}\\n' > "$venv/bin/pip"
+printf '#!/bin/sh\\nexec "{sys.executable}" -m pyro_attention "$@"\\n' > "$venv/bin/pyro-attention"
+chmod +x "$venv/bin/python" "$venv/bin/pip" "$venv/bin/pyro-attention"
+""")
+    (fake / "python3").chmod(0o755)
+    config = _write(tmp_path, TINY)
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "PYRO_ATTENTION_RUNS": str(tmp_path / "base")}
+    env.pop("PYRO_ATTENTION_EXE", None)
+    queues = [subprocess.Popen(["bash", str(repo / "benchmarks" / "experiment_queue.sh"), str(config),
+                                str(tmp_path / "runs" / f"table{i}"), "no-such-row"], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    for queue in queues:
+        _, err = queue.communicate(timeout=120)
+        assert queue.returncode == 0, err
+    # a pip install per build, and builds never overlap: one build, which the second queue used
+    assert events.read_text().split() == ["start", "end"]
+    logs = [(tmp_path / "runs" / f"table{i}.log").read_text() for i in range(2)]
+    assert sum(log.count("building ") for log in logs) == 1
+    assert all("row no-such-row exited with 1" in log for log in logs)
+    assert len(list((tmp_path / "base").glob("venv-*/.built"))) == 1
