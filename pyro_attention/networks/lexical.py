@@ -77,13 +77,14 @@ def _null_word_mask(owner: str, batch: TranslationBatch) -> Tensor:
     return words
 
 
-def word_experts(embed: nn.Embedding, head: LexicalExpert, enc: Encoded) -> ExpertLogits:
-    """The lexical expert's logits ``U_x e(x)`` once per *distinct* source word of the batch, ``(U, V)``, with the
-    row of every source position (``u == 0``): the same logits as per source position, so one ``V``-way normaliser
-    per distinct word under enumeration (about half the work or less on real text).  No dropout on the embeddings."""
-    words, inverse = torch.unique(enc.batch.source, return_inverse=True)  # (U,), (B, S)
+def word_experts(embed: nn.Embedding, head: LexicalExpert, source: Tensor, u: Tensor | None = None) -> ExpertLogits:
+    """The lexical expert's logits ``U_x e(x)`` once per *distinct* word of ``source`` ``(B, S)``, ``(U, V)``, with
+    the row of every source position and the decoder's expert ``u`` (``(B, T, V)``; ``None``: ``u == 0``): the same
+    logits as per source position, so one ``V``-way normaliser per distinct word under enumeration (about half the
+    work or less on real text).  No dropout on the embeddings."""
+    words, inverse = torch.unique(source, return_inverse=True)  # (U,), (B, S)
     values = embed(words)
-    return ExpertLogits(None, head.logits(head.query(values), values), inverse)
+    return ExpertLogits(u, head.logits(head.query(values), values), inverse)
 
 
 class IBM1Network(HeadNetwork):
@@ -134,7 +135,7 @@ class IBM1Network(HeadNetwork):
 
     def output_experts(self, enc: Encoded) -> ExpertLogits:
         """``log t(y | x_s) = log softmax(U_x e(x_s))``: the logits per distinct source word (:func:`word_experts`)."""
-        return word_experts(self.src_embed, self.head, enc)
+        return word_experts(self.src_embed, self.head, enc.batch.source)
 
     def posterior_scores(self, enc: Encoded) -> Tensor:
         """The prior's (uniform) scores: IBM Model 1 has no inference network."""
@@ -334,14 +335,7 @@ class HMMNetwork(HeadNetwork):
         decoder's expert the product's (:func:`~pyro_attention.distributions.enumeration.experts_table`)."""
         if self.decoder_expert is None:
             return self.lexical.observed_log_probs(batch)
-        return experts_table(self._word_experts(batch.source, query), batch.target)
-
-    def _word_experts(self, source: Tensor, query: Tensor) -> ExpertLogits:
-        """The table's logits once per distinct source word, with ``u`` (``None`` without a decoder expert)."""
-        words, inverse = torch.unique(source, return_inverse=True)
-        values = self.lexical.src_embed(words)
-        u = None if self.decoder_expert is None else query
-        return ExpertLogits(u, self.head.logits(self.head.query(values), values), inverse)
+        return experts_table(word_experts(self.lexical.src_embed, self.head, batch.source, query), batch.target)
 
     def _forward(self, batch: TranslationBatch, log_t: Tensor) -> tuple[Tensor, Tensor]:
         """The forward algorithm: the predictive ``log p(z_t | x, y_<t)`` ``(B, T, S)`` (padded source positions at
@@ -396,7 +390,8 @@ class HMMNetwork(HeadNetwork):
     def output_experts(self, enc: Encoded) -> ExpertLogits:
         """The lexical model's logits per distinct source word (:func:`word_experts`), with the decoder's expert
         ``u`` where there is one."""
-        return self._word_experts(enc.batch.source, enc.state["query"])
+        u = None if self.decoder_expert is None else enc.state["query"]
+        return word_experts(self.lexical.src_embed, self.head, enc.batch.source, u)
 
     def posterior_scores(self, enc: Encoded) -> Tensor:
         """The prior's scores: no inference network."""
