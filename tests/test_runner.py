@@ -283,3 +283,69 @@ chmod +x "$venv/bin/python" "$venv/bin/pip" "$venv/bin/pyro-attention"
     assert sum(log.count("building ") for log in logs) == 1
     assert all("row no-such-row exited with 1" in log for log in logs)
     assert len(list((tmp_path / "base").glob("venv-*/.built"))) == 1
+
+
+def test_a_stopped_decoding_goes_on_where_it_stopped(tmp_path, monkeypatch):
+    """DecodeCache: the chunks decoded before a kill are read back (a line cut short is dropped), only the rest
+    is decoded, and the output is the uninterrupted decoding's; another decoding or checkpoint starts afresh."""
+    from pyro_attention.tasks.translation import decoding
+    from pyro_attention.tasks.translation.checkpoints import load_checkpoint
+    from pyro_attention.tasks.translation.evaluation import DecodeCache, _decode
+
+    runs = tmp_path / "r"
+    run_experiment(_write(tmp_path), runs, only=["soft"], max_epochs=1, progress=False, log=None)
+    best = runs / "soft" / "best.pt"
+    ckpt = load_checkpoint(best)
+    words = [w for w in ckpt.src_vocab.itos if not w.startswith("<")]
+    sources = [[words[(i * 7 + j) % len(words)] for j in range(1 + i % 5)] for i in range(150)]  # 3 chunks of 64
+    whole = _decode(ckpt, sources, 2, "soft", 5, 0.0, None, False)
+
+    calls = []
+    real = decoding.translate
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        if stop_after is not None and len(calls) > stop_after:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(decoding, "translate", counted)
+    path = runs / "soft" / "decoded-soft.jsonl"
+    stop_after = 1
+    with pytest.raises(KeyboardInterrupt):
+        _decode(ckpt, sources, 2, "soft", 5, 0.0, None, False, cache=DecodeCache(path))
+    assert len(path.read_text().splitlines()) == 2  # the key and the first chunk
+    with open(path, "a") as f:
+        f.write('{"start": 64, "hy')  # a chunk cut short by a kill
+    stop_after, calls = None, []
+    cache = DecodeCache(path)
+    assert _decode(ckpt, sources, 2, "soft", 5, 0.0, None, False, cache=cache) == whole
+    assert len(calls) == 2 and cache.sentences == 150 and cache.seconds > 0
+    calls = []
+    assert _decode(ckpt, sources, 2, "soft", 5, 0.0, None, False, cache=DecodeCache(path)) == whole and not calls
+    _decode(ckpt, sources, 3, "soft", 5, 0.0, None, False, cache=DecodeCache(path))  # another beam: afresh
+    assert len(calls) == 3
+    calls = []
+    os.utime(best, ns=(best.stat().st_atime_ns, best.stat().st_mtime_ns + 10**9))  # a new best.pt: afresh
+    _decode(ckpt, sources, 3, "soft", 5, 0.0, None, False, cache=DecodeCache(path))
+    assert len(calls) == 3
+
+
+def test_a_stopped_row_evaluation_does_not_score_or_decode_again(tmp_path, monkeypatch):
+    """The runner keeps a row's split scores and decodings in its folder: evaluating the same best.pt again
+    redoes neither (the row is the same), and a new best.pt is evaluated afresh."""
+    from pyro_attention.tasks.translation import decoding, runner
+
+    path = _write(tmp_path)
+    runs = tmp_path / "r"
+    first = run_experiment(path, runs, only=["marginal-product"], progress=False, log=None)
+    folder = runs / "marginal-product"
+    assert {p.name for p in folder.glob("scored-*.json")} == {"scored-val.json", "scored-test.json"}
+    assert {p.name for p in folder.glob("decoded-*.jsonl")} == {"decoded-marginal.jsonl", "decoded-kmax.jsonl"}
+    calls = []
+    monkeypatch.setattr(runner, "evaluate", lambda *a, **k: calls.append("score"))
+    monkeypatch.setattr(decoding, "translate", lambda *a, **k: calls.append("decode"))
+    shared, rows = runner.read_experiment(path)
+    config = runner.row_config(shared, rows[1], runs)
+    again = runner.evaluate_row(config, folder, "marginal-product")
+    assert not calls and _numbers([again]) == _numbers(first)

@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pyro
@@ -13,6 +17,7 @@ import torch
 from tqdm.auto import tqdm
 
 from pyro_attention.data.translation import TranslationBatch
+from pyro_attention.outputs import write_text, writing
 from pyro_attention.pair import AlignmentPair
 from pyro_attention.tasks.translation.checkpoints import Checkpoint, _move, load_checkpoint
 from pyro_attention.tasks.translation.config import SPLITS, TranslationConfig, _choice, _no_bar
@@ -31,6 +36,66 @@ def _default_rule(pair: AlignmentPair, rule: str | None) -> str:
     return pair.check_rule(rule, decoding=True)  # None: the pair's default decoding rule
 
 
+class DecodeCache:
+    """Decoded chunks of sentences kept in a JSON-lines file, so that a decoding stopped part way (a sitting that
+    ended, a kill) goes on where it stopped: beam search over a test set with the exact marginal of a ``tanh``
+    output layer takes hours on a CPU.
+
+    The first line is the decoding's key (the checkpoint file's path, size and modification time, the rule, beam,
+    ``k``, length settings and a hash of the sources): a file written for another checkpoint or decoding is started
+    afresh.  Each further line is one chunk ``{"start", "hyps", "seconds"}`` (the chunk's first position in the
+    length-sorted order, its target ids, the seconds it took), appended and flushed to disk when the chunk is done;
+    a last line cut short by a kill is dropped when the file is opened again.
+
+    :param path: the file (its folder must exist); :attr:`seconds` and :attr:`sentences` sum the chunks read and
+        written, for a decoding speed that counts every sitting's chunks at the rate they were decoded.
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        self.chunks: dict[int, list[list[int]]] = {}
+        self.seconds = 0.0
+        self.sentences = 0
+
+    def open(self, key: dict[str, Any]) -> None:
+        """Read the chunks decoded under ``key`` (none where the file is missing or holds another key) and rewrite
+        the file as its key and those chunks (atomically), ready for :meth:`add`."""
+        header = json.loads(json.dumps({"key": key}))
+        lines: list[dict[str, Any]] = []
+        if self.path.is_file():
+            parsed = []
+            for line in self.path.read_text(encoding="utf-8").splitlines():
+                try:
+                    parsed.append(json.loads(line))
+                except json.JSONDecodeError:  # cut short by a kill: it (and anything after) is decoded again
+                    break
+            if parsed and parsed[0] == header:
+                lines = [c for c in parsed[1:] if isinstance(c, dict) and {"start", "hyps", "seconds"} <= set(c)]
+        self.chunks = {int(c["start"]): c["hyps"] for c in lines}
+        self.seconds = sum(float(c["seconds"]) for c in lines)
+        self.sentences = sum(len(c["hyps"]) for c in lines)
+        write_text(self.path, "".join(json.dumps(x) + "\n" for x in [header, *lines]))
+
+    def add(self, start: int, hyps: list[list[int]], seconds: float) -> None:
+        """Append one decoded chunk and flush it to disk."""
+        self.chunks[start] = hyps
+        self.seconds += seconds
+        self.sentences += len(hyps)
+        with writing(self.path), open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"start": start, "hyps": hyps, "seconds": seconds}) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def _decoding_key(ckpt: Checkpoint, sources: Sequence[Sequence[str]], **settings: Any) -> dict[str, Any]:
+    """What a :class:`DecodeCache` must match: the checkpoint file, the decoding's settings and the sources."""
+    path = Path(ckpt.path)
+    stat = path.stat() if path.is_file() else None
+    digest = hashlib.sha256("\n".join(" ".join(s) for s in sources).encode("utf-8")).hexdigest()
+    return {"checkpoint": str(path.resolve()), "bytes": stat.st_size if stat else None,
+            "mtime_ns": stat.st_mtime_ns if stat else None, **settings, "sources": len(sources), "sha256": digest}
+
+
 def _decode(
     ckpt: Checkpoint,
     sources: Sequence[Sequence[str]],
@@ -40,6 +105,7 @@ def _decode(
     length_penalty: float,
     max_decode_len: int | None,
     progress: bool,
+    cache: DecodeCache | None = None,
 ) -> list[list[str]]:
     from pyro_attention.tasks.translation.decoding import translate
 
@@ -47,15 +113,23 @@ def _decode(
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     out: list[list[str]] = [[] for _ in sources]
     chunk = 64
+    if cache is not None:
+        cache.open(_decoding_key(ckpt, sources, beam=beam, rule=rule, k=k, length_penalty=length_penalty,
+                                 max_decode_len=max_decode_len, chunk=chunk))
     bar = tqdm(total=len(sources), disable=_no_bar(progress), desc="decoding", unit="sent", leave=False)
     for start in range(0, len(order), chunk):
         rows = order[start : start + chunk]
-        ids = [ckpt.src_vocab.encode(sources[i]) for i in rows]
-        width = max(len(x) for x in ids)
-        source = torch.tensor([x + [0] * (width - len(x)) for x in ids], dtype=torch.long,
-                              device=next(ckpt.network.parameters()).device)
-        limits = [max_decode_len or 2 * len(sources[i]) + 10 for i in rows]
-        hyps = translate(ckpt.pair, source, source != 0, beam, rule, k, limits, length_penalty, batch_size=chunk)
+        hyps = None if cache is None else cache.chunks.get(start)
+        if hyps is None or len(hyps) != len(rows):
+            began = time.perf_counter()
+            ids = [ckpt.src_vocab.encode(sources[i]) for i in rows]
+            width = max(len(x) for x in ids)
+            source = torch.tensor([x + [0] * (width - len(x)) for x in ids], dtype=torch.long,
+                                  device=next(ckpt.network.parameters()).device)
+            limits = [max_decode_len or 2 * len(sources[i]) + 10 for i in rows]
+            hyps = translate(ckpt.pair, source, source != 0, beam, rule, k, limits, length_penalty, batch_size=chunk)
+            if cache is not None:
+                cache.add(start, hyps, time.perf_counter() - began)
         for i, hyp in zip(rows, hyps, strict=True):
             out[i] = ckpt.tgt_vocab.decode(hyp)
         bar.update(len(rows))

@@ -60,7 +60,7 @@ from pyro_attention.tasks.translation import (
 )
 from pyro_attention.tasks.translation.checkpoints import _read_checkpoint
 from pyro_attention.tasks.translation.config import _normalise_keys, _toml
-from pyro_attention.tasks.translation.evaluation import _decode
+from pyro_attention.tasks.translation.evaluation import DecodeCache, _decode
 
 Log = Callable[[str], None]
 #: the fields of one row of ``table.json``
@@ -246,8 +246,8 @@ def evaluate_row(config: TranslationConfig, folder: Path, label: str, bleu: bool
     trained = trained if trained is not None else json.loads((folder / "trained.json").read_text())
     best = folder / "best.pt"
     ckpt = load_checkpoint(best, device=config.device)  # read once: both splits and the decoding use it
-    val = evaluate(ckpt, "val", kmax=0, bleu=False)
-    test = evaluate(ckpt, "test", kmax=5, bleu=False)
+    val = _scored(folder / "scored-val.json", best, lambda: evaluate(ckpt, "val", kmax=0, bleu=False))
+    test = _scored(folder / "scored-test.json", best, lambda: evaluate(ckpt, "test", kmax=5, bleu=False))
     kmax_decoding = "kmax" in ckpt.pair.decoding_rules()
     row: dict[str, Any] = {
         "label": label, "pair": config.model, "estimator": config.estimator, "output": config.output,
@@ -268,19 +268,33 @@ def evaluate_row(config: TranslationConfig, folder: Path, label: str, bleu: bool
         data = load_split(config, "test", size=config.test_size, references=True)
         rule = ckpt.pair.default_rule(decoding=True)
         row["decode_rule"] = rule
-        started = time.perf_counter()
-        hyps = _decode(ckpt, data.source, 5, rule, 5, 0.0, None, False)
-        row["decode_sentences_per_s"] = len(hyps) / max(time.perf_counter() - started, 1e-9)
+        cache = DecodeCache(folder / f"decoded-{rule}.jsonl")  # a stopped evaluation goes on where it stopped
+        hyps = _decode(ckpt, data.source, 5, rule, 5, 0.0, None, False, cache=cache)
+        row["decode_sentences_per_s"] = cache.sentences / max(cache.seconds, 1e-9)
         scored = metrics.bleu([metrics.detokenize(h, config.tgt) for h in hyps], data.references,
                               lowercase=config.lowercased)
         row["bleu"], row["bleu_signature"] = scored.score, scored.signature
         refs = [" ".join(t) for t in data.target]
         row["bleu_tok_none"] = sacrebleu.corpus_bleu([" ".join(h) for h in hyps], [refs], tokenize="none").score
         if kmax_decoding:
-            kmax = _decode(ckpt, data.source, 5, "kmax", 5, 0.0, None, False)
+            kmax = _decode(ckpt, data.source, 5, "kmax", 5, 0.0, None, False,
+                           cache=DecodeCache(folder / "decoded-kmax.jsonl"))
             text = [metrics.detokenize(h, config.tgt) for h in kmax]
             row["bleu_kmax5"] = metrics.bleu(text, data.references, lowercase=config.lowercased).score
     return row
+
+
+def _scored(path: Path, checkpoint: Path, score: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``score()``, kept in ``path`` for the checkpoint file as it is now (path, size, modification time): an
+    evaluation stopped after scoring a split does not score it again for the same ``best.pt``."""
+    stat = checkpoint.stat()
+    key = {"checkpoint": str(checkpoint.resolve()), "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    kept = _read_json(path, None)
+    if isinstance(kept, dict) and kept.get("key") == key:
+        return kept["scores"]
+    scores = score()
+    _write_json(path, {"key": key, "scores": scores})
+    return scores
 
 
 def _train_pairs(config: TranslationConfig) -> int | None:
