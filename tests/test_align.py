@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -177,3 +178,31 @@ def test_align_a_users_gold_set_from_the_command_line(tmp_path, capsys):
     assert code == 0
     printed = capsys.readouterr().out
     assert "user gold set" in printed and "grow-diag-final-and" in printed and "posterior" in printed
+
+
+def test_a_stopped_align_run_does_not_train_a_finished_direction_again(tmp_path, monkeypatch):
+    """Each direction's alignments are kept in OUT/<network>-<model>-<direction>.trained.pt: a rerun with the same
+    settings and text reads them (same rows, no training); another setting, other text or a damaged file trains."""
+    from pyro_attention.tasks.align.networks import ALIGN_NETWORKS
+
+    f = _files(tmp_path)
+    config = AlignConfig(gold_text=str(f["text"]), gold_links=str(f["pharaoh1"]), network="ibm1",
+                         models=["marginal"], epochs=1, both_directions=True, out=str(tmp_path / "runs"))
+    first = run_align(config, log=lambda _: None)
+    files = sorted(p.name for p in (tmp_path / "runs").glob("*.trained.pt"))
+    assert files == ["ibm1-marginal-forward.trained.pt", "ibm1-marginal-reverse.trained.pt"]
+    network = ALIGN_NETWORKS["ibm1"]
+    real, trained = network.train, []
+    monkeypatch.setattr(type(network), "train", lambda self, *a, **k: trained.append(a[3]) or real(*a, **k))
+    logs: list[str] = []
+    again = run_align(dataclasses.replace(config, thresholds=(0.5,)), log=logs.append)  # scoring only
+    def untuned(rows: list) -> list:  # the rows that do not depend on the threshold grid
+        return [(r.source, r.direction, r.result) for r in rows if "thresholds" not in r.note]
+
+    assert not trained and untuned(again) == untuned(first) and len(untuned(first)) > 10
+    assert sum("read from" in m for m in logs) == 2
+    (tmp_path / "runs" / "ibm1-marginal-reverse.trained.pt").write_bytes(b"damaged")
+    run_align(config, log=lambda _: None)
+    assert trained == [True]  # only the damaged direction
+    run_align(dataclasses.replace(config, epochs=2), log=lambda _: None)
+    assert trained == [True, False, True]

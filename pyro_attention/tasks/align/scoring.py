@@ -3,6 +3,9 @@ every direction and symmetrisation (:func:`run_align`), and the rows as a table 
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,15 +145,12 @@ def run_align(config: AlignConfig, log: Callable[[str], None] = print) -> list[A
     gold = list(corpus.gold)
     rows: list[AlignRow] = []
     for model in config.models:
-        trained = network.train(corpus, config, model, False, log)
-        forward = alignment_probs(trained, corpus.source, corpus.target, null_word=trained.null_word)
-        log(f"trained {network.name} {model} ({trained.seconds:.0f} s)")
+        trained = trained_direction(network, corpus, config, model, False, log)
+        forward = trained.probs
         backward, back_seconds, back_null = None, 0.0, False
         if config.both_directions:
-            back = network.train(corpus, config, model, True, log)
-            back_null, back_seconds = back.null_word, back.seconds
-            backward = alignment_probs(back, corpus.target, corpus.source, null_word=back_null)
-            log(f"trained {network.name} {model} reverse ({back.seconds:.0f} s)")
+            back = trained_direction(network, corpus, config, model, True, log)
+            back_null, back_seconds, backward = back.null_word, back.seconds, back.probs
 
         # a NULL word and a decoder's expert are part of the model: rows "<network>[-lm][-null]-<pair>", noted
         family = (network.name + ("-lm" if trained.decoder_expert else "")
@@ -197,6 +197,60 @@ def run_align(config: AlignConfig, log: Callable[[str], None] = print) -> list[A
                     log(f"{name} {method}: {note}")
                     rows.append(row(name, method, links, trained.seconds + back_seconds, note))
     return rows
+
+
+@dataclass
+class TrainedDirection:
+    """One direction's alignment distributions of the gold pairs (:func:`alignment_probs`) and how they came."""
+
+    probs: dict[str, list[torch.Tensor]]
+    seconds: float
+    null_word: bool
+    decoder_expert: bool
+
+
+#: the options that do not change a direction's training: where the results go, which models and directions run,
+#: how links are scored, and the files the text came from (the text itself is hashed into the key)
+_NOT_TRAINING = ("out", "models", "both_directions", "thresholds", "gold_links", "links_format", "links_order",
+                 "data_dir", "gold_text", "gold_src", "gold_tgt", "extra_src", "extra_tgt")
+
+
+def trained_direction(network: Any, corpus: Any, config: AlignConfig, model: str, reverse: bool,
+                      log: Callable[[str], None] = print) -> TrainedDirection:
+    """Train ``model`` on ``network`` in one direction and read its alignments of the gold pairs -- or read them
+    from ``OUT/<network>-<model>-<forward|reverse>.trained.pt``, written atomically when a direction finishes and
+    used only for the same training settings (:data:`_NOT_TRAINING` are not) and the same text (a hash of the gold
+    and training sentences): a run stopped in its reverse direction (2 hours of a core on the
+    full data) does not train the forward again.  Delete the file to train it again."""
+    from pyro_attention.tasks.translation.checkpoints import save_checkpoint
+
+    direction = "reverse" if reverse else "forward"
+    path = Path(config.out) / f"{network.name}-{model}-{direction}.trained.pt"
+    settings = {k: v for k, v in dataclasses.asdict(config).items() if k not in _NOT_TRAINING}
+    text = hashlib.sha256()
+    for side in (corpus.source, corpus.target, corpus.extra_source, corpus.extra_target):
+        text.update("\n".join(" ".join(s) for s in side).encode("utf-8") + b"\0")
+    key = {"settings": json.dumps(settings, sort_keys=True, default=str), "text": text.hexdigest(), "model": model,
+           "network": network.name, "direction": direction}
+    if path.is_file():
+        try:
+            saved = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:  # noqa: BLE001 - a damaged file is trained again, not trusted
+            log(f"{path}: cannot be read ({type(e).__name__}); training {direction} again")
+            saved = None
+        if isinstance(saved, dict) and saved.get("key") == key:
+            log(f"{network.name} {model} {direction}: read from {path} (trained in {saved['seconds']:.0f} s before; "
+                "delete the file to train again)")
+            return TrainedDirection(saved["probs"], float(saved["seconds"]), bool(saved["null_word"]),
+                                    bool(saved["decoder_expert"]))
+    trained = network.train(corpus, config, model, reverse, log)
+    src, tgt = (corpus.target, corpus.source) if reverse else (corpus.source, corpus.target)
+    result = TrainedDirection(alignment_probs(trained, src, tgt, null_word=trained.null_word), trained.seconds,
+                              trained.null_word, trained.decoder_expert)
+    save_checkpoint({"key": key, "probs": result.probs, "seconds": result.seconds, "null_word": result.null_word,
+                     "decoder_expert": result.decoder_expert}, path)
+    log(f"trained {network.name} {model}{' reverse' if reverse else ''} ({trained.seconds:.0f} s)")
+    return result
 
 
 def save_probs(path: Path, forward: dict[str, list[torch.Tensor]], backward: dict[str, list[torch.Tensor]] | None,
