@@ -220,8 +220,8 @@ def trained_direction(network: Any, corpus: Any, config: AlignConfig, model: str
     """Train ``model`` on ``network`` in one direction and read its alignments of the gold pairs -- or read them
     from ``OUT/<network>-<model>-<forward|reverse>.trained.pt``, written atomically when a direction finishes and
     used only for the same training settings (:data:`_NOT_TRAINING` are not) and the same text (a hash of the gold
-    and training sentences): a run stopped in its reverse direction (2 hours of a core on the
-    full data) does not train the forward again.  Delete the file to train it again."""
+    and training sentences): a run stopped in its reverse direction (an hour or more of a core on the full data)
+    does not train the forward again.  Delete the file to train it again."""
     from pyro_attention.tasks.translation.checkpoints import save_checkpoint
 
     direction = "reverse" if reverse else "forward"
