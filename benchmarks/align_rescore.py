@@ -35,24 +35,11 @@ import torch
 RULES = ("threshold", "grow", "grow-final-and")
 
 
-def tuned(candidates: dict[Any, list[set]], gold: list) -> tuple[Any, list[set], tuple[Any, Any]]:
-    """The links of ``candidates`` (choice -> links of every pair) with each half scored by the choice best on the
-    other half; returns the AER result, the links and the two choices (even pairs, odd pairs)."""
-    from pyro_attention.aer import alignment_error_rate
-
-    def aer(links: list[set], half: int) -> float:
-        idx = range(half, len(gold), 2)
-        return alignment_error_rate([links[i] for i in idx], [gold[i] for i in idx]).aer
-
-    chosen = tuple(min(candidates, key=lambda c, h=half: aer(candidates[c], 1 - h)) for half in (0, 1))
-    links = [candidates[chosen[i % 2]][i] for i in range(len(gold))]
-    return alignment_error_rate(links, gold), links, chosen  # type: ignore[return-value]
-
-
 def rescore(forward: list[torch.Tensor], backward: list[torch.Tensor], gold: list, grid: Sequence[float],
             method: str, log: Callable[[str], None] = print) -> list[dict[str, Any]]:
     """The three link rules of the module docstring on one source's combined posteriors; one dict per rule."""
-    from pyro_attention.aer import combine_posteriors, grow_diag, links_from_probs
+    from pyro_attention.aer import alignment_error_rate, combine_posteriors, grow_diag, links_from_probs
+    from pyro_attention.tasks.align.scoring import held_out_choice
 
     matrices = [combine_posteriors(f, b, method) for f, b in zip(forward, backward, strict=True)]
     at = {th: [links_from_probs(m, threshold=th) for m in matrices] for th in grid}
@@ -65,7 +52,8 @@ def rescore(forward: list[torch.Tensor], backward: list[torch.Tensor], gold: lis
     }
     rows = []
     for rule in RULES:
-        result, _, chosen = tuned(candidates[rule], gold)
+        links, chosen = held_out_choice(candidates[rule], gold)
+        result = alignment_error_rate(links, gold)
         rows.append({"combination": method, "rule": rule, "aer": 100 * result.aer,
                      "precision": 100 * result.precision, "recall": 100 * result.recall,
                      "links": result.num_predicted, "chosen": chosen})

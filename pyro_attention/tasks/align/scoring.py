@@ -105,16 +105,28 @@ def threshold_links(
     if len(probs) != len(gold):
         raise ValueError(f"threshold_links: {len(probs)} alignments for {len(gold)} gold ones")
     cache = {th: [_word_links(p, null_word, th) for p in probs] for th in grid}
+    return held_out_choice(cache, gold, reverse)
 
-    def score(th: float, half: int) -> float:
-        idx = range(half, len(probs), 2)
-        links = [cache[th][i] for i in idx]
+
+def held_out_choice(candidates: dict[Any, list[set[tuple[int, int]]]], gold: list,
+                    reverse: bool = False) -> tuple[list[set[tuple[int, int]]], tuple[Any, Any]]:
+    """The links of ``candidates`` (each choice -- a threshold, a pair of them -- mapped to the links of every
+    pair): pairs ``0, 2, 4, ...`` with the choice of lowest AER on pairs ``1, 3, 5, ...``, and those with the one
+    best on pairs ``0, 2, 4, ...`` (ties to the first): no pair is scored with a choice tuned on itself.
+
+    :param reverse: the links are ``(target, source)`` of the corpus (a reverse model's).
+    :returns: the links and the two choices (for the even pairs, for the odd pairs).
+    """
+
+    def score(choice: Any, half: int) -> float:
+        idx = range(half, len(gold), 2)
+        links = [candidates[choice][i] for i in idx]
         if reverse:
             links = [{(s, t) for t, s in x} for x in links]
         return alignment_error_rate(links, [gold[i] for i in idx]).aer
 
-    chosen = tuple(min(grid, key=lambda th, h=half: score(th, 1 - h)) for half in (0, 1))
-    return [cache[chosen[i % 2]][i] for i in range(len(probs))], chosen  # type: ignore[return-value]
+    chosen = tuple(min(candidates, key=lambda c, h=half: score(c, 1 - h)) for half in (0, 1))
+    return [candidates[chosen[i % 2]][i] for i in range(len(gold))], chosen  # type: ignore[return-value]
 
 
 @dataclass
