@@ -87,13 +87,19 @@ class DecodeCache:
             os.fsync(f.fileno())
 
 
+def checkpoint_key(path: str | os.PathLike) -> dict[str, Any]:
+    """A checkpoint file as it is now (its resolved path, size and modification time; ``None`` for a file that is
+    not there): what results kept for it must match (:class:`DecodeCache`, the runner's split scores)."""
+    path = Path(path)
+    stat = path.stat() if path.is_file() else None
+    return {"checkpoint": str(path.resolve()), "bytes": stat.st_size if stat else None,
+            "mtime_ns": stat.st_mtime_ns if stat else None}
+
+
 def _decoding_key(ckpt: Checkpoint, sources: Sequence[Sequence[str]], **settings: Any) -> dict[str, Any]:
     """What a :class:`DecodeCache` must match: the checkpoint file, the decoding's settings and the sources."""
-    path = Path(ckpt.path)
-    stat = path.stat() if path.is_file() else None
     digest = hashlib.sha256("\n".join(" ".join(s) for s in sources).encode("utf-8")).hexdigest()
-    return {"checkpoint": str(path.resolve()), "bytes": stat.st_size if stat else None,
-            "mtime_ns": stat.st_mtime_ns if stat else None, **settings, "sources": len(sources), "sha256": digest}
+    return {**checkpoint_key(ckpt.path), **settings, "sources": len(sources), "sha256": digest}
 
 
 def _decode(

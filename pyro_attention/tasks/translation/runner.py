@@ -60,7 +60,7 @@ from pyro_attention.tasks.translation import (
 )
 from pyro_attention.tasks.translation.checkpoints import _read_checkpoint
 from pyro_attention.tasks.translation.config import _normalise_keys, _toml
-from pyro_attention.tasks.translation.evaluation import DecodeCache, _decode
+from pyro_attention.tasks.translation.evaluation import DecodeCache, _decode, checkpoint_key
 
 Log = Callable[[str], None]
 #: the fields of one row of ``table.json``
@@ -287,8 +287,7 @@ def evaluate_row(config: TranslationConfig, folder: Path, label: str, bleu: bool
 def _scored(path: Path, checkpoint: Path, score: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """``score()``, kept in ``path`` for the checkpoint file as it is now (path, size, modification time): an
     evaluation stopped after scoring a split does not score it again for the same ``best.pt``."""
-    stat = checkpoint.stat()
-    key = {"checkpoint": str(checkpoint.resolve()), "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    key = checkpoint_key(checkpoint)
     kept = _read_json(path, None)
     if isinstance(kept, dict) and kept.get("key") == key:
         return kept["scores"]
