@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pyro
 import pytest
@@ -478,7 +479,7 @@ def test_align_ibm1_from_the_command_line_writes_json_rows(tmp_path, capsys):
 
 @pytest.mark.parametrize("network, kind", [("distortion", "DistortionNetwork"), ("hmm", "HMMNetwork")])
 def test_staged_aligners_start_from_ibm1_and_train_the_table_at_its_own_rate(tmp_path, monkeypatch, network, kind):
-    """networks distortion and hmm: IBM Model 1 first (its recipe), then the network holding that very IBM1 as its
+    """networks distortion and hmm: IBM Model 1 first (at --ibm1-lr), then the network holding that very IBM1 as its
     lexical model, the table at --table-lr and the prior at --lr (Pyro's per-parameter optim_args)."""
     from pyro_attention.tasks.align import networks as align_networks
 
@@ -487,6 +488,7 @@ def test_staged_aligners_start_from_ibm1_and_train_the_table_at_its_own_rate(tmp
 
     def spy(network, data, epochs, batch_size, lr, seed, log, label, param_lr=None):
         calls.append((type(network).__name__, epochs, batch_size, lr, param_lr))
+        data_sizes.append(len(data.source))
         if not isinstance(network, IBM1Network):
             assert network.lexical is calls_ibm1[0]  # the trained IBM1 itself, not a copy
             table = network.lexical.src_embed.weight.detach().clone()
@@ -497,20 +499,36 @@ def test_staged_aligners_start_from_ibm1_and_train_the_table_at_its_own_rate(tmp
         return pair
 
     calls_ibm1: list = []
+    data_sizes: list = []
     monkeypatch.setattr(align_networks, "_fit_lexical", spy)
     pairs = ["the house ||| das haus", "the cat ||| die katze", "a small cat ||| eine kleine katze"]
     (tmp_path / "gold.txt").write_text("\n".join(pairs) + "\n")
     (tmp_path / "gold.p1").write_text("1-1 2-2\n1-1 2-2\n1-1 2-2 3-3\n")
     code = cli.main(["align", "--gold-text", str(tmp_path / "gold.txt"), "--gold-links", str(tmp_path / "gold.p1"),
                      "--network", network, "--models", "marginal", "--ibm1-epochs", "2", "--epochs", "1",
-                     "--lr", "0.01", "--table-lr", "0.002", "--embedding", "4", "--encoder", "3", "--decoder", "5",
+                     "--lr", "0.01", "--table-lr", "0.002", "--ibm1-lr", "0.2", "--gold-repeat", "3",
+                     "--embedding", "4", "--encoder", "3", "--decoder", "5",
                      "--attention", "3", "--out", str(tmp_path / "runs"), "--json", str(tmp_path / "aer.json")])
     assert code == 0
-    sources = {r["source"] for r in json.loads((tmp_path / "aer.json").read_text())}
+    rows = json.loads((tmp_path / "aer.json").read_text())
+    sources = {r["source"] for r in rows}
+    # repeated gold text is part of the model: its rows never replace a baseline's
+    assert all(r["model"] == f"{network}-gold3-marginal" and "gold_repeat 3" in r["note"] for r in rows)
     hmm_sources = {"smoothed", "smoothed-threshold"}  # the HMM's forward-backward posterior, its threshold links
     assert (sources >= hmm_sources) if network == "hmm" else not (sources & hmm_sources)
-    assert calls == [("IBM1Network", 2, align_networks.IBM1_BATCH_SIZE, align_networks.IBM1_LR, None),
+    assert calls == [("IBM1Network", 2, align_networks.IBM1_BATCH_SIZE, 0.2, None),
                      (kind, 1, 32, 0.01, {"lexical.": 0.002})]
+    assert data_sizes == [3 * 3] * 2  # the three gold pairs, three times each (no extra text)
+
+
+def test_repeated_gold_text_is_unlabelled_training_text_in_either_direction():
+    """--gold-repeat K: the gold pairs K times, then the extra text, the sides swapped for the reverse direction."""
+    from pyro_attention.tasks.align.networks import _training_text
+
+    corpus = SimpleNamespace(source=[["a"], ["b"]], target=[["x"], ["y"]], extra_source=[["c"]], extra_target=[["z"]])
+    assert _training_text(corpus, False, 2) == ([["a"], ["b"], ["a"], ["b"], ["c"]],
+                                                [["x"], ["y"], ["x"], ["y"], ["z"]])
+    assert _training_text(corpus, True, 1) == ([["x"], ["y"], ["z"]], [["a"], ["b"], ["c"]])
 
 
 def test_links_never_point_at_the_null_word():

@@ -52,8 +52,9 @@ def add_align(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
                     + " (ibm1, ibm1-rank, distortion, hmm: --models marginal; ibm1-rank: --embedding = the lexical "
                     "table's rank)")
     add_config_options(al, AlignConfig, ("epochs", "batch_size", "lr", "max_len", "embedding", "encoder", "decoder",
-                                         "attention", "ibm1_epochs", "tension", "max_jump", "table_lr",
+                                         "attention", "ibm1_epochs", "ibm1_lr", "tension", "max_jump", "table_lr",
                                          "null_prob", "decoder_expert"))
+    add_config_options(al, AlignConfig, ("gold_repeat",))
     al.add_argument("--both-directions", action="store_true",
                     help="also train target->source; report every symmetrisation (intersection, union, grow-diag, "
                     "grow-diag-final, grow-diag-final-and)")

@@ -32,6 +32,8 @@ class AlignConfig(OptimConfig):
     attention: int = option(64, "MLP attention size", low=1)
     ibm1_epochs: int = option(5, "networks distortion and hmm: IBM Model 1 epochs that train the lexical table first "
                               "(0: a uniform table)", low=0)
+    ibm1_lr: float = option(0.1, "networks distortion and hmm: the Adam learning rate of that IBM Model 1 stage (on "
+                            "the table's logits, batches of 512 sentences)", interval=(0.0, 1.0, True, False))
     tension: float = option(4.0, "networks distortion and hmm: the start of the prior's learned diagonal tension "
                             "(fast_align's -lambda |i/m - j/n|; 0: no diagonal term)",
                             interval=(0.0, float("inf"), False, True))
@@ -46,6 +48,8 @@ class AlignConfig(OptimConfig):
     decoder_expert: int = option(0, "network hmm: a decoder's expert, a target-side LSTM of this many units over "
                                  "y_<t whose logits u_t join the lexical table in a product, p(y_t | x_s, y_<t) ∝ "
                                  "t(y_t | x_s) exp(u_t[y_t]), from u = 0 (embeddings: --embedding; 0: none)", low=0)
+    gold_repeat: int = option(1, "the gold sentence pairs appear this many times in the training text (weights the "
+                              "gold set's own domain against the extra text; unlabelled: no link is read)", low=1)
     both_directions: bool = False
     threads: int = option(1, "torch threads", low=1)
     out: str = "runs/align"

@@ -35,8 +35,10 @@ class Trained:
     decoder_expert: bool = False
 
 
-def _training_text(corpus: GoldCorpus, reverse: bool) -> tuple[list[list[str]], list[list[str]]]:
-    src, tgt = corpus.source + corpus.extra_source, corpus.target + corpus.extra_target
+def _training_text(corpus: GoldCorpus, reverse: bool, gold_repeat: int = 1) -> tuple[list[list[str]], list[list[str]]]:
+    """The training sentences: the gold pairs (``gold_repeat`` times, as unlabelled text) and the extra text."""
+    src = corpus.source * gold_repeat + corpus.extra_source
+    tgt = corpus.target * gold_repeat + corpus.extra_target
     return (tgt, src) if reverse else (src, tgt)
 
 
@@ -87,7 +89,7 @@ class Seq2SeqAligner(AlignNetwork):
         start = time.perf_counter()
         out = Path(config.out) / f"{self.name}-{model}{'-reverse' if reverse else ''}"
         out.mkdir(parents=True, exist_ok=True)
-        src, tgt = _training_text(corpus, reverse)
+        src, tgt = _training_text(corpus, reverse, config.gold_repeat)
         gold_src, gold_tgt = (corpus.target, corpus.source) if reverse else (corpus.source, corpus.target)
         files = {
             "train_src": _write(out / "train.src", src),
@@ -137,18 +139,20 @@ class LexicalAligner(AlignNetwork):
               log: Callable[[str], None]) -> Trained:
         start = time.perf_counter()
         null = bool(config.null_prob) and self.null_word
-        src_vocab, tgt_vocab, data = _bitext(corpus, reverse, null)
+        src_vocab, tgt_vocab, data = _bitext(corpus, reverse, null, config.gold_repeat)
         pair = _fit_lexical(self.build(len(src_vocab), len(tgt_vocab), config), data, config.epochs,
                             config.batch_size, config.lr, config.seed, log,
                             f"{self.name} {model}{' reverse' if reverse else ''}")
         return Trained(pair, src_vocab, tgt_vocab, time.perf_counter() - start, null)
 
 
-def _bitext(corpus: GoldCorpus, reverse: bool, null_word: bool = False) -> tuple[Vocab, Vocab, _Bitext]:
-    """Vocabularies and ids of the training text (``null_word``: the NULL word in front of every source sentence)."""
+def _bitext(corpus: GoldCorpus, reverse: bool, null_word: bool = False,
+            gold_repeat: int = 1) -> tuple[Vocab, Vocab, _Bitext]:
+    """Vocabularies and ids of the training text (``null_word``: the NULL word in front of every source sentence;
+    ``gold_repeat``: :func:`_training_text`)."""
     from pyro_attention.networks.lexical import with_null_word
 
-    src, tgt = _training_text(corpus, reverse)
+    src, tgt = _training_text(corpus, reverse, gold_repeat)
     src_vocab, tgt_vocab = Vocab.build(src), Vocab.build(tgt)
     source = [src_vocab.encode(s) for s in src]
     if null_word:
@@ -177,15 +181,16 @@ def _fit_lexical(network: Any, data: _Bitext, epochs: int, batch_size: int, lr: 
     return pair
 
 
-#: IBM Model 1's recipe where it starts a staged network's lexical table (the free-table runs of docs/results.md)
-IBM1_BATCH_SIZE, IBM1_LR = 512, 0.1
+#: IBM Model 1's batch size where it starts a staged network's lexical table (the free-table runs of
+#: docs/results.md); its learning rate is ``--ibm1-lr``
+IBM1_BATCH_SIZE = 512
 
 
 class StagedAligner(AlignNetwork):
     """IBM Model 1 first, then a network holding it as its lexical model (as GIZA++ trains Model 1 before the HMM).
 
     ``ibm1_epochs`` epochs of :class:`~pyro_attention.networks.lexical.IBM1Network` (free table, batches of
-    :data:`IBM1_BATCH_SIZE`, learning rate :data:`IBM1_LR`), then ``build(ibm1, source_vocab, target_vocab,
+    :data:`IBM1_BATCH_SIZE`, learning rate ``ibm1_lr``), then ``build(ibm1, source_vocab, target_vocab,
     config)``: ``epochs`` epochs, its own parameters at ``lr`` and the table at ``table_lr``; both stages by the
     ``marginal`` pair's exact enumeration."""
 
@@ -204,11 +209,11 @@ class StagedAligner(AlignNetwork):
 
         start = time.perf_counter()
         null = bool(config.null_prob) and self.null_word
-        src_vocab, tgt_vocab, data = _bitext(corpus, reverse, null)
+        src_vocab, tgt_vocab, data = _bitext(corpus, reverse, null, config.gold_repeat)
         label = f"{self.name} {model}{' reverse' if reverse else ''}"
         lexical = IBM1Network(len(src_vocab), len(tgt_vocab), null_prob=config.null_prob if null else None)
         if config.ibm1_epochs:
-            lexical = _fit_lexical(lexical, data, config.ibm1_epochs, IBM1_BATCH_SIZE, IBM1_LR, config.seed, log,
+            lexical = _fit_lexical(lexical, data, config.ibm1_epochs, IBM1_BATCH_SIZE, config.ibm1_lr, config.seed, log,
                                    f"{label}, IBM Model 1").network
         network = self.build(lexical, len(src_vocab), len(tgt_vocab), config)
         pair = _fit_lexical(network, data, config.epochs, config.batch_size, config.lr, config.seed, log, label,

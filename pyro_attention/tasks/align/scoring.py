@@ -164,14 +164,18 @@ def run_align(config: AlignConfig, log: Callable[[str], None] = print) -> list[A
             back = trained_direction(network, corpus, config, model, True, log)
             back_null, back_seconds, backward = back.null_word, back.seconds, back.probs
 
-        # a NULL word and a decoder's expert are part of the model: rows "<network>[-lm][-null]-<pair>", noted
+        # a NULL word, a decoder's expert and repeated gold text are part of the model: rows
+        # "<network>[-lm][-null][-goldK]-<pair>", noted
         family = (network.name + ("-lm" if trained.decoder_expert else "")
-                  + ("-null" if trained.null_word else ""))
+                  + ("-null" if trained.null_word else "")
+                  + (f"-gold{config.gold_repeat}" if config.gold_repeat > 1 else ""))
         output = "product" if trained.decoder_expert else network.output  # the lexical table times u_t
         save_probs(Path(config.out) / f"{family}-{model}.probs.pt", forward, backward, trained.null_word, back_null)
         model_note = "; ".join(x for x in (f"null_prob {config.null_prob:g}" if trained.null_word else "",
                                           f"decoder_expert {config.decoder_expert}" if trained.decoder_expert
-                                          else "") if x)
+                                          else "",
+                                          f"gold_repeat {config.gold_repeat}" if config.gold_repeat > 1 else "")
+                               if x)
 
         def row(label: str, direction: str, links: list, seconds: float, note: str = "", model: str = model,
                 family: str = family, model_note: str = model_note, output: str = output) -> AlignRow:
