@@ -50,6 +50,11 @@ class AlignConfig(OptimConfig):
                                  "t(y_t | x_s) exp(u_t[y_t]), from u = 0 (embeddings: --embedding; 0: none)", low=0)
     gold_repeat: int = option(1, "the gold sentence pairs appear this many times in the training text (weights the "
                               "gold set's own domain against the extra text; unlabelled: no link is read)", low=1)
+    source_prefix: int = option(0, "keep the first N characters of every word on the corpus's source side (cs for "
+                                "csen, en for enfr) before training and scoring: eflomal's --source-prefix, a crude "
+                                "stemmer for an inflected language (0: whole words)", low=0)
+    target_prefix: int = option(0, "the same on the corpus's target side (eflomal's --target-prefix; 0: whole words)",
+                                low=0)
     both_directions: bool = False
     threads: int = option(1, "torch threads", low=1)
     out: str = "runs/align"

@@ -26,6 +26,23 @@ def _lower(sentences: list[list[str]]) -> list[list[str]]:
     return [[w.lower() for w in s] for s in sentences]
 
 
+def _prefixed(sentences: list[list[str]], length: int) -> list[list[str]]:
+    return [[w[:length] for w in s] for s in sentences] if length else sentences
+
+
+def truncated(corpus: GoldCorpus, source_prefix: int = 0, target_prefix: int = 0) -> GoldCorpus:
+    """``corpus`` with every word cut to its first ``source_prefix`` / ``target_prefix`` characters on the source /
+    target side (0: whole words) -- eflomal's ``--source-prefix`` / ``--target-prefix`` stemming.  Positions, and so
+    the gold links, are unchanged: only which words share a row of the lexical table changes."""
+    if not source_prefix and not target_prefix:
+        return corpus
+    return GoldCorpus(_prefixed(corpus.source, source_prefix), _prefixed(corpus.target, target_prefix), corpus.gold,
+                      _prefixed(corpus.extra_source, source_prefix), _prefixed(corpus.extra_target, target_prefix),
+                      corpus.description + "; words cut to their first "
+                      + " / ".join(f"{n} characters ({side})" for n, side in
+                                   ((source_prefix, "source"), (target_prefix, "target")) if n))
+
+
 def load_user_gold(config: AlignConfig, log: Callable[[str], None] = print) -> GoldCorpus:
     """A user's gold set (``gold_text`` or ``gold_src`` + ``gold_tgt``, ``gold_links`` in ``links_format`` and
     ``links_order``) and extra text (``extra_src`` / ``extra_tgt``; none without them).
@@ -76,9 +93,16 @@ def _read_side(path: str | None) -> list[list[str]]:
 
 
 def load_gold_corpus(config: AlignConfig, log: Callable[[str], None] = print) -> GoldCorpus:
-    """The gold sentence pairs, their links (out-of-range links reported and dropped) and the extra text."""
+    """The gold sentence pairs, their links (out-of-range links reported and dropped) and the extra text, words cut
+    to ``source_prefix`` / ``target_prefix`` characters where those are set (:func:`truncated`)."""
     if config.gold_links is not None:
-        return load_user_gold(config, log)
+        corpus = load_user_gold(config, log)
+    else:
+        corpus = _load_builtin(config, log)
+    return truncated(corpus, config.source_prefix, config.target_prefix)
+
+
+def _load_builtin(config: AlignConfig, log: Callable[[str], None]) -> GoldCorpus:
     root = resolve_data_dir(config.data_dir)
     gold_dir = root / "gold-alignments"
     if config.corpus == "enfr":

@@ -164,17 +164,21 @@ def run_align(config: AlignConfig, log: Callable[[str], None] = print) -> list[A
             back = trained_direction(network, corpus, config, model, True, log)
             back_null, back_seconds, backward = back.null_word, back.seconds, back.probs
 
-        # a NULL word, a decoder's expert and repeated gold text are part of the model: rows
-        # "<network>[-lm][-null][-goldK]-<pair>", noted
+        # a NULL word, a decoder's expert, repeated gold text and cut words are part of the model: rows
+        # "<network>[-lm][-null][-goldK][-srcprefixN][-tgtprefixN]-<pair>", noted
         family = (network.name + ("-lm" if trained.decoder_expert else "")
                   + ("-null" if trained.null_word else "")
-                  + (f"-gold{config.gold_repeat}" if config.gold_repeat > 1 else ""))
+                  + (f"-gold{config.gold_repeat}" if config.gold_repeat > 1 else "")
+                  + (f"-srcprefix{config.source_prefix}" if config.source_prefix else "")
+                  + (f"-tgtprefix{config.target_prefix}" if config.target_prefix else ""))
         output = "product" if trained.decoder_expert else network.output  # the lexical table times u_t
         save_probs(Path(config.out) / f"{family}-{model}.probs.pt", forward, backward, trained.null_word, back_null)
         model_note = "; ".join(x for x in (f"null_prob {config.null_prob:g}" if trained.null_word else "",
                                           f"decoder_expert {config.decoder_expert}" if trained.decoder_expert
                                           else "",
-                                          f"gold_repeat {config.gold_repeat}" if config.gold_repeat > 1 else "")
+                                          f"gold_repeat {config.gold_repeat}" if config.gold_repeat > 1 else "",
+                                          f"source_prefix {config.source_prefix}" if config.source_prefix else "",
+                                          f"target_prefix {config.target_prefix}" if config.target_prefix else "")
                                if x)
 
         def row(label: str, direction: str, links: list, seconds: float, note: str = "", model: str = model,
