@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 
 from pyro_attention import cli
 from pyro_attention.aer import alignment_error_rate
-from pyro_attention.align import AlignConfig, alignment_links, format_rows, run_align
+from pyro_attention.align import AlignConfig, alignment_links, format_rows, load_gold_corpus, run_align
 from pyro_attention.data import make_synthetic_translation
 from pyro_attention.translation import TranslationConfig, train
 
@@ -228,3 +230,43 @@ def test_the_rescoring_benchmark_links_saved_alignments_without_training(tmp_pat
     assert out[0]["aer"] == pytest.approx(100 * mean.result.aer)
     assert all(hi > lo for r in out if r["rule"] != "threshold" for hi, lo in r["chosen"])
     assert "| posterior | posterior-mean | grow |" in capsys.readouterr().out
+
+
+def test_the_eflomal_benchmark_scores_the_peer_on_align_s_training_text(tmp_path, capsys, monkeypatch):
+    """benchmarks/align_eflomal.py: the training text handed to eflomal is align's (gold pairs gold_repeat times,
+    then the extra text, words cut by --source-prefix), and the first copy of the gold pairs' links are scored
+    forward, reverse and symmetrised -- here with a stand-in eflomal that links word i to word i."""
+    from scripts import load_script
+
+    f = _files(tmp_path)
+    fake = tmp_path / "bin" / "eflomal-align"
+    fake.parent.mkdir()
+    fake.write_text(f"#!{sys.executable}\n" + textwrap.dedent("""\
+        import os, shutil, sys
+        a = dict(zip(sys.argv[1::2], sys.argv[2::2]))
+        shutil.copy(a["-s"], os.environ["SOURCE_COPY"])
+        lines = [s.split() for s in open(a["-s"], encoding="utf-8")]
+        for out in (a["-f"], a["-r"]):
+            open(out, "w").write("".join(" ".join(f"{i}-{i}" for i in range(len(s))) + "\\n" for s in lines))
+        """))
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("SOURCE_COPY", str(tmp_path / "source-seen"))
+    bench = load_script("benchmarks", "align_eflomal")
+    args = bench.make_parser().parse_args(["--gold-text", str(f["text"]), "--gold-links", str(f["pharaoh1"]),
+                                           "--gold-repeat", "2", "--source-prefix", "2"])
+    rows = bench.main(args)
+    gold = [line.split(" ||| ")[0].lower().split() for line in PAIRS]
+    assert (tmp_path / "source-seen").read_text(encoding="utf-8").splitlines() == [
+        " ".join(w[:2] for w in s) for s in gold * 2]
+    assert [r["symmetrisation"] for r in rows] == ["forward", "reverse", "intersection", "union", "grow-diag",
+                                                   "grow-diag-final", "grow-diag-final-and"]
+    corpus = load_gold_corpus(AlignConfig(gold_text=str(f["text"]), gold_links=str(f["pharaoh1"]),
+                                          models=["marginal"], network="hmm"), log=lambda _: None)
+    diagonal = [{(i, i) for i in range(len(s))} for s in gold]
+    assert rows[0]["aer"] == pytest.approx(100 * alignment_error_rate(diagonal, corpus.gold).aer)
+    assert rows[2]["aer"] == rows[0]["aer"]  # the same links both ways: every symmetrisation is them
+    assert "| forward |" in capsys.readouterr().out
+    args.eflomal = "no-such-eflomal"
+    with pytest.raises(SystemExit, match="not a program on the PATH"):
+        bench.main(args)

@@ -1,0 +1,96 @@
+"""eflomal, the peer aligner, on exactly the text ``pyro-attention align`` trains on, scored by the package's AER.
+
+    python benchmarks/align_eflomal.py --corpus csen --data-dir ../shared/data --extra-size 29000 \
+        [--gold-repeat 5] [--source-prefix 4] [--eflomal /path/to/eflomal-align]
+
+A measurement, not a test, and not a dependency: it needs ``eflomal-align`` (``pip install eflomal``, Östling &
+Tiedemann 2016: IBM Model 1, HMM and fertility by collapsed Gibbs sampling) on the ``PATH`` or given by
+``--eflomal``.  The training text is :func:`pyro_attention.tasks.align.corpus.load_gold_corpus`'s with
+``align``'s options -- the gold sentence pairs (``--gold-repeat`` times, unlabelled) then ``--extra-size``
+Multi30k pairs, lower-cased, words cut by ``--source-prefix`` / ``--target-prefix`` -- written to two files;
+eflomal aligns all of it in both directions (its defaults otherwise), and the links of the first copy of the gold
+pairs are scored forward, reverse and symmetrised (:data:`pyro_attention.aer.SYMMETRIZATIONS`, the package's own
+grow-diag).  Prints AER / precision / recall in % and eflomal's seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+
+def read_links(path: Path, count: int) -> list[set[tuple[int, int]]]:
+    """The first ``count`` lines of an eflomal (0-indexed Pharaoh, ``source-target``) links file."""
+    lines = path.read_text(encoding="utf-8").splitlines()[:count]
+    if len(lines) != count:
+        raise SystemExit(f"{path}: {len(lines)} lines, expected at least {count}")
+    return [{(int(i), int(j)) for i, j in (link.split("-") for link in line.split())} for line in lines]
+
+
+def make_parser() -> argparse.ArgumentParser:
+    from pyro_attention.align import LINK_FORMATS, LINK_ORDERS
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--corpus", default="enfr", choices=["enfr", "csen"], help="built-in gold set (as align)")
+    parser.add_argument("--data-dir", default=None, help="data folder (default: $PYRO_ATTENTION_DATA)")
+    for name in ("gold-text", "gold-src", "gold-tgt", "gold-links", "extra-src", "extra-tgt"):
+        parser.add_argument(f"--{name}", default=None, help="a gold set of your own and its extra text, as align")
+    parser.add_argument("--links-format", default="pharaoh1", choices=LINK_FORMATS)
+    parser.add_argument("--links-order", default="source-target", choices=LINK_ORDERS)
+    parser.add_argument("--extra-size", type=int, default=29000, help="extra Multi30k training pairs (as align)")
+    parser.add_argument("--gold-repeat", type=int, default=1, help="the gold pairs this many times (as align)")
+    parser.add_argument("--source-prefix", type=int, default=0, help="words cut to N characters (as align)")
+    parser.add_argument("--target-prefix", type=int, default=0, help="words cut to N characters (as align)")
+    parser.add_argument("--eflomal", default="eflomal-align", help="the eflomal-align program")
+    return parser
+
+
+def main(args: argparse.Namespace) -> list[dict[str, Any]]:
+    from pyro_attention.aer import SYMMETRIZATIONS, alignment_error_rate, symmetrize
+    from pyro_attention.align import AlignConfig
+    from pyro_attention.data.alignments import invert
+    from pyro_attention.tasks.align.corpus import load_gold_corpus
+    from pyro_attention.tasks.align.networks import _training_text
+
+    program = shutil.which(args.eflomal)
+    if program is None:
+        raise SystemExit(f"--eflomal: {args.eflomal!r} is not a program on the PATH (pip install eflomal)")
+    options = ("corpus", "data_dir", "extra_size", "gold_repeat", "source_prefix", "target_prefix", "gold_text",
+               "gold_src", "gold_tgt", "gold_links", "extra_src", "extra_tgt", "links_format", "links_order")
+    config = AlignConfig(models=["marginal"], network="hmm", **{k: getattr(args, k) for k in options})
+    corpus = load_gold_corpus(config, print)
+    gold = list(corpus.gold)
+    src, tgt = _training_text(corpus, False, config.gold_repeat)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        for name, side in (("src", src), ("tgt", tgt)):
+            (folder / name).write_text("".join(" ".join(s) + "\n" for s in side), encoding="utf-8")
+        start = time.perf_counter()
+        subprocess.run([program, "-s", str(folder / "src"), "-t", str(folder / "tgt"), "-f", str(folder / "fwd"),
+                        "-r", str(folder / "rev"), "--overwrite"], check=True)
+        seconds = time.perf_counter() - start
+        forward = read_links(folder / "fwd", len(gold))
+        reverse = read_links(folder / "rev", len(gold))  # also source-target, as atools reads it
+    print(f"{corpus.description}; {len(src)} training pairs; eflomal {seconds:.0f} s")
+    sets = {"forward": forward, "reverse": reverse}
+    sets.update({m: symmetrize(forward, [invert(r) for r in reverse], m) for m in SYMMETRIZATIONS})
+    rows = []
+    print("| symmetrisation | AER | precision | recall | links |")
+    print("|---|---|---|---|---|")
+    for name, links in sets.items():
+        result = alignment_error_rate(links, gold)
+        rows.append({"symmetrisation": name, "aer": 100 * result.aer, "precision": 100 * result.precision,
+                     "recall": 100 * result.recall, "links": result.num_predicted, "seconds": seconds})
+        print(f"| {name} | {100 * result.aer:.2f} | {100 * result.precision:.1f} | {100 * result.recall:.1f} | "
+              f"{result.num_predicted} |")
+    return rows
+
+
+if __name__ == "__main__":
+    sys.exit(main(make_parser().parse_args()) and 0)
