@@ -72,8 +72,10 @@ def main(args: argparse.Namespace) -> list[dict[str, Any]]:
         for name, side in (("src", src), ("tgt", tgt)):
             (folder / name).write_text("".join(" ".join(s) + "\n" for s in side), encoding="utf-8")
         start = time.perf_counter()
-        subprocess.run([program, "-s", str(folder / "src"), "-t", str(folder / "tgt"), "-f", str(folder / "fwd"),
-                        "-r", str(folder / "rev"), "--overwrite"], check=True)
+        command = [program, "-s", str(folder / "src"), "-t", str(folder / "tgt"), "-f", str(folder / "fwd"), "-r",
+                   str(folder / "rev"), "--overwrite"]
+        if subprocess.run(command).returncode != 0:
+            raise SystemExit(f"{program} failed (exit status above) on {len(src)} training pairs")
         seconds = time.perf_counter() - start
         forward = read_links(folder / "fwd", len(gold))
         reverse = read_links(folder / "rev", len(gold))  # also source-target, as atools reads it
