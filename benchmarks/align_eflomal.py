@@ -34,7 +34,8 @@ def read_links(path: Path, count: int) -> list[set[tuple[int, int]]]:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    from pyro_attention.align import LINK_FORMATS, LINK_ORDERS
+    from pyro_attention.align import LINK_FORMATS, LINK_ORDERS, AlignConfig
+    from pyro_attention.cli.common import add_config_options
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", default="enfr", choices=["enfr", "csen"], help="built-in gold set (as align)")
@@ -43,10 +44,9 @@ def make_parser() -> argparse.ArgumentParser:
         parser.add_argument(f"--{name}", default=None, help="a gold set of your own and its extra text, as align")
     parser.add_argument("--links-format", default="pharaoh1", choices=LINK_FORMATS)
     parser.add_argument("--links-order", default="source-target", choices=LINK_ORDERS)
-    parser.add_argument("--extra-size", type=int, default=29000, help="extra Multi30k training pairs (as align)")
-    parser.add_argument("--gold-repeat", type=int, default=1, help="the gold pairs this many times (as align)")
-    parser.add_argument("--source-prefix", type=int, default=0, help="words cut to N characters (as align)")
-    parser.add_argument("--target-prefix", type=int, default=0, help="words cut to N characters (as align)")
+    # align's own flags for the training text (help, bounds and defaults from AlignConfig; all of Multi30k here)
+    add_config_options(parser, AlignConfig, ("extra_size", "gold_repeat", "source_prefix", "target_prefix"),
+                       defaults={"extra_size": 29000})
     parser.add_argument("--eflomal", default="eflomal-align", help="the eflomal-align program")
     return parser
 
