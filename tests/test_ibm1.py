@@ -554,6 +554,8 @@ def test_word_prefixes_cut_each_side_and_keep_the_positions(tmp_path):
     assert truncated(corpus) is corpus
     with pytest.raises(ValueError, match="target_prefix"):
         AlignConfig(target_prefix=-1)
+    with pytest.raises(ValueError, match="source_prefix must be a number of characters >= 0"):
+        truncated(corpus, -1)
 
 
 def test_links_never_point_at_the_null_word():

@@ -33,7 +33,12 @@ def _prefixed(sentences: list[list[str]], length: int) -> list[list[str]]:
 def truncated(corpus: GoldCorpus, source_prefix: int = 0, target_prefix: int = 0) -> GoldCorpus:
     """``corpus`` with every word cut to its first ``source_prefix`` / ``target_prefix`` characters on the source /
     target side (0: whole words) -- eflomal's ``--source-prefix`` / ``--target-prefix`` stemming.  Positions, and so
-    the gold links, are unchanged: only which words share a row of the lexical table changes."""
+    the gold links, are unchanged: only which words share a row of the lexical table changes.
+
+    :raises ValueError: naming a negative length (Python's ``w[:-n]`` would drop characters instead)."""
+    for name, n in (("source_prefix", source_prefix), ("target_prefix", target_prefix)):
+        if n < 0:
+            raise ValueError(f"{name} must be a number of characters >= 0 (0: whole words), got {n}")
     if not source_prefix and not target_prefix:
         return corpus
     return GoldCorpus(_prefixed(corpus.source, source_prefix), _prefixed(corpus.target, target_prefix), corpus.gold,
