@@ -58,6 +58,10 @@ def add_align(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     al.add_argument("--both-directions", action="store_true",
                     help="also train target->source; report every symmetrisation (intersection, union, grow-diag, "
                     "grow-diag-final, grow-diag-final-and)")
+    al.add_argument("--agreement", action="store_true",
+                    help="network hmm, with --both-directions: train the two directions together by agreement "
+                    "(Liang et al. 2006: each direction's lexical table learns from the product of both directions' "
+                    "exact posteriors) after each one's IBM Model 1 stage")
     g = al.add_argument_group("a gold set of your own (instead of --corpus)")
     g.add_argument("--gold-text", default=None, help="'source ||| target' sentence pairs, one per line")
     g.add_argument("--gold-src", default=None, help="the source sentences, one per line (with --gold-tgt)")

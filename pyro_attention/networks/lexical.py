@@ -151,6 +151,20 @@ class IBM1Network(HeadNetwork):
         words, rows = torch.unique(batch.source, return_inverse=True)
         return self.lexical_log_probs(words)[rows.unsqueeze(1), batch.target.unsqueeze(2)]
 
+    def likelihood_terms(self, batch: TranslationBatch) -> tuple[Tensor, Tensor, Tensor]:
+        """``(log_t, prior, posterior)`` as :meth:`HMMNetwork.likelihood_terms` splits the likelihood: the observed
+        ``log t(y_t | x_s)`` with their gradient to the table, ``log p(y | x)`` summed over the real target tokens
+        with the table held fixed (the prior has no parameters: no gradient), and the exact posterior
+        ``p(z_t | x, y)`` ``(B, T, S)``, detached, zero where padded."""
+        log_prior = torch.log_softmax(mask_scores(self.encode(batch).prior_scores, batch.source_mask), -1)
+        log_t = self.observed_log_probs(batch)
+        with torch.enable_grad():
+            leaf = log_t.detach().requires_grad_(True)
+            joint = (log_prior.detach() + leaf).masked_fill(~batch.source_mask.unsqueeze(1), float("-inf"))
+            total = torch.logsumexp(joint, -1).masked_fill(~batch.target_mask, 0.0).sum()
+            (grad,) = torch.autograd.grad(total, leaf)
+        return log_t, total.detach(), grad * batch.source_mask.unsqueeze(1) * batch.target_mask.unsqueeze(-1)
+
 
 class DecoderExpert(nn.Module):
     r"""The decoder's expert of a product-of-experts output for an aligner: ``u_t = W LSTM(e(<s>, y_1, ...,
@@ -380,12 +394,26 @@ class HMMNetwork(HeadNetwork):
     def smoothed_posterior(self, batch: TranslationBatch) -> Tensor:
         """The HMM's posterior ``p(z_t | x, y)`` ``(B, T, S)`` (zero at padded positions): the gradient of
         ``log p(y | x)`` with respect to the emission log-probabilities ``log t(y_t | x_s)``."""
+        with torch.no_grad():
+            return self.likelihood_terms(batch)[2]
+
+    def likelihood_terms(self, batch: TranslationBatch) -> tuple[Tensor, Tensor, Tensor]:
+        r"""The exact log-likelihood split as EM splits it: ``(log_t, chain, posterior)``.
+
+        ``log_t`` ``(B, T, S)``: the emission log-probabilities ``log p(y_t | x_s, y_<t)`` at the observed targets,
+        with their gradient to the lexical table (and the decoder's expert); ``chain``: ``log p(y | x)`` summed over
+        the batch's real target tokens with the emissions held fixed, so its gradient reaches the chain's parameters
+        only (jumps, tension); ``posterior``: the smoothed ``p(z_t | x, y)`` ``(B, T, S)``, detached, zero at padded
+        positions.  Since ``posterior`` is the gradient of ``log p(y | x)`` with respect to ``log_t``, the
+        likelihood's gradient is that of ``chain + sum(posterior * log_t)``; other weights in place of
+        ``posterior`` (another E-step: :mod:`pyro_attention.tasks.align.agreement`) give an EM step for them."""
+        log_t = self._emission(batch, self._query(batch))
         with torch.enable_grad():
-            log_t = self._emission(batch, self._query(batch)).detach().requires_grad_(True)
-            _, evidence = self._forward(batch, log_t)
-            total = evidence.masked_fill(~batch.target_mask, 0.0).sum()
-            (grad,) = torch.autograd.grad(total, log_t)
-        return grad * batch.source_mask.unsqueeze(1) * batch.target_mask.unsqueeze(-1)
+            leaf = log_t.detach().requires_grad_(True)
+            _, evidence = self._forward(batch, leaf)
+            chain = evidence.masked_fill(~batch.target_mask, 0.0).sum()
+            (grad,) = torch.autograd.grad(chain, leaf, retain_graph=True)  # chain.backward() may follow
+        return log_t, chain, grad * batch.source_mask.unsqueeze(1) * batch.target_mask.unsqueeze(-1)
 
     def output_experts(self, enc: Encoded) -> ExpertLogits:
         """The lexical model's logits per distinct source word (:func:`word_experts`), with the decoder's expert

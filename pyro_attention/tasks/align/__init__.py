@@ -33,13 +33,19 @@ With ``both_directions`` a second set of models is trained target -> source and 
 reported for the reverse direction and for every symmetrisation of the two (intersection, union, grow-diag,
 grow-diag-final, grow-diag-final-and: :data:`pyro_attention.aer.SYMMETRIZATIONS`).
 
+With ``agreement`` (network ``hmm``, both directions) the two directions are trained *together* after each one's
+IBM Model 1 stage: Liang, Taskar & Klein's (2006) alignment by agreement, each direction's lexical table learning
+from the product of both directions' exact (forward-backward) posteriors
+(:mod:`~pyro_attention.tasks.align.agreement`).
+
 Corpora (from ``--data-dir`` / ``$PYRO_ATTENTION_DATA``): ``enfr`` -- English-French Hansards (NAACL 2003; 447
 pairs, 1-indexed Pharaoh with possible links), extra text Multi30k en-fr train; ``csen`` -- Czech-English WSJ
 (515 pairs, NAACL format, English column first), extra text Multi30k cs-en train.  Tokens are lower-cased
 (Multi30k is lower-cased).
 
 The package: :mod:`~pyro_attention.tasks.align.config` (:class:`AlignConfig`), :mod:`~pyro_attention.tasks.align.corpus`
-(gold sets), :mod:`~pyro_attention.tasks.align.networks` (:data:`ALIGN_NETWORKS`, how each trains) and
+(gold sets), :mod:`~pyro_attention.tasks.align.networks` (:data:`ALIGN_NETWORKS`, how each trains),
+:mod:`~pyro_attention.tasks.align.agreement` (both directions together) and
 :mod:`~pyro_attention.tasks.align.scoring` (links, AER rows, :func:`run_align`, tables and JSON).
 ``pyro_attention.align``, the old path, re-exports every name.
 """

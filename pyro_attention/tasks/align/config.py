@@ -56,6 +56,9 @@ class AlignConfig(OptimConfig):
     target_prefix: int = option(0, "the same on the corpus's target side (eflomal's --target-prefix; 0: whole words)",
                                 low=0)
     both_directions: bool = False
+    #: train both directions together by agreement (Liang et al. 2006; networks with ``agreement``, needs
+    #: ``both_directions``): :mod:`pyro_attention.tasks.align.agreement`
+    agreement: bool = False
     threads: int = option(1, "torch threads", low=1)
     out: str = "runs/align"
     models: list[str] = field(default_factory=lambda: ["soft", "variational"])
@@ -111,6 +114,14 @@ class AlignConfig(OptimConfig):
             takes = [n for n, net in ALIGN_NETWORKS.items() if net.decoder_expert]
             raise ValueError(f"decoder_expert: network {self.network!r} takes no decoder's expert here; only "
                              f"{', '.join(takes)} take --decoder-expert, got {self.decoder_expert}")
+        if self.agreement:
+            takes = [n for n, net in ALIGN_NETWORKS.items() if net.agreement]
+            if not ALIGN_NETWORKS[self.network].agreement:
+                raise ValueError(f"agreement: network {self.network!r} cannot be trained by agreement; only "
+                                 f"{', '.join(takes)} can (--network)")
+            if not self.both_directions:
+                raise ValueError("agreement: training by agreement trains both directions together; add "
+                                 "--both-directions")
         if not self.thresholds or not all(0.0 < t <= 1.0 for t in self.thresholds):
             raise ValueError(f"thresholds: need at least one, each in (0, 1], got {self.thresholds}")
 

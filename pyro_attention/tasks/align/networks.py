@@ -54,6 +54,8 @@ class AlignNetwork:
     null_word: bool = False
     #: whether it takes a decoder's expert (``--decoder-expert``)
     decoder_expert: bool = False
+    #: whether both directions can be trained together by agreement (``--agreement``: :meth:`train_jointly`)
+    agreement: bool = False
 
     def __init__(self, name: str, description: str) -> None:
         self.name, self.description = name, description
@@ -66,6 +68,11 @@ class AlignNetwork:
 
     def train(self, corpus: GoldCorpus, config: AlignConfig, model: str, reverse: bool,
               log: Callable[[str], None]) -> Trained:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def train_jointly(self, corpus: GoldCorpus, config: AlignConfig, model: str,
+                      log: Callable[[str], None]) -> tuple[Trained, Trained]:  # pragma: no cover - interface
+        """Both directions trained together (networks with ``agreement``): ``(forward, reverse)``."""
         raise NotImplementedError
 
 
@@ -172,13 +179,16 @@ def _fit_lexical(network: Any, data: _Bitext, epochs: int, batch_size: int, lr: 
     pair = make_pair("marginal", network)
     result = fit(pair, data, num_epochs=epochs, batch_size=batch_size, lr=lr, param_lr=param_lr, seed=seed,
                  progress=False)
-    steps = max(1, result.steps // max(1, epochs))
-    per_epoch = [sum(result.losses[k: k + steps]) / len(result.losses[k: k + steps])
-                 for k in range(0, result.steps, steps)]
     log(f"{label}: {len(data.source)} pairs, vocabularies {network.source_vocab} / {network.num_classes}, "
-        f"{result.steps} steps in {result.seconds:.0f} s; mean loss per token by epoch "
-        + " ".join(f"{x:.3f}" for x in per_epoch))
+        f"{result.steps} steps in {result.seconds:.0f} s; mean loss per token by epoch {_by_epoch(result, epochs)}")
     return pair
+
+
+def _by_epoch(result: Any, epochs: int) -> str:
+    """A fit's mean loss per step in each epoch, as text."""
+    steps = max(1, result.steps // max(1, epochs))
+    return " ".join(f"{sum(result.losses[k: k + steps]) / len(result.losses[k: k + steps]):.3f}"
+                    for k in range(0, result.steps, steps))
 
 
 #: IBM Model 1's batch size where it starts a staged network's lexical table (the free-table runs of
@@ -198,36 +208,82 @@ class StagedAligner(AlignNetwork):
     pairs = ("marginal",)
 
     def __init__(self, name: str, description: str, build: Callable[[Any, int, int, AlignConfig], Any],
-                 null_word: bool = False, decoder_expert: bool = False) -> None:
+                 null_word: bool = False, decoder_expert: bool = False, agreement: bool = False) -> None:
         super().__init__(name, description)
-        self.null_word, self.decoder_expert = null_word, decoder_expert
+        self.null_word, self.decoder_expert, self.agreement = null_word, decoder_expert, agreement
         self.build = build
+
+    def _ibm1(self, corpus: GoldCorpus, config: AlignConfig, reverse: bool) -> tuple[Any, Vocab, Vocab, _Bitext, bool]:
+        """One direction's IBM Model 1 network (untrained), its vocabularies and text."""
+        from pyro_attention.networks.lexical import IBM1Network
+
+        null = bool(config.null_prob) and self.null_word
+        src_vocab, tgt_vocab, data = _bitext(corpus, reverse, null, config.gold_repeat)
+        lexical = IBM1Network(len(src_vocab), len(tgt_vocab), null_prob=config.null_prob if null else None)
+        return lexical, src_vocab, tgt_vocab, data, null
 
     def train(self, corpus: GoldCorpus, config: AlignConfig, model: str, reverse: bool,
               log: Callable[[str], None]) -> Trained:
-        from pyro_attention.networks.lexical import IBM1Network
-
         start = time.perf_counter()
-        null = bool(config.null_prob) and self.null_word
-        src_vocab, tgt_vocab, data = _bitext(corpus, reverse, null, config.gold_repeat)
+        lexical, src_vocab, tgt_vocab, data, null = self._ibm1(corpus, config, reverse)
         label = f"{self.name} {model}{' reverse' if reverse else ''}"
-        lexical = IBM1Network(len(src_vocab), len(tgt_vocab), null_prob=config.null_prob if null else None)
         if config.ibm1_epochs:
             lexical = _fit_lexical(lexical, data, config.ibm1_epochs, IBM1_BATCH_SIZE, config.ibm1_lr, config.seed, log,
                                    f"{label}, IBM Model 1").network
         network = self.build(lexical, len(src_vocab), len(tgt_vocab), config)
         pair = _fit_lexical(network, data, config.epochs, config.batch_size, config.lr, config.seed, log, label,
                             param_lr={"lexical.": config.table_lr})
-        learned = [f"diagonal tension {network.diagonal.tension:.3f} (from {config.tension:g})"
-                   if network.diagonal is not None else ""]
-        if network.transition is not None:  # both staged networks have .diagonal and .transition (None: off)
-            theta = network.transition.theta.detach()
-            learned.append("jump scores " + " ".join(f"{j:+d}:{x:.2f}" for j, x in
-                                                      zip(range(-len(theta) // 2 + 1, len(theta) // 2 + 1),
-                                                          theta.tolist(), strict=True)))
-        log(f"{label}: " + "; ".join(x for x in learned if x))
+        _log_learned(network, config, label, log)
         return Trained(pair, src_vocab, tgt_vocab, time.perf_counter() - start, null,
                        getattr(network, "decoder_expert", None) is not None)
+
+    def train_jointly(self, corpus: GoldCorpus, config: AlignConfig, model: str,
+                      log: Callable[[str], None]) -> tuple[Trained, Trained]:
+        """Both directions together by agreement (:func:`~pyro_attention.tasks.align.agreement.fit_agreement`),
+        after each direction's IBM Model 1 stage apart (as :meth:`train` trains it): the two networks on their tables,
+        ``epochs`` epochs, the tables at ``table_lr``.  Each direction's ``seconds`` is half the whole.  (Agreement in
+        the IBM Model 1 stage too, from uniform tables, was worse in a pilot: docs/results.md.)"""
+        from pyro_attention.registry import make_pair
+        from pyro_attention.tasks.align.agreement import JointBitext, fit_agreement
+
+        if not self.agreement:
+            raise ValueError(f"agreement: network {self.name!r} cannot be trained by agreement")
+        start = time.perf_counter()
+        f_lex, f_src, f_tgt, f_data, null = self._ibm1(corpus, config, False)
+        r_lex, r_src, r_tgt, r_data, _ = self._ibm1(corpus, config, True)
+        joint = JointBitext(f_data.source, f_data.target, r_data.source, r_data.target)
+
+        if config.ibm1_epochs:  # apart: agreement from uniform tables starves every word's row against NULL's
+            f_lex, r_lex = (_fit_lexical(lex, data, config.ibm1_epochs, IBM1_BATCH_SIZE, config.ibm1_lr, config.seed,
+                                         log, f"{self.name} {model}{suffix}, IBM Model 1").network
+                            for lex, data, suffix in ((f_lex, f_data, ""), (r_lex, r_data, " reverse")))
+        forward = self.build(f_lex, len(f_src), len(f_tgt), config)
+        reverse = self.build(r_lex, len(r_src), len(r_tgt), config)
+        result = fit_agreement(forward, reverse, joint, num_epochs=config.epochs, batch_size=config.batch_size,
+                               lr=config.lr, param_lr={"lexical.": config.table_lr}, seed=config.seed)
+        log(f"{self.name} {model} by agreement: {len(joint.source)} pairs, vocabularies {len(f_src)} / {len(f_tgt)}, "
+            f"{result.steps} steps in {result.seconds:.0f} s; mean NLL per token (both directions) by epoch "
+            f"{_by_epoch(result, config.epochs)}")
+        seconds = (time.perf_counter() - start) / 2
+        out = []
+        for network, src_vocab, tgt_vocab, label in ((forward, f_src, f_tgt, f"{self.name} {model}"),
+                                                     (reverse, r_src, r_tgt, f"{self.name} {model} reverse")):
+            _log_learned(network, config, label, log)
+            out.append(Trained(make_pair("marginal", network), src_vocab, tgt_vocab, seconds, null,
+                               getattr(network, "decoder_expert", None) is not None))
+        return out[0], out[1]
+
+
+def _log_learned(network: Any, config: AlignConfig, label: str, log: Callable[[str], None]) -> None:
+    """Log a staged network's learned diagonal tension and jump scores."""
+    learned = [f"diagonal tension {network.diagonal.tension:.3f} (from {config.tension:g})"
+               if network.diagonal is not None else ""]
+    if network.transition is not None:  # both staged networks have .diagonal and .transition (None: off)
+        theta = network.transition.theta.detach()
+        learned.append("jump scores " + " ".join(f"{j:+d}:{x:.2f}" for j, x in
+                                                  zip(range(-len(theta) // 2 + 1, len(theta) // 2 + 1),
+                                                      theta.tolist(), strict=True)))
+    log(f"{label}: " + "; ".join(x for x in learned if x))
 
 
 def _distortion(lexical: Any, source_vocab: int, target_vocab: int, config: AlignConfig) -> Any:
@@ -282,6 +338,7 @@ ALIGN_NETWORKS: dict[str, AlignNetwork] = {
         StagedAligner("hmm", "IBM Model 1 (--ibm1-epochs), then an HMM prior on its lexical table (at --table-lr): "
                       f"fast_align's diagonal (--tension) and jumps over the previous word's filtered posterior "
                       f"(--max-jump, 0: {HMM_MAX_JUMP}), no LSTM; a NULL word with --null-prob; a decoder's "
-                      "expert with --decoder-expert", _hmm, null_word=True, decoder_expert=True),
+                      "expert with --decoder-expert; both directions together by agreement with --agreement", _hmm,
+                      null_word=True, decoder_expert=True, agreement=True),
     )
 }

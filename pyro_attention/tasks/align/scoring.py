@@ -157,23 +157,28 @@ def run_align(config: AlignConfig, log: Callable[[str], None] = print) -> list[A
     gold = list(corpus.gold)
     rows: list[AlignRow] = []
     for model in config.models:
-        trained = trained_direction(network, corpus, config, model, False, log)
+        if config.agreement:
+            trained, back = trained_jointly(network, corpus, config, model, log)
+        else:
+            trained = trained_direction(network, corpus, config, model, False, log)
+            back = trained_direction(network, corpus, config, model, True, log) if config.both_directions else None
         forward = trained.probs
         backward, back_seconds, back_null = None, 0.0, False
-        if config.both_directions:
-            back = trained_direction(network, corpus, config, model, True, log)
+        if back is not None:
             back_null, back_seconds, backward = back.null_word, back.seconds, back.probs
 
-        # a NULL word, a decoder's expert, repeated gold text and cut words are part of the model: rows
-        # "<network>[-lm][-null][-goldK][-srcprefixN][-tgtprefixN]-<pair>", noted
+        # a NULL word, a decoder's expert, agreement, repeated gold text and cut words are part of the model: rows
+        # "<network>[-lm][-null][-agree][-goldK][-srcprefixN][-tgtprefixN]-<pair>", noted
         family = (network.name + ("-lm" if trained.decoder_expert else "")
                   + ("-null" if trained.null_word else "")
+                  + ("-agree" if config.agreement else "")
                   + (f"-gold{config.gold_repeat}" if config.gold_repeat > 1 else "")
                   + (f"-srcprefix{config.source_prefix}" if config.source_prefix else "")
                   + (f"-tgtprefix{config.target_prefix}" if config.target_prefix else ""))
         output = "product" if trained.decoder_expert else network.output  # the lexical table times u_t
         save_probs(Path(config.out) / f"{family}-{model}.probs.pt", forward, backward, trained.null_word, back_null)
         model_note = "; ".join(x for x in (f"null_prob {config.null_prob:g}" if trained.null_word else "",
+                                          "both directions trained by agreement" if config.agreement else "",
                                           f"decoder_expert {config.decoder_expert}" if trained.decoder_expert
                                           else "",
                                           f"gold_repeat {config.gold_repeat}" if config.gold_repeat > 1 else "",
@@ -235,6 +240,45 @@ _NOT_TRAINING = ("out", "models", "both_directions", "thresholds", "gold_links",
                  "data_dir", "gold_text", "gold_src", "gold_tgt", "extra_src", "extra_tgt")
 
 
+def _cache_key(network: Any, corpus: Any, config: AlignConfig, model: str, direction: str) -> dict[str, str]:
+    """What a saved direction must have been trained with: the training settings (:data:`_NOT_TRAINING` are not),
+    a hash of the gold and training sentences, the pair, the network and the direction."""
+    settings = {k: v for k, v in dataclasses.asdict(config).items() if k not in _NOT_TRAINING}
+    text = hashlib.sha256()
+    for side in (corpus.source, corpus.target, corpus.extra_source, corpus.extra_target):
+        text.update("\n".join(" ".join(s) for s in side).encode("utf-8") + b"\0")
+    return {"settings": json.dumps(settings, sort_keys=True, default=str), "text": text.hexdigest(), "model": model,
+            "network": network.name, "direction": direction}
+
+
+def _read_trained(path: Path, key: dict[str, str], label: str, log: Callable[[str], None]) -> TrainedDirection | None:
+    """The direction saved at ``path`` if it was trained as ``key`` says, else ``None`` (a damaged file too)."""
+    if not path.is_file():
+        return None
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - a damaged file is trained again, not trusted
+        log(f"{path}: cannot be read ({type(e).__name__}); training {label} again")
+        return None
+    if not (isinstance(saved, dict) and saved.get("key") == key):
+        return None
+    log(f"{label}: read from {path} (trained in {saved['seconds']:.0f} s before; delete the file to train again)")
+    return TrainedDirection(saved["probs"], float(saved["seconds"]), bool(saved["null_word"]),
+                            bool(saved["decoder_expert"]))
+
+
+def _save_trained(trained: Trained, corpus: Any, reverse: bool, key: dict[str, str], path: Path) -> TrainedDirection:
+    """Read the gold pairs' alignments of a trained direction and write them atomically to ``path``."""
+    from pyro_attention.tasks.translation.checkpoints import save_checkpoint
+
+    src, tgt = (corpus.target, corpus.source) if reverse else (corpus.source, corpus.target)
+    result = TrainedDirection(alignment_probs(trained, src, tgt, null_word=trained.null_word), trained.seconds,
+                              trained.null_word, trained.decoder_expert)
+    save_checkpoint({"key": key, "probs": result.probs, "seconds": result.seconds, "null_word": result.null_word,
+                     "decoder_expert": result.decoder_expert}, path)
+    return result
+
+
 def trained_direction(network: Any, corpus: Any, config: AlignConfig, model: str, reverse: bool,
                       log: Callable[[str], None] = print) -> TrainedDirection:
     """Train ``model`` on ``network`` in one direction and read its alignments of the gold pairs -- or read them
@@ -242,34 +286,33 @@ def trained_direction(network: Any, corpus: Any, config: AlignConfig, model: str
     used only for the same training settings (:data:`_NOT_TRAINING` are not) and the same text (a hash of the gold
     and training sentences): a run stopped in its reverse direction (an hour or more of a core on the full data)
     does not train the forward again.  Delete the file to train it again."""
-    from pyro_attention.tasks.translation.checkpoints import save_checkpoint
-
     direction = "reverse" if reverse else "forward"
     path = Path(config.out) / f"{network.name}-{model}-{direction}.trained.pt"
-    settings = {k: v for k, v in dataclasses.asdict(config).items() if k not in _NOT_TRAINING}
-    text = hashlib.sha256()
-    for side in (corpus.source, corpus.target, corpus.extra_source, corpus.extra_target):
-        text.update("\n".join(" ".join(s) for s in side).encode("utf-8") + b"\0")
-    key = {"settings": json.dumps(settings, sort_keys=True, default=str), "text": text.hexdigest(), "model": model,
-           "network": network.name, "direction": direction}
-    if path.is_file():
-        try:
-            saved = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as e:  # noqa: BLE001 - a damaged file is trained again, not trusted
-            log(f"{path}: cannot be read ({type(e).__name__}); training {direction} again")
-            saved = None
-        if isinstance(saved, dict) and saved.get("key") == key:
-            log(f"{network.name} {model} {direction}: read from {path} (trained in {saved['seconds']:.0f} s before; "
-                "delete the file to train again)")
-            return TrainedDirection(saved["probs"], float(saved["seconds"]), bool(saved["null_word"]),
-                                    bool(saved["decoder_expert"]))
+    key = _cache_key(network, corpus, config, model, direction)
+    saved = _read_trained(path, key, f"{network.name} {model} {direction}", log)
+    if saved is not None:
+        return saved
     trained = network.train(corpus, config, model, reverse, log)
-    src, tgt = (corpus.target, corpus.source) if reverse else (corpus.source, corpus.target)
-    result = TrainedDirection(alignment_probs(trained, src, tgt, null_word=trained.null_word), trained.seconds,
-                              trained.null_word, trained.decoder_expert)
-    save_checkpoint({"key": key, "probs": result.probs, "seconds": result.seconds, "null_word": result.null_word,
-                     "decoder_expert": result.decoder_expert}, path)
+    result = _save_trained(trained, corpus, reverse, key, path)
     log(f"trained {network.name} {model}{' reverse' if reverse else ''} ({trained.seconds:.0f} s)")
+    return result
+
+
+def trained_jointly(network: Any, corpus: Any, config: AlignConfig, model: str,
+                    log: Callable[[str], None] = print) -> tuple[TrainedDirection, TrainedDirection]:
+    """Both directions trained together by agreement (:meth:`~pyro_attention.tasks.align.networks.AlignNetwork.
+    train_jointly`) and their alignments of the gold pairs -- or both read from
+    ``OUT/<network>-<model>-agreement-<forward|reverse>.trained.pt`` as :func:`trained_direction` reads one."""
+    keys = [_cache_key(network, corpus, config, model, f"agreement-{d}") for d in ("forward", "reverse")]
+    paths = [Path(config.out) / f"{network.name}-{model}-agreement-{d}.trained.pt" for d in ("forward", "reverse")]
+    saved = [_read_trained(p, k, f"{network.name} {model} {k['direction']}", log)
+             for p, k in zip(paths, keys, strict=True)]
+    if saved[0] is not None and saved[1] is not None:
+        return saved[0], saved[1]
+    forward, reverse = network.train_jointly(corpus, config, model, log)
+    result = (_save_trained(forward, corpus, False, keys[0], paths[0]),
+              _save_trained(reverse, corpus, True, keys[1], paths[1]))
+    log(f"trained {network.name} {model} both directions by agreement ({forward.seconds + reverse.seconds:.0f} s)")
     return result
 
 

@@ -1,0 +1,176 @@
+r"""Both directions of an HMM aligner trained jointly by agreement (Liang, Taskar & Klein 2006).
+
+Trained apart, the forward model ``p_f(y, z | x)`` and the reverse model ``p_r(x, z' | y)`` each fit their own
+text and meet only when their links are symmetrised.  *Alignment by agreement* trains them together: EM whose
+E-step, for each sentence pair, weighs a link ``(source s, target t)`` by the *product* of the two directions'
+exact posteriors,
+
+.. math::
+
+    q_f(t, s) = p_f(z_t = s \mid x, y)\; p_r(z'_s = t \mid x, y), \qquad
+    q_r(s, t) = p_r(z'_s = t \mid x, y)\; p_f(z_t = s \mid x, y),
+
+(Liang et al.'s approximation of the agreement E-step: products of the marginals, not renormalised), so a link
+counts in the lexical tables as much as *both* models believe in it.  Each posterior is the HMM's smoothed
+posterior by forward-backward (:meth:`~pyro_attention.networks.lexical.HMMNetwork.likelihood_terms`), exact.
+A NULL link has no counterpart in the other direction and keeps its own posterior, as does the ``</s>`` a model
+predicts after the last word.
+
+The M-step is a gradient step (Pyro's ``ClippedAdam``, the per-prefix learning rates of
+:func:`~pyro_attention.inference.fit`) on ``sum q log t(y_t | x_s)`` for the tables plus the exact log-likelihood
+for the chains' parameters (jumps, tension), which the agreement does not touch.  With the agreement off
+(``agreement=False``: ``q`` is each model's own posterior) the step is the exact gradient of both directions'
+log-likelihoods -- independent training -- which the tests check.  The loss *reported* is always both directions'
+exact negative log-likelihood per target token.
+
+Pyro runs it: ``SVI(model, guide, optim, loss=agreement_loss)`` with a custom loss (the model registers both
+networks with ``pyro.module``; there is no latent site to guide), stepped by the package's
+:class:`~pyro_attention.inference.loop.Trainer`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pyro
+import torch
+from torch import Tensor
+
+from pyro_attention.data.text import bucket_indices
+from pyro_attention.data.translation import TranslationBatch, collate
+from pyro_attention.inference import FitResult, FusedClippedAdam
+from pyro_attention.inference.loop import Callback, SVIStep, Trainer
+from pyro_attention.inference.optim import check_lr
+
+__all__ = ["JointBitext", "agreement_loss", "agreement_weights", "fit_agreement"]
+
+
+def agreement_weights(forward: Tensor, reverse: Tensor, forward_target_mask: Tensor, reverse_target_mask: Tensor,
+                      forward_null: bool = False, reverse_null: bool = False) -> tuple[Tensor, Tensor]:
+    """Liang et al.'s agreement E-step: each direction's posterior times the other's at the same link.
+
+    :param forward: ``p_f(z_t = s | x, y)`` ``(B, T_f, S_f)``: target positions ``y_1 .. y_m, </s>`` (padded),
+        source positions (the NULL word at column 0 with ``forward_null``, then ``x_1 .. x_n``), zero where padded.
+    :param reverse: ``p_r(z'_s = t | x, y)`` ``(B, T_r, S_r)`` of the same sentence pairs, the sides swapped.
+    :param forward_target_mask: ``(B, T_f)``, ``True`` at ``y_1 .. y_m, </s>``; ``reverse_target_mask`` likewise.
+    :returns: ``(q_f, q_r)`` of the same shapes: on real word-to-word links the product of the two posteriors; on
+        NULL links and ``</s>`` each direction's own.
+    """
+    of, orv = int(forward_null), int(reverse_null)
+    (B, T_f, S_f), (B_r, T_r, S_r) = forward.shape, reverse.shape
+    len_y, len_x = T_f - 1, S_f - of  # the batch's longest target and source sentences
+    if B_r != B or T_r - 1 != len_x or S_r - orv != len_y:
+        raise ValueError(f"agreement_weights: forward {tuple(forward.shape)} (NULL word: {forward_null}) and reverse "
+                         f"{tuple(reverse.shape)} (NULL word: {reverse_null}) are not the same sentence pairs")
+    factor_f = torch.ones_like(forward)
+    factor_f[:, :len_y, of:] = reverse[:, :len_x, orv:].transpose(1, 2)
+    factor_r = torch.ones_like(reverse)
+    factor_r[:, :len_x, orv:] = forward[:, :len_y, of:].transpose(1, 2)
+    out = []
+    for post, factor, mask in ((forward, factor_f, forward_target_mask), (reverse, factor_r, reverse_target_mask)):
+        eos = torch.nn.functional.one_hot(mask.sum(-1) - 1, mask.shape[1]).bool()  # each row's </s>
+        out.append(post * factor.masked_fill(eos.unsqueeze(-1), 1.0))
+    return out[0], out[1]
+
+
+@dataclass
+class JointBitext:
+    """Token ids of a parallel text for joint training: each batch is the same sentence pairs both ways round,
+    ``(forward batch, reverse batch)``, bucketed by length (bucket order shuffled per epoch).
+
+    ``source`` / ``target`` are as each direction's model reads them (the NULL word already in front where the
+    model has one): the forward model reads ``source[i]`` and predicts ``target[i]``; the reverse model reads
+    ``reverse_source[i]`` and predicts ``reverse_target[i]``.
+    """
+
+    source: list[list[int]]
+    target: list[list[int]]
+    reverse_source: list[list[int]]
+    reverse_target: list[list[int]]
+
+    def __post_init__(self) -> None:
+        sizes = {len(self.source), len(self.target), len(self.reverse_source), len(self.reverse_target)}
+        if len(sizes) != 1:
+            raise ValueError(f"JointBitext: the four sides hold {len(self.source)} / {len(self.target)} / "
+                             f"{len(self.reverse_source)} / {len(self.reverse_target)} sentences; they must be the "
+                             "same pairs")
+
+    def batches(self, batch_size: int, shuffle: bool = False,
+                generator: torch.Generator | None = None) -> list[tuple[TranslationBatch, TranslationBatch]]:
+        return [(collate([(self.source[i], self.target[i]) for i in idx]),
+                 collate([(self.reverse_source[i], self.reverse_target[i]) for i in idx]))
+                for idx in bucket_indices(self.source, self.target, batch_size, shuffle, generator)]
+
+
+def agreement_loss(forward: Any, reverse: Any, batches: tuple[TranslationBatch, TranslationBatch],
+                   agreement: bool = True) -> Tensor:
+    """Both directions' exact negative log-likelihood (the value) whose gradient is the agreement M-step.
+
+    :param forward: an :class:`~pyro_attention.networks.lexical.HMMNetwork` (anything with ``likelihood_terms``
+        and ``null_prob``) for the forward batch; ``reverse`` likewise for the reverse batch.
+    :param agreement: ``False``: each direction's own posterior weighs its table (the likelihood's exact gradient).
+    """
+    (fb, rb) = batches
+    log_t_f, chain_f, post_f = forward.likelihood_terms(fb)
+    log_t_r, chain_r, post_r = reverse.likelihood_terms(rb)
+    if agreement:
+        post_f, post_r = agreement_weights(post_f, post_r, fb.target_mask, rb.target_mask,
+                                           forward.null_prob is not None, reverse.null_prob is not None)
+    # the value: -(chain_f + chain_r), the exact NLL; the gradient: the chains' plus sum q d log t for the tables
+    tables = sum((q * (lt - lt.detach())).masked_fill(q == 0, 0.0).sum()
+                 for q, lt in ((post_f, log_t_f), (post_r, log_t_r)))
+    return -(chain_f + chain_r) - tables
+
+
+class _Losses(Callback):
+    def __init__(self, result: FitResult) -> None:
+        self.result = result
+
+    def on_step_end(self, trainer: Trainer) -> None:
+        self.result.losses.append(trainer.loss)
+        self.result.steps = trainer.step
+
+
+def fit_agreement(forward: Any, reverse: Any, data: JointBitext, *, num_epochs: int = 1, batch_size: int = 64,
+                  lr: float = 5e-3, param_lr: dict[str, float] | None = None, clip_norm: float = 5.0, seed: int = 0,
+                  agreement: bool = True, log: Callable[[str], None] | None = None) -> FitResult:
+    """Train both directions together by SVI with :func:`agreement_loss` (loss per step: both directions' NLL per
+    target token of the two).  ``param_lr`` and ``clip_norm`` as :func:`~pyro_attention.inference.fit` takes them
+    (prefixes of each network's own parameter names, e.g. ``{"lexical.": 0.01}``)."""
+    from pyro_attention.inference.train import _optim_args
+
+    if num_epochs < 0 or batch_size < 1:
+        raise ValueError(f"fit_agreement: need num_epochs >= 0 and batch_size >= 1, got {num_epochs}, {batch_size}")
+    lr = check_lr(lr)
+    rates = {prefix: check_lr(rate, f"param_lr[{prefix!r}]") for prefix, rate in (param_lr or {}).items()}
+    pyro.clear_param_store()
+    pyro.set_rng_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+
+    def model(batches: tuple[TranslationBatch, TranslationBatch]) -> None:
+        pyro.module("forward", forward)
+        pyro.module("reverse", reverse)
+
+    def guide(batches: tuple[TranslationBatch, TranslationBatch]) -> None:
+        pass
+
+    def loss(model: Callable, guide: Callable, batches: tuple[TranslationBatch, TranslationBatch]) -> Tensor:
+        model(batches)
+        return agreement_loss(forward, reverse, batches, agreement)
+
+    svi = pyro.infer.SVI(model, guide, FusedClippedAdam(_optim_args(lr, rates, clip_norm)), loss=loss)
+    step = SVIStep(svi, tokens=lambda b: int(b[0].target_mask.sum() + b[1].target_mask.sum()),
+                   diverged=lambda value, trainer: (f"fit_agreement: training diverged: non-finite loss {value} at "
+                                                    f"step {trainer.step} (epoch {trainer.epoch + 1}); lower lr (it "
+                                                    f"is {lr:g})"))
+    result = FitResult()
+    forward.train()
+    reverse.train()
+    trainer = Trainer(step, lambda _: iter(data.batches(batch_size, shuffle=True, generator=generator)), num_epochs,
+                      [_Losses(result)]).fit()
+    result.seconds = trainer.elapsed
+    if log is not None and result.steps:
+        log(f"agreement training: {len(data.source)} pairs, {result.steps} steps in {result.seconds:.0f} s")
+    return result

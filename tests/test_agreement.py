@@ -1,0 +1,123 @@
+"""Both directions of an aligner trained together by agreement (``pyro-attention align --agreement``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pyro_attention.networks.lexical import HMMNetwork, IBM1Network, with_null_word
+from pyro_attention.registry import make_pair
+from pyro_attention.tasks.align.agreement import JointBitext, agreement_loss, agreement_weights, fit_agreement
+
+V = 12
+# sorted as bucketing sorts them (source length, then target length), so batch row i is pair i
+SOURCE = [[8, 9], [5, 6, 7], [4, 5, 6, 7]]
+TARGET = [[6, 7, 8, 9], [4, 5], [10, 11, 4]]
+
+
+def _joint(null: bool) -> JointBitext:
+    put = with_null_word if null else list
+    return JointBitext([put(s) for s in SOURCE], TARGET, [put(t) for t in TARGET], SOURCE)
+
+
+def _random(network: torch.nn.Module) -> torch.nn.Module:
+    for p in network.parameters():
+        p.data.normal_()
+    return network
+
+
+@pytest.mark.parametrize("null_prob", [None, 0.2])
+@pytest.mark.parametrize("network", [HMMNetwork, IBM1Network])
+def test_without_agreement_the_loss_is_both_directions_exact_likelihood(network, null_prob):
+    """Each direction's own posterior in the E-step: the value and the gradient of both directions' exact negative
+    log-likelihood -- what the ``marginal`` pair's ``TraceEnum_ELBO`` gives (enumeration of the alignment)."""
+    torch.manual_seed(0)
+    forward, reverse = _random(network(V, V, null_prob=null_prob)), _random(network(V, V, null_prob=null_prob))
+    ((fb, rb),) = _joint(null_prob is not None).batches(8)
+    params = [*forward.parameters(), *reverse.parameters()]
+    loss = agreement_loss(forward, reverse, (fb, rb), agreement=False)
+    reference = sum(pair.elbo().differentiable_loss(pair.model, pair.guide, batch)
+                    for pair, batch in ((make_pair("marginal", forward), fb), (make_pair("marginal", reverse), rb)))
+    assert torch.allclose(loss, reference, rtol=1e-5)
+    ours = torch.autograd.grad(loss, params, allow_unused=True)
+    exact = torch.autograd.grad(reference, params, allow_unused=True)
+    for a, b in zip(ours, exact, strict=True):
+        assert (a is None) == (b is None) or float((a if a is not None else b).abs().max()) == 0.0
+        if a is not None and b is not None:
+            assert torch.allclose(a, b, atol=1e-5)
+
+
+@pytest.mark.parametrize("null", [False, True])
+def test_agreement_weights_multiply_the_two_posteriors_at_each_link(null):
+    torch.manual_seed(1)
+    forward, reverse = _random(HMMNetwork(V, V, null_prob=0.2 if null else None)), \
+        _random(HMMNetwork(V, V, null_prob=0.2 if null else None))
+    ((fb, rb),) = _joint(null).batches(8)
+    post_f, post_r = forward.likelihood_terms(fb)[2], reverse.likelihood_terms(rb)[2]
+    q_f, q_r = agreement_weights(post_f, post_r, fb.target_mask, rb.target_mask, null, null)
+    o = int(null)
+    for i, (x, y) in enumerate(zip(SOURCE, TARGET, strict=True)):
+        for t in range(len(y)):
+            for s in range(len(x)):
+                both = post_f[i, t, o + s] * post_r[i, s, o + t]
+                assert torch.isclose(q_f[i, t, o + s], both) and torch.isclose(q_r[i, s, o + t], both)
+        # </s> and the NULL word have no counterpart: each direction keeps its own posterior
+        assert torch.equal(q_f[i, len(y)], post_f[i, len(y)]) and torch.equal(q_r[i, len(x)], post_r[i, len(x)])
+        if null:
+            assert torch.equal(q_f[i, :, 0], post_f[i, :, 0]) and torch.equal(q_r[i, :, 0], post_r[i, :, 0])
+    assert float(q_f[~fb.target_mask].abs().sum()) == 0.0  # padding stays zero
+
+
+def test_agreement_refuses_mismatched_directions():
+    ((fb, rb),) = _joint(False).batches(8)
+    forward = torch.rand(3, 5, 4)  # targets of up to 4 words and </s>, sources of up to 4 words
+    with pytest.raises(ValueError, match="not the same sentence pairs"):
+        agreement_weights(forward, torch.rand(3, 5, 5), fb.target_mask, rb.target_mask)
+    with pytest.raises(ValueError, match="not the same sentence pairs"):
+        agreement_weights(forward, torch.rand(2, 5, 4), fb.target_mask, rb.target_mask)
+    with pytest.raises(ValueError, match="the four sides hold 3 / 3 / 2 / 3"):
+        JointBitext(SOURCE, TARGET, TARGET[:2], SOURCE)
+
+
+def test_training_by_agreement_fits_both_directions():
+    torch.manual_seed(0)
+    data = _joint(True)
+    data = JointBitext(data.source * 4, data.target * 4, data.reverse_source * 4, data.reverse_target * 4)
+    forward, reverse = HMMNetwork(V, V, null_prob=0.2), HMMNetwork(V, V, null_prob=0.2)
+    result = fit_agreement(forward, reverse, data, num_epochs=8, batch_size=4, lr=0.05,
+                           param_lr={"lexical.": 0.1})
+    assert result.steps == 8 * 3 and all(map(torch.isfinite, map(torch.tensor, result.losses)))
+    assert sum(result.losses[-3:]) < sum(result.losses[:3]) - 0.5  # it learns both tables
+    with pytest.raises(ValueError, match="batch_size"):
+        fit_agreement(forward, reverse, data, batch_size=0)
+
+
+def test_align_trains_both_directions_by_agreement_and_keeps_them(tmp_path):
+    """``--agreement`` trains the two directions together, names its rows ``hmm-...-agree-...``, keeps both
+    directions' alignments in one pair of files (a rerun reads them), and is refused where it cannot apply."""
+    from pyro_attention.align import AlignConfig, run_align
+
+    text, links = tmp_path / "gold.txt", tmp_path / "gold.p1"
+    text.write_text("the house is small ||| das haus ist klein\nthe cat ||| die katze\n"
+                    "a small cat ||| eine kleine katze\n" * 3)
+    links.write_text("1-1 2-2 3-3 4-4\n1-1 2-2\n1-1 2p2 3-3\n" * 3)
+    config = AlignConfig(gold_text=str(text), gold_links=str(links), network="hmm", models=["marginal"], epochs=2,
+                         ibm1_epochs=2, null_prob=0.2, both_directions=True, agreement=True,
+                         out=str(tmp_path / "runs"))
+    logs: list[str] = []
+    rows = run_align(config, log=logs.append)
+    assert {r.network for r in rows} == {"hmm-null-agree"}
+    assert all("both directions trained by agreement" in r.note for r in rows)
+    assert {"forward", "reverse", "intersection", "posterior-mean"} <= {r.direction for r in rows}
+    assert any("by agreement:" in m and "mean NLL per token (both directions)" in m for m in logs)
+    saved = sorted(p.name for p in (tmp_path / "runs").glob("*.trained.pt"))
+    assert saved == ["hmm-marginal-agreement-forward.trained.pt", "hmm-marginal-agreement-reverse.trained.pt"]
+    logs.clear()
+    again = run_align(config, log=logs.append)
+    assert sum("read from" in m for m in logs) == 2 and not any("by agreement:" in m for m in logs)
+    assert [(r.source, r.direction, r.result) for r in again] == [(r.source, r.direction, r.result) for r in rows]
+    with pytest.raises(ValueError, match="add --both-directions"):
+        AlignConfig(gold_text=str(text), gold_links=str(links), network="hmm", models=["marginal"], agreement=True)
+    with pytest.raises(ValueError, match="network 'ibm1' cannot be trained by agreement; only hmm can"):
+        AlignConfig(gold_text=str(text), gold_links=str(links), network="ibm1", models=["marginal"],
+                    both_directions=True, agreement=True)
