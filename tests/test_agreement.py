@@ -111,13 +111,77 @@ def test_align_trains_both_directions_by_agreement_and_keeps_them(tmp_path):
     assert {"forward", "reverse", "intersection", "posterior-mean"} <= {r.direction for r in rows}
     assert any("by agreement:" in m and "mean NLL per token (both directions)" in m for m in logs)
     saved = sorted(p.name for p in (tmp_path / "runs").glob("*.trained.pt"))
-    assert saved == ["hmm-marginal-agreement-forward.trained.pt", "hmm-marginal-agreement-reverse.trained.pt"]
+    assert saved == ["hmm-marginal-joint-forward.trained.pt", "hmm-marginal-joint-reverse.trained.pt"]
     logs.clear()
     again = run_align(config, log=logs.append)
     assert sum("read from" in m for m in logs) == 2 and not any("by agreement:" in m for m in logs)
     assert [(r.source, r.direction, r.result) for r in again] == [(r.source, r.direction, r.result) for r in rows]
     with pytest.raises(ValueError, match="add --both-directions"):
         AlignConfig(gold_text=str(text), gold_links=str(links), network="hmm", models=["marginal"], agreement=True)
-    with pytest.raises(ValueError, match="network 'ibm1' cannot be trained by agreement; only hmm can"):
+    with pytest.raises(ValueError, match="network 'ibm1' cannot train both directions together; only hmm can"):
         AlignConfig(gold_text=str(text), gold_links=str(links), network="ibm1", models=["marginal"],
                     both_directions=True, agreement=True)
+
+
+def _text() -> tuple[list[list[str]], list[list[str]]]:
+    from pyro_attention.data import make_synthetic_translation
+
+    c = make_synthetic_translation(60, seed=3, vocab_size=10)
+    return c.source, c.target
+
+
+@pytest.mark.parametrize("null_prob", [None, 0.2])
+def test_tables_by_em_are_ibm_model_1_s_em(null_prob):
+    """With a vanishing Dirichlet prior the closed-form tables are EM's: after k epochs the posteriors of both
+    directions are those of k iterations of the plain EM IBM Model 1 of the test suite (tests/ibm1_em.py)."""
+    import sys
+    from pathlib import Path
+
+    from pyro_attention.data.text import Vocab
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from ibm1_em import EMIBM1
+
+    src, tgt = _text()
+    put = with_null_word if null_prob else list
+    sv, tv = Vocab.build(src), Vocab.build(tgt)
+    s_ids, t_ids = [sv.encode(s) for s in src], [tv.encode(t) for t in tgt]
+    data = JointBitext([put(s) for s in s_ids], t_ids, [put(t) for t in t_ids], s_ids)
+    forward = IBM1Network(len(sv), len(tv), null_prob=null_prob)
+    reverse = IBM1Network(len(tv), len(sv), null_prob=null_prob)
+    result = fit_agreement(forward, reverse, data, num_epochs=3, batch_size=16, agreement=False, table_prior=1e-9)
+    assert result.steps == 3 * 4 and forward.src_embed.weight.requires_grad  # the table is trainable again after
+    for network, (a, b), (va, vb) in ((forward, (src, tgt), (sv, tv)), (reverse, (tgt, src), (tv, sv))):
+        em = EMIBM1(a, b, null_prob=null_prob).iterate(3)
+        ((batch, _),) = JointBitext([put(va.encode(s)) for s in a], [vb.encode(t) for t in b],
+                                    [put(vb.encode(t)) for t in b], [va.encode(s) for s in a]).batches(len(a))
+        post = network.likelihood_terms(batch)[2]
+        order = sorted(range(len(a)), key=lambda i: (len(put(va.encode(a[i]))), len(b[i]), i))  # bucketing's
+        for row, i in enumerate(order):
+            expected = torch.tensor(em.posterior(a[i], b[i]), dtype=torch.float32)
+            got = post[row, : len(b[i]), : expected.shape[1]]
+            assert torch.allclose(got, expected, atol=1e-4), (i, got, expected)
+
+
+def test_tables_by_em_are_the_dirichlet_posterior_mean():
+    """One epoch from uniform tables: the posterior of every target word is uniform over its source words, so the
+    expected counts are ``c(x, y) = sum 1 / n`` and the table ``(c + alpha) / (c(x) + V alpha)``."""
+    from pyro_attention.data.translation import EOS
+
+    src, tgt = [[4, 5], [4], [5, 6, 4]], [[7, 8], [7], [9, 7]]
+    V = 10
+    data = JointBitext(src, tgt, tgt, src)
+    forward, reverse = IBM1Network(V, V), IBM1Network(V, V)
+    fit_agreement(forward, reverse, data, num_epochs=1, batch_size=2, agreement=False, table_prior=0.5)
+    counts = torch.zeros(V, V, dtype=torch.float64)
+    for x, y in zip(src, tgt, strict=True):
+        for w in [*y, EOS]:
+            for s in x:
+                counts[s, w] += 1.0 / len(x)
+    expected = ((counts + 0.5) / (counts + 0.5).sum(-1, keepdim=True)).float()
+    table = torch.log_softmax(forward.src_embed.weight.detach(), -1).exp()
+    assert torch.allclose(table[[4, 5, 6]], expected[[4, 5, 6]], atol=1e-6)
+    with pytest.raises(ValueError, match="alpha must be > 0"):
+        fit_agreement(forward, reverse, data, table_prior=0.0)
+    with pytest.raises(ValueError, match="needs a free \\(full-rank\\) lexical table"):
+        fit_agreement(IBM1Network(V, V, embedding_size=4), reverse, data, table_prior=0.5)

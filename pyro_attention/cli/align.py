@@ -53,7 +53,7 @@ def add_align(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
                     "table's rank)")
     add_config_options(al, AlignConfig, ("epochs", "batch_size", "lr", "max_len", "embedding", "encoder", "decoder",
                                          "attention", "ibm1_epochs", "ibm1_lr", "tension", "max_jump", "table_lr",
-                                         "null_prob", "decoder_expert"))
+                                         "null_prob", "decoder_expert", "table_prior"))
     add_config_options(al, AlignConfig, ("gold_repeat", "source_prefix", "target_prefix"))
     al.add_argument("--both-directions", action="store_true",
                     help="also train target->source; report every symmetrisation (intersection, union, grow-diag, "

@@ -30,6 +30,7 @@ networks with ``pyro.module``; there is no latent site to guide), stepped by the
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -44,7 +45,7 @@ from pyro_attention.inference import FitResult, FusedClippedAdam
 from pyro_attention.inference.loop import Callback, SVIStep, Trainer
 from pyro_attention.inference.optim import check_lr
 
-__all__ = ["JointBitext", "agreement_loss", "agreement_weights", "fit_agreement"]
+__all__ = ["DirichletTables", "JointBitext", "agreement_loss", "agreement_weights", "fit_agreement", "free_table"]
 
 
 def agreement_weights(forward: Tensor, reverse: Tensor, forward_target_mask: Tensor, reverse_target_mask: Tensor,
@@ -105,12 +106,15 @@ class JointBitext:
 
 
 def agreement_loss(forward: Any, reverse: Any, batches: tuple[TranslationBatch, TranslationBatch],
-                   agreement: bool = True) -> Tensor:
+                   agreement: bool = True, tables: DirichletTables | None = None) -> Tensor:
     """Both directions' exact negative log-likelihood (the value) whose gradient is the agreement M-step.
 
-    :param forward: an :class:`~pyro_attention.networks.lexical.HMMNetwork` (anything with ``likelihood_terms``
-        and ``null_prob``) for the forward batch; ``reverse`` likewise for the reverse batch.
+    :param forward: an :class:`~pyro_attention.networks.lexical.HMMNetwork` or
+        :class:`~pyro_attention.networks.lexical.IBM1Network` (anything with ``likelihood_terms`` and
+        ``null_prob``) for the forward batch; ``reverse`` likewise for the reverse batch.
     :param agreement: ``False``: each direction's own posterior weighs its table (the likelihood's exact gradient).
+    :param tables: the tables' M-step in closed form instead: the weights are added to its expected counts and the
+        tables get no gradient.
     """
     (fb, rb) = batches
     log_t_f, chain_f, post_f = forward.likelihood_terms(fb)
@@ -118,10 +122,53 @@ def agreement_loss(forward: Any, reverse: Any, batches: tuple[TranslationBatch, 
     if agreement:
         post_f, post_r = agreement_weights(post_f, post_r, fb.target_mask, rb.target_mask,
                                            forward.null_prob is not None, reverse.null_prob is not None)
+    if tables is not None:
+        tables.add(0, fb, post_f)
+        tables.add(1, rb, post_r)
+        return -(chain_f + chain_r)
     # the value: -(chain_f + chain_r), the exact NLL; the gradient: the chains' plus sum q d log t for the tables
-    tables = sum((q * (lt - lt.detach())).masked_fill(q == 0, 0.0).sum()
-                 for q, lt in ((post_f, log_t_f), (post_r, log_t_r)))
-    return -(chain_f + chain_r) - tables
+    weighted = sum((q * (lt - lt.detach())).masked_fill(q == 0, 0.0).sum()
+                   for q, lt in ((post_f, log_t_f), (post_r, log_t_r)))
+    return -(chain_f + chain_r) - weighted
+
+
+def free_table(network: Any) -> Tensor:
+    """The free lexical table of an IBM1Network, or of the IBM1Network inside a network (``.lexical``): its rows
+    are the logits of ``t(. | x)``.  A low-rank table has none (``ValueError``)."""
+    lexical = getattr(network, "lexical", network)
+    if not getattr(lexical, "full_rank", False):
+        raise ValueError(f"{type(network).__name__}: a closed-form table update needs a free (full-rank) lexical table")
+    return lexical.src_embed.weight
+
+
+class DirichletTables(Callback):
+    r"""The lexical tables' M-step in closed form: each epoch's expected link counts ``c(x, y)`` (the E-step's
+    weights, summed), then at the epoch's end ``t(y | x) = (c(x, y) + alpha) / (c(x) + V alpha)``: the posterior
+    mean of each row under a symmetric ``Dirichlet(alpha)`` prior (EM with add-``alpha`` smoothing; Moore 2004),
+    which keeps a rare source word from collecting the target words nothing else explains.
+
+    :param networks: the networks whose tables are updated (:func:`free_table`), in the order :meth:`add` counts.
+    """
+
+    def __init__(self, networks: list[Any], alpha: float) -> None:
+        if not alpha > 0:
+            raise ValueError(f"DirichletTables: alpha must be > 0, got {alpha}")
+        self.tables = [free_table(n) for n in networks]
+        self.alpha = alpha
+        self.counts = [torch.zeros_like(t, dtype=torch.float64) for t in self.tables]
+
+    def add(self, which: int, batch: TranslationBatch, weights: Tensor) -> None:
+        """Add ``weights`` ``(B, T, S)`` (zero where padded) to the counts of ``(source[b, s], target[b, t])``."""
+        B, T, S = weights.shape
+        index = (batch.source.unsqueeze(1).expand(B, T, S), batch.target.unsqueeze(2).expand(B, T, S))
+        self.counts[which].index_put_(index, weights.detach().to(torch.float64), accumulate=True)
+
+    def on_epoch_end(self, trainer: Trainer) -> None:
+        with torch.no_grad():
+            for table, counts in zip(self.tables, self.counts, strict=True):
+                smoothed = counts + self.alpha
+                table.copy_((smoothed / smoothed.sum(-1, keepdim=True)).log().to(table.dtype))
+                counts.zero_()
 
 
 class _Losses(Callback):
@@ -135,30 +182,39 @@ class _Losses(Callback):
 
 def fit_agreement(forward: Any, reverse: Any, data: JointBitext, *, num_epochs: int = 1, batch_size: int = 64,
                   lr: float = 5e-3, param_lr: dict[str, float] | None = None, clip_norm: float = 5.0, seed: int = 0,
-                  agreement: bool = True, log: Callable[[str], None] | None = None) -> FitResult:
+                  agreement: bool = True, table_prior: float | None = None) -> FitResult:
     """Train both directions together by SVI with :func:`agreement_loss` (loss per step: both directions' NLL per
     target token of the two).  ``param_lr`` and ``clip_norm`` as :func:`~pyro_attention.inference.fit` takes them
-    (prefixes of each network's own parameter names, e.g. ``{"lexical.": 0.01}``)."""
+    (prefixes of each network's own parameter names, e.g. ``{"lexical.": 0.01}``).
+
+    :param agreement: ``False``: each direction's own posterior (independent training, in one loop).
+    :param table_prior: ``alpha``: the free tables are not trained by gradient but set at the end of every epoch
+        to the posterior mean under a ``Dirichlet(alpha)`` prior given that epoch's expected counts
+        (:class:`DirichletTables`); the chains train by gradient as before.  ``None``: the tables by gradient.
+    """
     from pyro_attention.inference.train import _optim_args
 
     if num_epochs < 0 or batch_size < 1:
         raise ValueError(f"fit_agreement: need num_epochs >= 0 and batch_size >= 1, got {num_epochs}, {batch_size}")
     lr = check_lr(lr)
     rates = {prefix: check_lr(rate, f"param_lr[{prefix!r}]") for prefix, rate in (param_lr or {}).items()}
+    tables = None if table_prior is None else DirichletTables([forward, reverse], table_prior)
     pyro.clear_param_store()
     pyro.set_rng_seed(seed)
     generator = torch.Generator().manual_seed(seed)
 
     def model(batches: tuple[TranslationBatch, TranslationBatch]) -> None:
-        pyro.module("forward", forward)
-        pyro.module("reverse", reverse)
+        with warnings.catch_warnings():  # tables set in closed form are frozen: Pyro need not register them
+            warnings.filterwarnings("ignore", message=".*not registered in the param store because requires_grad")
+            pyro.module("forward", forward)
+            pyro.module("reverse", reverse)
 
     def guide(batches: tuple[TranslationBatch, TranslationBatch]) -> None:
         pass
 
     def loss(model: Callable, guide: Callable, batches: tuple[TranslationBatch, TranslationBatch]) -> Tensor:
         model(batches)
-        return agreement_loss(forward, reverse, batches, agreement)
+        return agreement_loss(forward, reverse, batches, agreement, tables)
 
     svi = pyro.infer.SVI(model, guide, FusedClippedAdam(_optim_args(lr, rates, clip_norm)), loss=loss)
     step = SVIStep(svi, tokens=lambda b: int(b[0].target_mask.sum() + b[1].target_mask.sum()),
@@ -168,9 +224,14 @@ def fit_agreement(forward: Any, reverse: Any, data: JointBitext, *, num_epochs: 
     result = FitResult()
     forward.train()
     reverse.train()
-    trainer = Trainer(step, lambda _: iter(data.batches(batch_size, shuffle=True, generator=generator)), num_epochs,
-                      [_Losses(result)]).fit()
+    frozen = [] if tables is None else [t for t in tables.tables if t.requires_grad]
+    for table in frozen:  # set in closed form: no gradient, nothing for the optimiser
+        table.requires_grad_(False)
+    try:
+        trainer = Trainer(step, lambda _: iter(data.batches(batch_size, shuffle=True, generator=generator)),
+                          num_epochs, [_Losses(result)] + ([] if tables is None else [tables])).fit()
+    finally:
+        for table in frozen:
+            table.requires_grad_(True)
     result.seconds = trainer.elapsed
-    if log is not None and result.steps:
-        log(f"agreement training: {len(data.source)} pairs, {result.steps} steps in {result.seconds:.0f} s")
     return result

@@ -48,6 +48,11 @@ class AlignConfig(OptimConfig):
     decoder_expert: int = option(0, "network hmm: a decoder's expert, a target-side LSTM of this many units over "
                                  "y_<t whose logits u_t join the lexical table in a product, p(y_t | x_s, y_<t) ∝ "
                                  "t(y_t | x_s) exp(u_t[y_t]), from u = 0 (embeddings: --embedding; 0: none)", low=0)
+    table_prior: float = option(0.0, "network hmm, with --both-directions: the lexical tables by EM instead of by "
+                                "gradient, each epoch set to their posterior mean under a symmetric Dirichlet(ALPHA) "
+                                "prior given the exact expected counts (add-ALPHA smoothing; IBM Model 1 by EM too): a "
+                                "rare word then collects fewer stray links (0: by gradient)",
+                                interval=(0.0, float("inf"), False, True))
     gold_repeat: int = option(1, "the gold sentence pairs appear this many times in the training text (weights the "
                               "gold set's own domain against the extra text; unlabelled: no link is read)", low=1)
     source_prefix: int = option(0, "keep the first N characters of every word on the corpus's source side (cs for "
@@ -114,14 +119,16 @@ class AlignConfig(OptimConfig):
             takes = [n for n, net in ALIGN_NETWORKS.items() if net.decoder_expert]
             raise ValueError(f"decoder_expert: network {self.network!r} takes no decoder's expert here; only "
                              f"{', '.join(takes)} take --decoder-expert, got {self.decoder_expert}")
-        if self.agreement:
+        for name, value, flag in (("agreement", self.agreement, "--agreement"),
+                                  ("table_prior", self.table_prior, f"--table-prior {self.table_prior:g}")):
+            if not value:
+                continue
             takes = [n for n, net in ALIGN_NETWORKS.items() if net.agreement]
             if not ALIGN_NETWORKS[self.network].agreement:
-                raise ValueError(f"agreement: network {self.network!r} cannot be trained by agreement; only "
-                                 f"{', '.join(takes)} can (--network)")
+                raise ValueError(f"{name}: network {self.network!r} cannot train both directions together; only "
+                                 f"{', '.join(takes)} can ({flag})")
             if not self.both_directions:
-                raise ValueError("agreement: training by agreement trains both directions together; add "
-                                 "--both-directions")
+                raise ValueError(f"{name}: {flag} trains both directions together; add --both-directions")
         if not self.thresholds or not all(0.0 < t <= 1.0 for t in self.thresholds):
             raise ValueError(f"thresholds: need at least one, each in (0, 1], got {self.thresholds}")
 

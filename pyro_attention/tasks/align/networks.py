@@ -239,31 +239,44 @@ class StagedAligner(AlignNetwork):
 
     def train_jointly(self, corpus: GoldCorpus, config: AlignConfig, model: str,
                       log: Callable[[str], None]) -> tuple[Trained, Trained]:
-        """Both directions together by agreement (:func:`~pyro_attention.tasks.align.agreement.fit_agreement`),
-        after each direction's IBM Model 1 stage apart (as :meth:`train` trains it): the two networks on their tables,
-        ``epochs`` epochs, the tables at ``table_lr``.  Each direction's ``seconds`` is half the whole.  (Agreement in
-        the IBM Model 1 stage too, from uniform tables, was worse in a pilot: docs/results.md.)"""
+        """Both directions in one loop (:func:`~pyro_attention.tasks.align.agreement.fit_agreement`): with
+        ``agreement`` by agreement, with ``table_prior`` the tables by EM (their posterior mean under a Dirichlet
+        prior, :class:`~pyro_attention.tasks.align.agreement.DirichletTables`).  IBM Model 1 first, each direction on
+        its own posterior (by EM from uniform tables with ``table_prior``, else by gradient as :meth:`train` trains
+        it: agreement from uniform tables was worse in a pilot, docs/results.md), then the two networks on their
+        tables, ``epochs`` epochs (the tables at ``table_lr`` when by gradient).  Each direction's ``seconds`` is
+        half the whole."""
         from pyro_attention.registry import make_pair
         from pyro_attention.tasks.align.agreement import JointBitext, fit_agreement
 
         if not self.agreement:
-            raise ValueError(f"agreement: network {self.name!r} cannot be trained by agreement")
+            raise ValueError(f"agreement: network {self.name!r} cannot train both directions together")
         start = time.perf_counter()
         f_lex, f_src, f_tgt, f_data, null = self._ibm1(corpus, config, False)
         r_lex, r_src, r_tgt, r_data, _ = self._ibm1(corpus, config, True)
         joint = JointBitext(f_data.source, f_data.target, r_data.source, r_data.target)
 
-        if config.ibm1_epochs:  # apart: agreement from uniform tables starves every word's row against NULL's
+        prior = config.table_prior or None
+        how = " and ".join(x for x in ("by agreement" if config.agreement else "",
+                                       f"tables by EM, Dirichlet({prior:g})" if prior else "") if x)
+        if config.ibm1_epochs and prior:  # EM from uniform tables, each direction's own posterior
+            result = fit_agreement(f_lex, r_lex, joint, num_epochs=config.ibm1_epochs, batch_size=IBM1_BATCH_SIZE,
+                                   lr=config.ibm1_lr, seed=config.seed, agreement=False, table_prior=prior)
+            log(f"{self.name} {model}, IBM Model 1 both directions, tables by EM, Dirichlet({prior:g}): "
+                f"{len(joint.source)} pairs, {result.steps} steps in {result.seconds:.0f} s; mean NLL per token by "
+                f"epoch {_by_epoch(result, config.ibm1_epochs)}")
+        elif config.ibm1_epochs:  # apart: agreement from uniform tables starves every word's row against NULL's
             f_lex, r_lex = (_fit_lexical(lex, data, config.ibm1_epochs, IBM1_BATCH_SIZE, config.ibm1_lr, config.seed,
                                          log, f"{self.name} {model}{suffix}, IBM Model 1").network
                             for lex, data, suffix in ((f_lex, f_data, ""), (r_lex, r_data, " reverse")))
         forward = self.build(f_lex, len(f_src), len(f_tgt), config)
         reverse = self.build(r_lex, len(r_src), len(r_tgt), config)
         result = fit_agreement(forward, reverse, joint, num_epochs=config.epochs, batch_size=config.batch_size,
-                               lr=config.lr, param_lr={"lexical.": config.table_lr}, seed=config.seed)
-        log(f"{self.name} {model} by agreement: {len(joint.source)} pairs, vocabularies {len(f_src)} / {len(f_tgt)}, "
-            f"{result.steps} steps in {result.seconds:.0f} s; mean NLL per token (both directions) by epoch "
-            f"{_by_epoch(result, config.epochs)}")
+                               lr=config.lr, param_lr={"lexical.": config.table_lr}, seed=config.seed,
+                               agreement=config.agreement, table_prior=prior)
+        log(f"{self.name} {model} both directions {how}: {len(joint.source)} pairs, vocabularies {len(f_src)} / "
+            f"{len(f_tgt)}, {result.steps} steps in {result.seconds:.0f} s; mean NLL per token (both directions) by "
+            f"epoch {_by_epoch(result, config.epochs)}")
         seconds = (time.perf_counter() - start) / 2
         out = []
         for network, src_vocab, tgt_vocab, label in ((forward, f_src, f_tgt, f"{self.name} {model}"),

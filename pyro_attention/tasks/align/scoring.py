@@ -157,7 +157,7 @@ def run_align(config: AlignConfig, log: Callable[[str], None] = print) -> list[A
     gold = list(corpus.gold)
     rows: list[AlignRow] = []
     for model in config.models:
-        if config.agreement:
+        if config.agreement or config.table_prior:
             trained, back = trained_jointly(network, corpus, config, model, log)
         else:
             trained = trained_direction(network, corpus, config, model, False, log)
@@ -168,10 +168,11 @@ def run_align(config: AlignConfig, log: Callable[[str], None] = print) -> list[A
             back_null, back_seconds, backward = back.null_word, back.seconds, back.probs
 
         # a NULL word, a decoder's expert, agreement, repeated gold text and cut words are part of the model: rows
-        # "<network>[-lm][-null][-agree][-goldK][-srcprefixN][-tgtprefixN]-<pair>", noted
+        # "<network>[-lm][-null][-agree][-dirichletA][-goldK][-srcprefixN][-tgtprefixN]-<pair>", noted
         family = (network.name + ("-lm" if trained.decoder_expert else "")
                   + ("-null" if trained.null_word else "")
                   + ("-agree" if config.agreement else "")
+                  + (f"-dirichlet{config.table_prior:g}" if config.table_prior else "")
                   + (f"-gold{config.gold_repeat}" if config.gold_repeat > 1 else "")
                   + (f"-srcprefix{config.source_prefix}" if config.source_prefix else "")
                   + (f"-tgtprefix{config.target_prefix}" if config.target_prefix else ""))
@@ -179,6 +180,8 @@ def run_align(config: AlignConfig, log: Callable[[str], None] = print) -> list[A
         save_probs(Path(config.out) / f"{family}-{model}.probs.pt", forward, backward, trained.null_word, back_null)
         model_note = "; ".join(x for x in (f"null_prob {config.null_prob:g}" if trained.null_word else "",
                                           "both directions trained by agreement" if config.agreement else "",
+                                          f"tables by EM, Dirichlet({config.table_prior:g}) posterior mean"
+                                          if config.table_prior else "",
                                           f"decoder_expert {config.decoder_expert}" if trained.decoder_expert
                                           else "",
                                           f"gold_repeat {config.gold_repeat}" if config.gold_repeat > 1 else "",
@@ -300,11 +303,11 @@ def trained_direction(network: Any, corpus: Any, config: AlignConfig, model: str
 
 def trained_jointly(network: Any, corpus: Any, config: AlignConfig, model: str,
                     log: Callable[[str], None] = print) -> tuple[TrainedDirection, TrainedDirection]:
-    """Both directions trained together by agreement (:meth:`~pyro_attention.tasks.align.networks.AlignNetwork.
-    train_jointly`) and their alignments of the gold pairs -- or both read from
-    ``OUT/<network>-<model>-agreement-<forward|reverse>.trained.pt`` as :func:`trained_direction` reads one."""
-    keys = [_cache_key(network, corpus, config, model, f"agreement-{d}") for d in ("forward", "reverse")]
-    paths = [Path(config.out) / f"{network.name}-{model}-agreement-{d}.trained.pt" for d in ("forward", "reverse")]
+    """Both directions trained together -- by agreement, or with tables by EM (:meth:`~pyro_attention.tasks.align.
+    networks.AlignNetwork.train_jointly`) -- and their alignments of the gold pairs -- or both read from
+    ``OUT/<network>-<model>-joint-<forward|reverse>.trained.pt`` as :func:`trained_direction` reads one."""
+    keys = [_cache_key(network, corpus, config, model, f"joint-{d}") for d in ("forward", "reverse")]
+    paths = [Path(config.out) / f"{network.name}-{model}-joint-{d}.trained.pt" for d in ("forward", "reverse")]
     saved = [_read_trained(p, k, f"{network.name} {model} {k['direction']}", log)
              for p, k in zip(paths, keys, strict=True)]
     if saved[0] is not None and saved[1] is not None:
@@ -312,7 +315,7 @@ def trained_jointly(network: Any, corpus: Any, config: AlignConfig, model: str,
     forward, reverse = network.train_jointly(corpus, config, model, log)
     result = (_save_trained(forward, corpus, False, keys[0], paths[0]),
               _save_trained(reverse, corpus, True, keys[1], paths[1]))
-    log(f"trained {network.name} {model} both directions by agreement ({forward.seconds + reverse.seconds:.0f} s)")
+    log(f"trained {network.name} {model} both directions together ({forward.seconds + reverse.seconds:.0f} s)")
     return result
 
 
