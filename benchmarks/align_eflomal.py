@@ -34,16 +34,12 @@ def read_links(path: Path, count: int) -> list[set[tuple[int, int]]]:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    from pyro_attention.align import LINK_FORMATS, LINK_ORDERS, AlignConfig
+    from pyro_attention.align import AlignConfig
+    from pyro_attention.cli.align import add_gold_set_options
     from pyro_attention.cli.common import add_config_options
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--corpus", default="enfr", choices=["enfr", "csen"], help="built-in gold set (as align)")
-    parser.add_argument("--data-dir", default=None, help="data folder (default: $PYRO_ATTENTION_DATA)")
-    for name in ("gold-text", "gold-src", "gold-tgt", "gold-links", "extra-src", "extra-tgt"):
-        parser.add_argument(f"--{name}", default=None, help="a gold set of your own and its extra text, as align")
-    parser.add_argument("--links-format", default="pharaoh1", choices=LINK_FORMATS)
-    parser.add_argument("--links-order", default="source-target", choices=LINK_ORDERS)
+    parser.set_defaults(gold_options=add_gold_set_options(parser))  # a gold set and its extra text, as align
     # align's own flags for the training text (help, bounds and defaults from AlignConfig; all of Multi30k here)
     add_config_options(parser, AlignConfig, ("extra_size", "gold_repeat", "source_prefix", "target_prefix"),
                        defaults={"extra_size": 29000})
@@ -61,8 +57,7 @@ def main(args: argparse.Namespace) -> list[dict[str, Any]]:
     program = shutil.which(args.eflomal)
     if program is None:
         raise SystemExit(f"--eflomal: {args.eflomal!r} is not a program on the PATH (pip install eflomal)")
-    options = ("corpus", "data_dir", "extra_size", "gold_repeat", "source_prefix", "target_prefix", "gold_text",
-               "gold_src", "gold_tgt", "gold_links", "extra_src", "extra_tgt", "links_format", "links_order")
+    options = (*args.gold_options, "extra_size", "gold_repeat", "source_prefix", "target_prefix")
     config = AlignConfig(models=["marginal"], network="hmm", **{k: getattr(args, k) for k in options})
     corpus = load_gold_corpus(config, print)
     gold = list(corpus.gold)

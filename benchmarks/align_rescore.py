@@ -62,7 +62,7 @@ def rescore(forward: list[torch.Tensor], backward: list[torch.Tensor], gold: lis
 
 
 def make_parser() -> argparse.ArgumentParser:
-    from pyro_attention.align import LINK_FORMATS, LINK_ORDERS
+    from pyro_attention.cli.align import add_gold_set_options
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--probs", required=True, help="OUT/<network>-<pair>.probs.pt of `align --both-directions`")
@@ -70,13 +70,7 @@ def make_parser() -> argparse.ArgumentParser:
                         help="alignment sources in the file to rescore (default: smoothed posterior)")
     parser.add_argument("--grid", type=float, nargs="+", default=None,
                         help="thresholds tried (default: align's, 0.05 ... 0.95; posterior-product also 0.01-0.03)")
-    parser.add_argument("--corpus", default="enfr", choices=["enfr", "csen"], help="built-in gold set (as align)")
-    parser.add_argument("--data-dir", default=None, help="data folder (default: $PYRO_ATTENTION_DATA)")
-    for name in ("gold-text", "gold-src", "gold-tgt", "gold-links"):
-        parser.add_argument(f"--{name}", default=None, help="a gold set of your own, as align reads it")
-    parser.add_argument("--links-format", default="pharaoh1", choices=LINK_FORMATS)
-    parser.add_argument("--links-order", default="source-target", choices=LINK_ORDERS)
-    parser.add_argument("--no-lowercase", dest="lowercase", action="store_false")
+    parser.set_defaults(gold_options=add_gold_set_options(parser, extra_text=False))  # as align reads a gold set
     return parser
 
 
@@ -90,9 +84,7 @@ def main(args: argparse.Namespace) -> list[dict[str, Any]]:
     saved = torch.load(Path(args.probs).expanduser(), map_location="cpu", weights_only=True)
     if not isinstance(saved, dict) or saved.get("backward") is None:
         raise SystemExit(f"{args.probs}: needs both directions (a run of `pyro-attention align --both-directions`)")
-    gold_options = ("corpus", "data_dir", "gold_text", "gold_src", "gold_tgt", "gold_links", "links_format",
-                    "links_order", "lowercase")
-    config = AlignConfig(extra_size=0, **{k: getattr(args, k) for k in gold_options})
+    config = AlignConfig(extra_size=0, **{k: getattr(args, k) for k in args.gold_options})
     corpus = load_gold_corpus(config, lambda _: None)
     gold = list(corpus.gold)
     rows = []

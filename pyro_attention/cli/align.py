@@ -38,10 +38,8 @@ def add_align(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     """``pyro-attention align``."""
     al = add_command(sub, "align", _align,
                      "AER of prior / exact posterior / q / soft attention against gold alignments")
-    al.add_argument("--corpus", default="enfr", choices=["enfr", "csen"],
-                    help="gold set: enfr (English-French Hansards, NAACL 2003) or csen (Czech-English)")
-    al.add_argument("--data-dir", default=None, help="data folder (default: $PYRO_ATTENTION_DATA)")
-    from pyro_attention.align import ALIGN_NETWORKS, LINK_FORMATS, LINK_ORDERS, AlignConfig
+    add_gold_set_options(al)
+    from pyro_attention.align import ALIGN_NETWORKS, AlignConfig
     from pyro_attention.registry import ALL_PAIRS
 
     add_config_options(al, AlignConfig, ("extra_size",))
@@ -62,7 +60,22 @@ def add_align(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
                     help="network hmm, with --both-directions: train the two directions together by agreement "
                     "(Liang et al. 2006: each direction's lexical table learns from the product of both directions' "
                     "exact posteriors) after each one's IBM Model 1 stage")
-    g = al.add_argument_group("a gold set of your own (instead of --corpus)")
+    add_config_options(al, AlignConfig, ("seed", "threads"))
+    al.add_argument("--out", default="runs/align", help="folder for the runs")
+    al.add_argument("--markdown", default="", help="also write the table to this file")
+    al.add_argument("--json", default="", help="also merge the rows into this JSON list (e.g. docs/results/aer.json)")
+
+
+def add_gold_set_options(parser: argparse.ArgumentParser, extra_text: bool = True) -> tuple[str, ...]:
+    """The flags that choose a gold set as ``pyro-attention align`` reads it (``--corpus``, ``--data-dir``, a gold set
+    of your own, and with ``extra_text`` its unlabelled extra text); returns their names in
+    :class:`~pyro_attention.align.AlignConfig` (``AlignConfig(**{k: getattr(args, k) for k in names})``)."""
+    from pyro_attention.align import LINK_FORMATS, LINK_ORDERS
+
+    parser.add_argument("--corpus", default="enfr", choices=["enfr", "csen"],
+                        help="gold set: enfr (English-French Hansards, NAACL 2003) or csen (Czech-English)")
+    parser.add_argument("--data-dir", default=None, help="data folder (default: $PYRO_ATTENTION_DATA)")
+    g = parser.add_argument_group("a gold set of your own (instead of --corpus)")
     g.add_argument("--gold-text", default=None, help="'source ||| target' sentence pairs, one per line")
     g.add_argument("--gold-src", default=None, help="the source sentences, one per line (with --gold-tgt)")
     g.add_argument("--gold-tgt", default=None, help="the target sentences, line-aligned with --gold-src")
@@ -72,11 +85,13 @@ def add_align(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
                    "'SNUM i j [S|P]' per link, 1-indexed (default pharaoh1)")
     g.add_argument("--links-order", default="source-target", choices=LINK_ORDERS,
                    help="which sentence a link's first number counts in (default source-target)")
-    g.add_argument("--extra-src", default=None, help="more unlabelled training text, source side (with --extra-tgt)")
-    g.add_argument("--extra-tgt", default=None, help="its target side, line-aligned")
+    names = ("corpus", "data_dir", "gold_text", "gold_src", "gold_tgt", "gold_links", "links_format", "links_order",
+             "lowercase")
+    if extra_text:
+        g.add_argument("--extra-src", default=None, help="more unlabelled training text, source side (with "
+                       "--extra-tgt)")
+        g.add_argument("--extra-tgt", default=None, help="its target side, line-aligned")
+        names += ("extra_src", "extra_tgt")
     g.add_argument("--no-lowercase", dest="lowercase", action="store_false",
                    help="keep the case of a gold set of your own (default: lower-case it)")
-    add_config_options(al, AlignConfig, ("seed", "threads"))
-    al.add_argument("--out", default="runs/align", help="folder for the runs")
-    al.add_argument("--markdown", default="", help="also write the table to this file")
-    al.add_argument("--json", default="", help="also merge the rows into this JSON list (e.g. docs/results/aer.json)")
+    return names
