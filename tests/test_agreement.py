@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -94,7 +96,8 @@ def test_training_by_agreement_fits_both_directions():
 
 def test_align_trains_both_directions_by_agreement_and_keeps_them(tmp_path):
     """``--agreement`` trains the two directions together, names its rows ``hmm-...-agree-...``, keeps both
-    directions' alignments in one pair of files (a rerun reads them), and is refused where it cannot apply."""
+    directions' alignments in one pair of files (a rerun reads them); ``--table-prior`` likewise (``-dirichletA``);
+    both are refused where they cannot apply."""
     from pyro_attention.align import AlignConfig, run_align
 
     text, links = tmp_path / "gold.txt", tmp_path / "gold.p1"
@@ -116,8 +119,17 @@ def test_align_trains_both_directions_by_agreement_and_keeps_them(tmp_path):
     again = run_align(config, log=logs.append)
     assert sum("read from" in m for m in logs) == 2 and not any("by agreement:" in m for m in logs)
     assert [(r.source, r.direction, r.result) for r in again] == [(r.source, r.direction, r.result) for r in rows]
+    em = run_align(dataclasses.replace(config, agreement=False, table_prior=0.5, out=str(tmp_path / "em")),
+                   log=lambda _: None)
+    assert {r.network for r in em} == {"hmm-null-dirichlet0.5"}
+    assert all("tables by EM, Dirichlet(0.5) posterior mean" in r.note for r in em)
     with pytest.raises(ValueError, match="add --both-directions"):
         AlignConfig(gold_text=str(text), gold_links=str(links), network="hmm", models=["marginal"], agreement=True)
+    with pytest.raises(ValueError, match="table_prior: .*--table-prior 0.1 trains both directions together"):
+        AlignConfig(gold_text=str(text), gold_links=str(links), network="hmm", models=["marginal"], table_prior=0.1)
+    with pytest.raises(ValueError, match="with --decoder-expert 8 the emission is a product"):
+        AlignConfig(gold_text=str(text), gold_links=str(links), network="hmm", models=["marginal"], table_prior=0.1,
+                    decoder_expert=8, both_directions=True)
     with pytest.raises(ValueError, match="network 'ibm1' cannot train both directions together; only hmm can"):
         AlignConfig(gold_text=str(text), gold_links=str(links), network="ibm1", models=["marginal"],
                     both_directions=True, agreement=True)

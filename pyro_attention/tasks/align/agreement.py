@@ -1,4 +1,5 @@
-r"""Both directions of an HMM aligner trained jointly by agreement (Liang, Taskar & Klein 2006).
+r"""Both directions of an HMM aligner trained in one loop: by agreement (Liang, Taskar & Klein 2006), and with the
+lexical tables by EM under a Dirichlet prior.
 
 Trained apart, the forward model ``p_f(y, z | x)`` and the reverse model ``p_r(x, z' | y)`` each fit their own
 text and meet only when their links are symmetrised.  *Alignment by agreement* trains them together: EM whose
@@ -22,6 +23,13 @@ for the chains' parameters (jumps, tension), which the agreement does not touch.
 (``agreement=False``: ``q`` is each model's own posterior) the step is the exact gradient of both directions'
 log-likelihoods -- independent training -- which the tests check.  The loss *reported* is always both directions'
 exact negative log-likelihood per target token.
+
+**Tables by EM** (``table_prior=alpha``, :class:`DirichletTables`): instead of a gradient step, the weights ``q``
+(agreement products or each direction's own posterior) are summed over the epoch into expected counts ``c(x, y)``
+and each free table is set at the epoch's end to ``t(y | x) = (c(x, y) + alpha) / (c(x) + V alpha)``, the posterior
+mean of a row under a symmetric ``Dirichlet(alpha)`` prior -- EM's M-step with add-``alpha`` smoothing (Moore 2004),
+the classic aligners' sparse-prior remedy for rare words that collect stray links (eflomal samples under such a
+prior).  With a vanishing ``alpha`` on IBM Model 1 this is EM exactly (tested against ``tests/ibm1_em.py``).
 
 Pyro runs it: ``SVI(model, guide, optim, loss=agreement_loss)`` with a custom loss (the model registers both
 networks with ``pyro.module``; there is no latent site to guide), stepped by the package's

@@ -129,6 +129,10 @@ class AlignConfig(OptimConfig):
                                  f"{', '.join(takes)} can ({flag})")
             if not self.both_directions:
                 raise ValueError(f"{name}: {flag} trains both directions together; add --both-directions")
+        if self.table_prior and self.decoder_expert:
+            raise ValueError(f"table_prior: the closed-form M-step sets a table alone; with --decoder-expert "
+                             f"{self.decoder_expert} the emission is a product with the decoder's expert (use one of "
+                             "--table-prior and --decoder-expert)")
         if not self.thresholds or not all(0.0 < t <= 1.0 for t in self.thresholds):
             raise ValueError(f"thresholds: need at least one, each in (0, 1], got {self.thresholds}")
 

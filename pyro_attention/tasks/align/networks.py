@@ -54,7 +54,7 @@ class AlignNetwork:
     null_word: bool = False
     #: whether it takes a decoder's expert (``--decoder-expert``)
     decoder_expert: bool = False
-    #: whether both directions can be trained together by agreement (``--agreement``: :meth:`train_jointly`)
+    #: whether both directions can be trained in one loop (``--agreement``, ``--table-prior``: :meth:`train_jointly`)
     agreement: bool = False
 
     def __init__(self, name: str, description: str) -> None:
