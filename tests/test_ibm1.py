@@ -30,7 +30,8 @@ from pyro_attention.data.text import Vocab
 from pyro_attention.data.translation import collate
 from pyro_attention.distributions.enumeration import gathered_table, observed_table
 from pyro_attention.inference import alignment_posterior, fit, log_likelihood
-from pyro_attention.networks.lexical import DistortionNetwork, IBM1Network
+from pyro_attention.networks.distortion import DistortionNetwork
+from pyro_attention.networks.lexical import IBM1Network
 from pyro_attention.registry import make_pair
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -24,7 +24,7 @@ The network (``network``, :data:`ALIGN_NETWORKS`) is an object that trains itsel
 with :func:`pyro_attention.translation.train`; ``ibm1`` (uniform prior, lexical expert on the source word's
 embedding: IBM Model 1 with a neural lexical table, :class:`~pyro_attention.networks.lexical.IBM1Network`),
 ``distortion`` (IBM Model 1 first, then Seq2Seq's learned prior on its free lexical table,
-:class:`~pyro_attention.networks.lexical.DistortionNetwork`) and ``hmm`` (IBM Model 1 first, then an HMM prior --
+:class:`~pyro_attention.networks.distortion.DistortionNetwork`) and ``hmm`` (IBM Model 1 first, then an HMM prior --
 fast_align's diagonal and jumps over the previous word's filtered posterior -- on its table,
 :class:`~pyro_attention.networks.lexical.HMMNetwork`; both :class:`StagedAligner`) train with
 :func:`pyro_attention.inference.fit` -- the ``marginal`` pair's exact enumeration (``TraceEnum_ELBO``) either way.

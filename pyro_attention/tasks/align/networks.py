@@ -300,7 +300,7 @@ def _log_learned(network: Any, config: AlignConfig, label: str, log: Callable[[s
 
 
 def _distortion(lexical: Any, source_vocab: int, target_vocab: int, config: AlignConfig) -> Any:
-    from pyro_attention.networks.lexical import DistortionNetwork
+    from pyro_attention.networks.distortion import DistortionNetwork
 
     return DistortionNetwork(source_vocab, target_vocab, lexical=lexical, tension=config.tension or None,
                              max_jump=config.max_jump or None, embedding_size=config.embedding,

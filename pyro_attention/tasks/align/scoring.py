@@ -167,27 +167,9 @@ def run_align(config: AlignConfig, log: Callable[[str], None] = print) -> list[A
         if back is not None:
             back_null, back_seconds, backward = back.null_word, back.seconds, back.probs
 
-        # a NULL word, a decoder's expert, agreement, repeated gold text and cut words are part of the model: rows
-        # "<network>[-lm][-null][-agree][-dirichletA][-goldK][-srcprefixN][-tgtprefixN]-<pair>", noted
-        family = (network.name + ("-lm" if trained.decoder_expert else "")
-                  + ("-null" if trained.null_word else "")
-                  + ("-agree" if config.agreement else "")
-                  + (f"-dirichlet{config.table_prior:g}" if config.table_prior else "")
-                  + (f"-gold{config.gold_repeat}" if config.gold_repeat > 1 else "")
-                  + (f"-srcprefix{config.source_prefix}" if config.source_prefix else "")
-                  + (f"-tgtprefix{config.target_prefix}" if config.target_prefix else ""))
+        family, model_note = _family(network.name, trained, config)
         output = "product" if trained.decoder_expert else network.output  # the lexical table times u_t
         save_probs(Path(config.out) / f"{family}-{model}.probs.pt", forward, backward, trained.null_word, back_null)
-        model_note = "; ".join(x for x in (f"null_prob {config.null_prob:g}" if trained.null_word else "",
-                                          "both directions trained by agreement" if config.agreement else "",
-                                          f"tables by EM, Dirichlet({config.table_prior:g}) posterior mean"
-                                          if config.table_prior else "",
-                                          f"decoder_expert {config.decoder_expert}" if trained.decoder_expert
-                                          else "",
-                                          f"gold_repeat {config.gold_repeat}" if config.gold_repeat > 1 else "",
-                                          f"source_prefix {config.source_prefix}" if config.source_prefix else "",
-                                          f"target_prefix {config.target_prefix}" if config.target_prefix else "")
-                               if x)
 
         def row(label: str, direction: str, links: list, seconds: float, note: str = "", model: str = model,
                 family: str = family, model_note: str = model_note, output: str = output) -> AlignRow:
@@ -225,6 +207,22 @@ def run_align(config: AlignConfig, log: Callable[[str], None] = print) -> list[A
                     log(f"{name} {method}: {note}")
                     rows.append(row(name, method, links, trained.seconds + back_seconds, note))
     return rows
+
+
+def _family(network: str, trained: TrainedDirection, config: AlignConfig) -> tuple[str, str]:
+    """The rows' model family and note: a NULL word, a decoder's expert, agreement, Dirichlet tables, repeated gold
+    text and cut words are part of the model, ``<network>[-lm][-null][-agree][-dirichletA][-goldK][-srcprefixN]
+    [-tgtprefixN]``."""
+    parts = [(trained.decoder_expert, "-lm", f"decoder_expert {config.decoder_expert}"),
+             (trained.null_word, "-null", f"null_prob {config.null_prob:g}"),
+             (config.agreement, "-agree", "both directions trained by agreement"),
+             (config.table_prior, f"-dirichlet{config.table_prior:g}",
+              f"tables by EM, Dirichlet({config.table_prior:g}) posterior mean"),
+             (config.gold_repeat > 1, f"-gold{config.gold_repeat}", f"gold_repeat {config.gold_repeat}"),
+             (config.source_prefix, f"-srcprefix{config.source_prefix}", f"source_prefix {config.source_prefix}"),
+             (config.target_prefix, f"-tgtprefix{config.target_prefix}", f"target_prefix {config.target_prefix}")]
+    notes = parts[1:4] + parts[:1] + parts[4:]  # the note names the decoder's expert after the training options
+    return network + "".join(tag for on, tag, _ in parts if on), "; ".join(note for on, _, note in notes if on)
 
 
 @dataclass
