@@ -9,7 +9,7 @@ align``), copied into an :class:`~pyro_attention.networks.lexical.IBM1Network` (
 for every prior of ``--priors``, from that same table and seed:
 
 * ``ibm1``: the table alone (uniform prior; no training);
-* ``neural``: :class:`~pyro_attention.networks.lexical.DistortionNetwork` -- Seq2Seq's prior (decoder LSTM over
+* ``neural``: :class:`~pyro_attention.networks.distortion.DistortionNetwork` -- Seq2Seq's prior (decoder LSTM over
   the target prefix, attention over the BiLSTM source states; ``--embedding 64 --encoder 64 --decoder 128
   --attention 64`` as ``align``'s defaults);
 * ``neural-diag``: the same with fast_align's learned diagonal (``tension=4``);
@@ -60,7 +60,8 @@ def em_table(src: list[list[str]], tgt: list[list[str]], src_vocab: Any, tgt_voc
 
 
 def build(prior: str, lexical: Any, source_vocab: int, target_vocab: int) -> Any:
-    from pyro_attention.networks.lexical import DistortionNetwork, HMMNetwork
+    from pyro_attention.networks.distortion import DistortionNetwork
+    from pyro_attention.networks.lexical import HMMNetwork
 
     if prior == "hmm":
         return HMMNetwork(source_vocab, target_vocab, lexical=lexical, tension=4.0, max_jump=5)
