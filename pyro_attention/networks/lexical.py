@@ -151,7 +151,7 @@ class IBM1Network(HeadNetwork):
         return self.lexical_log_probs(words)[rows.unsqueeze(1), batch.target.unsqueeze(2)]
 
     def likelihood_terms(self, batch: TranslationBatch) -> tuple[Tensor, Tensor, Tensor]:
-        """``(log_t, prior, posterior)`` as :meth:`HMMNetwork.likelihood_terms` splits the likelihood: the observed
+        """``(log_t, total, posterior)`` as :meth:`HMMNetwork.likelihood_terms` splits the likelihood: the observed
         ``log t(y_t | x_s)`` with their gradient to the table, ``log p(y | x)`` summed over the real target tokens
         with the table held fixed (the prior has no parameters: no gradient), and the exact posterior
         ``p(z_t | x, y)`` ``(B, T, S)``, detached, zero where padded."""
