@@ -52,8 +52,7 @@ def test_without_agreement_the_loss_is_both_directions_exact_likelihood(network,
 @pytest.mark.parametrize("null", [False, True])
 def test_agreement_weights_multiply_the_two_posteriors_at_each_link(null):
     torch.manual_seed(1)
-    forward, reverse = _random(HMMNetwork(V, V, null_prob=0.2 if null else None)), \
-        _random(HMMNetwork(V, V, null_prob=0.2 if null else None))
+    forward, reverse = (_random(HMMNetwork(V, V, null_prob=0.2 if null else None)) for _ in range(2))
     ((fb, rb),) = _joint(null).batches(8)
     post_f, post_r = forward.likelihood_terms(fb)[2], reverse.likelihood_terms(rb)[2]
     q_f, q_r = agreement_weights(post_f, post_r, fb.target_mask, rb.target_mask, null, null)
