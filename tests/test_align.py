@@ -79,13 +79,14 @@ def test_align_on_hansards_tiny(tmp_path):
 @pytest.mark.skipif(not (DATA / "gold-alignments").exists(), reason="../shared/data (gold alignments) is absent")
 def test_align_any_pair(tmp_path):
     """Every pair can be scored against gold links: a deterministic one reports its weights, RWS its prior,
-    exact posterior and q."""
+    exact posterior (and its threshold links) and q."""
     config = AlignConfig(
         data_dir=str(DATA), extra_size=0, epochs=1, models=["segmentation", "rws"], out=str(tmp_path), **TINY
     )
     rows = run_align(config, log=lambda _: None)
     assert {(r.model, r.source) for r in rows} == {
-        ("segmentation", "weights"), ("rws", "prior"), ("rws", "posterior"), ("rws", "q"),
+        ("segmentation", "weights"), ("rws", "prior"), ("rws", "posterior"), ("rws", "posterior-threshold"),
+        ("rws", "q"),
     }
     assert all(0.0 <= r.result.aer <= 1.0 for r in rows)
 
