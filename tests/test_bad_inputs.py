@@ -1307,6 +1307,23 @@ CATALOGUE: list[Mistake] = [
         SystemExit, r"exit status 2: pyro-attention align: error: argument --seed: must be an integer >= 0, got '-1'",
         "Give a seed >= 0.",
     ),
+    Mistake(
+        "align-agreement-one-direction", CONFIG, "`pyro-attention align --network hmm --models marginal --agreement` "
+        "without `--both-directions`",
+        lambda: _cli("align", "--network", "hmm", "--models", "marginal", "--agreement"),
+        SystemExit, r"exit status 1: pyro-attention align: error: agreement: --agreement trains both directions "
+        r"together; add --both-directions",
+        "Add `--both-directions` (agreement needs both), or drop `--agreement`.",
+    ),
+    Mistake(
+        "align-table-prior-decoder-expert", CONFIG, "`--table-prior` with `--decoder-expert` (no closed-form M-step "
+        "for a product of experts)",
+        lambda: AlignConfig(network="hmm", models=["marginal"], both_directions=True, table_prior=0.01,
+                            decoder_expert=8),
+        ValueError, r"table_prior: the closed-form M-step sets a table alone; with --decoder-expert 8 the emission "
+        r"is a product",
+        "Use one of the two: `--table-prior` (tables by EM) or `--decoder-expert` (trained by gradient).",
+    ),
 ]  # fmt: skip
 
 
