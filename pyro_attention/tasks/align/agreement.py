@@ -179,15 +179,6 @@ class DirichletTables(Callback):
                 counts.zero_()
 
 
-class _Losses(Callback):
-    def __init__(self, result: FitResult) -> None:
-        self.result = result
-
-    def on_step_end(self, trainer: Trainer) -> None:
-        self.result.losses.append(trainer.loss)
-        self.result.steps = trainer.step
-
-
 def fit_agreement(forward: Any, reverse: Any, data: JointBitext, *, num_epochs: int = 1, batch_size: int = 64,
                   lr: float = 5e-3, param_lr: dict[str, float] | None = None, clip_norm: float = 5.0, seed: int = 0,
                   agreement: bool = True, table_prior: float | None = None) -> FitResult:
@@ -200,7 +191,7 @@ def fit_agreement(forward: Any, reverse: Any, data: JointBitext, *, num_epochs: 
         to the posterior mean under a ``Dirichlet(alpha)`` prior given that epoch's expected counts
         (:class:`DirichletTables`); the chains train by gradient as before.  ``None``: the tables by gradient.
     """
-    from pyro_attention.inference.train import _optim_args
+    from pyro_attention.inference.train import _optim_args, _Record
 
     if num_epochs < 0 or batch_size < 1:
         raise ValueError(f"fit_agreement: need num_epochs >= 0 and batch_size >= 1, got {num_epochs}, {batch_size}")
@@ -237,7 +228,7 @@ def fit_agreement(forward: Any, reverse: Any, data: JointBitext, *, num_epochs: 
         table.requires_grad_(False)
     try:
         trainer = Trainer(step, lambda _: iter(data.batches(batch_size, shuffle=True, generator=generator)),
-                          num_epochs, [_Losses(result)] + ([] if tables is None else [tables])).fit()
+                          num_epochs, [_Record(result, data)] + ([] if tables is None else [tables])).fit()
     finally:
         for table in frozen:
             table.requires_grad_(True)
