@@ -91,12 +91,12 @@ class FusedClippedAdam(PyroOptim):
             key = (state["step"], group["lr"], tuple(group["betas"]), group["eps"], group["weight_decay"],
                    group["clip_norm"], p.device, p.dtype)
             groups[key].append(p)
-        for (step, lr, (beta1, beta2), eps, weight_decay, clip, _, _), ps in groups.items():
+        for (step, lr, (beta1, beta2), eps, weight_decay, clip, device, _), ps in groups.items():
             grads = [p.grad for p in ps]
             torch._foreach_clamp_min_(grads, -clip)
             torch._foreach_clamp_max_(grads, clip)
             states = [self.optim_objs[p].state[p] for p in ps]
-            steps = [torch.tensor(float(step)) for _ in ps]
+            steps = [torch.tensor(float(step), device=device) for _ in ps]  # the fused kernel's device
             torch._fused_adam_(
                 [p.data for p in ps], grads, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [],
                 steps, lr=lr, beta1=beta1, beta2=beta2, weight_decay=weight_decay,
