@@ -122,11 +122,13 @@ def test_a_merged_table_is_drawn_from_its_rows_curves(tmp_path, capsys):
     assert e.value.code == 2 and "--config and --out are required" in capsys.readouterr().err
 
 
-def test_an_unfinished_row_is_marked_in_the_legend():
+def test_an_unfinished_row_and_its_device_are_marked_in_the_legend():
     from pyro_attention.tasks.translation.runner import _curve_label
 
     assert _curve_label({"label": "hard-sample", "finished": False}) == "hard-sample (unfinished)"
     assert _curve_label({"label": "soft"}) == _curve_label({"label": "soft", "finished": True}) == "soft"
+    assert _curve_label({"label": "soft", "device": "cpu"}) == "soft"
+    assert _curve_label({"label": "va-enum", "device": "cuda", "finished": False}) == "va-enum (cuda, unfinished)"
 
 
 def test_a_paused_row_is_evaluated_as_it_is_and_then_resumes(tmp_path, capsys):
@@ -187,6 +189,14 @@ def test_shipped_experiment_files_are_valid(name):
     # Multi30k at the toolkit's size; IWSLT14 (a quarter of the pairs, twice the length) at half its widths
     width = {"table1-multi30k.toml": 256, "table1-iwslt14.toml": 128}[name]
     assert shared["embedding"] == width and shared["decoder"] == 2 * width and shared["dropout"] == 0.3
+
+
+def test_the_gpu_smoke_file_has_every_row_of_table1():
+    """benchmarks/every_row_tiny.toml (gpu_sitting.sh's SMOKE) tries every row the Table 1 files train."""
+    repo = Path(__file__).resolve().parents[1]
+    _, tiny = read_experiment(repo / "benchmarks" / "every_row_tiny.toml")
+    _, table = read_experiment(repo / "examples" / "configs" / "table1-multi30k.toml")
+    assert [r["label"] for r in tiny] == [r["label"] for r in table] and tiny == table
 
 
 def test_ctrl_c_during_a_row_exits_130_and_the_next_call_finishes_the_same_table(tmp_path, monkeypatch, capsys):
@@ -349,3 +359,29 @@ def test_a_stopped_row_evaluation_does_not_score_or_decode_again(tmp_path, monke
     config = runner.row_config(shared, rows[1], runs)
     again = runner.evaluate_row(config, folder, "marginal-product")
     assert not calls and _numbers([again]) == _numbers(first)
+
+
+def test_a_gpu_sitting_trains_rows_at_once_then_evaluates_the_paused_ones(tmp_path):
+    """benchmarks/gpu_sitting.sh on the CPU: a row that stops early is evaluated by its own run, a row still training
+    at TRAIN_END is stopped by SIGTERM and its best.pt evaluated as it is; what is small comes back in runs.tgz."""
+    import subprocess
+    import sys
+    import tarfile
+
+    repo = Path(__file__).resolve().parents[1]
+    config = _write(tmp_path, TINY.replace("epochs = 2", "epochs = 1") + '\n[[rows]]\nlabel = "long"\nmodel = "soft"\n'
+                    "epochs = 100000\n")
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    env = {**os.environ, "TRAIN_END": "12", "EVAL_END": "200", "OUT": str(out), "PY": sys.executable}
+    done = subprocess.run(["bash", str(repo / "benchmarks" / "gpu_sitting.sh"), "cpu", str(runs),
+                           f"{config}:soft,long"], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    log = (out / "log.txt").read_text()
+    assert "SIGTERM exp/long" in log and "SIGTERM exp/soft" not in log and "did not finish" not in log
+    with tarfile.open(out / "runs.tgz") as tgz:
+        names = {n.removeprefix("./") for n in tgz.getnames()}
+        finished = json.load(tgz.extractfile("./exp/soft/result.json"))
+        paused = json.load(tgz.extractfile("./exp/long/result-paused.json"))
+    assert not any(n.endswith(".pt") for n in names) and "exp/long/history.csv" in names
+    assert finished["finished"] is True and finished["epochs"] == 1
+    assert paused["finished"] is False and paused["epochs"] >= 1 and paused["bleu"] is not None

@@ -354,8 +354,11 @@ def plot_curves(runs: Path, labels: Sequence[str], path: Path) -> Path | None:
 
 
 def _curve_label(row: dict[str, Any]) -> str:
-    """A row's legend entry: its label, marked where the row says it did not finish (``"finished": false``)."""
-    return f"{row.get('label')} (unfinished)" if row.get("finished") is False else str(row.get("label"))
+    """A row's legend entry: its label, marked with the device it ran on when that is not the CPU, and where the row
+    says it did not finish (``"finished": false``)."""
+    marks = [str(row["device"])] if row.get("device") not in (None, "cpu") else []
+    marks += ["unfinished"] if row.get("finished") is False else []
+    return f"{row.get('label')} ({', '.join(marks)})" if marks else str(row.get("label"))
 
 
 def plot_rows(rows: Sequence[dict[str, Any]], path: Path, title: str) -> Path | None:
@@ -395,6 +398,10 @@ def plot_rows(rows: Sequence[dict[str, Any]], path: Path, title: str) -> Path | 
             entropy.plot(*zip(*measured, strict=True), marker="o", markersize=3, color=colour, label=label)
     by_epoch.set_xlabel("epoch")
     by_clock.set_xlabel("training wall-clock time [min] (validation included)")
+    totals = [r["wall_s_per_epoch"][-1] for r in curves if r.get("wall_s_per_epoch")]
+    if totals and max(totals) > 20 * max(min(totals), 1e-9):  # rows of different devices: minutes and hours
+        by_clock.set_xscale("log")
+        by_clock.set_xlabel("training wall-clock time [min, log scale] (validation included)")
     by_epoch.set_ylabel("validation perplexity (exact; relaxed: bound)")
     for ax in (by_epoch, by_clock):
         ax.set_yscale("log")
