@@ -65,27 +65,18 @@ main() {
         [ -f "$config" ] || { say "no experiment file $config"; exit 2; }
         name=$(basename "$config" .toml)
         name=${name%.json}
-        if [ -n "${DATA_DIR:-}" ]; then  # the file as given, its data_dir replaced
-            sed "s#^data_dir = .*#data_dir = \"$DATA_DIR\"#" "$config" > "$runs/$name.toml"
-            config=$runs/$name.toml
-        fi
+        config=$(with_data_dir "$config" "$name")
         mkdir -p "$runs/$name"
         for row in ${rows//,/ }; do
             configs[$name/$row]=$config
-            $py -m pyro_attention experiment --config "$config" --out "$runs/$name" --rows "$row" --device "$dev" \
-                --threads 1 --quiet > "$runs/$name-$row.log" 2>&1 &
+            experiment "$config" "$runs/$name" "$runs/$name-$row.log" --rows "$row"
             pids[$name/$row]=$!
         done
     done
     local smoke=
     if [ -n "${SMOKE:-}" ]; then
         [ -f "$SMOKE" ] || SMOKE=$repo/$SMOKE
-        if [ -n "${DATA_DIR:-}" ]; then
-            sed "s#^data_dir = .*#data_dir = \"$DATA_DIR\"#" "$SMOKE" > "$runs/smoke.toml"
-            SMOKE=$runs/smoke.toml
-        fi
-        $py -m pyro_attention experiment --config "$SMOKE" --out "$runs/smoke" --device "$dev" --threads 1 --quiet \
-            > "$runs/smoke.log" 2>&1 &
+        experiment "$(with_data_dir "$SMOKE" smoke)" "$runs/smoke" "$runs/smoke.log"
         smoke=$!
     fi
     say "started ${!pids[*]}"
@@ -111,8 +102,8 @@ main() {
     done
     for key in "${!pids[@]}"; do
         if [ ! -f "$runs/$key/trained.json" ] && [ -f "$runs/$key/best.pt" ]; then
-            $py -m pyro_attention experiment --config "${configs[$key]}" --out "$runs/${key%%/*}" --rows "${key#*/}" \
-                --device "$dev" --threads 1 --quiet --evaluate-paused > "$runs/${key/\//-}-eval.log" 2>&1 &
+            experiment "${configs[$key]}" "$runs/${key%%/*}" "$runs/${key/\//-}-eval.log" --rows "${key#*/}" \
+                --evaluate-paused
             pids[$key]=$!
             say "evaluating the paused row $key"
         fi
@@ -126,6 +117,20 @@ main() {
     done
     (cd "$runs" && tar czf "$out/runs.tgz" --exclude='*.pt' --exclude='runs.tgz' --exclude='log.txt' .)
     say "done: $out/runs.tgz"
+}
+
+experiment() {  # CONFIG OUT LOG [OPTION ...]: `pyro-attention experiment` on the device, in the background
+    $py -m pyro_attention experiment --config "$1" --out "$2" --device "$dev" --threads 1 --quiet "${@:4}" \
+        > "$3" 2>&1 &
+}
+
+with_data_dir() {  # FILE NAME: the experiment file to use -- FILE, or with DATA_DIR its copy RUNS/NAME.toml
+    if [ -n "${DATA_DIR:-}" ]; then
+        sed "s#^data_dir = .*#data_dir = \"$DATA_DIR\"#" "$1" > "$runs/$2.toml"
+        echo "$runs/$2.toml"
+    else
+        echo "$1"
+    fi
 }
 
 until_all_done() {  # wait until every row's process has ended or the clock reaches $1 seconds from the start
