@@ -24,7 +24,7 @@ from pyro_attention.inference.evaluate import (
 )
 from pyro_attention.inference.mcmc import compare_to_guide, nuts_alignment
 from pyro_attention.inference.optim import FusedClippedAdam
-from pyro_attention.inference.posterior import alignment_posterior, entropy, map_alignment
+from pyro_attention.inference.posterior import alignment_posterior, entropy, entropy_sums, map_alignment
 from pyro_attention.inference.train import FitResult, evaluate_nll, fit
 
 __all__ = [  # by module
@@ -36,6 +36,6 @@ __all__ = [  # by module
     "LogLikelihood", "enumerated_log_joint", "kmax_log_likelihood", "log_likelihood", "predict",
     "compare_to_guide", "nuts_alignment",
     "FusedClippedAdam",
-    "alignment_posterior", "entropy", "map_alignment",
+    "alignment_posterior", "entropy", "entropy_sums", "map_alignment",
     "FitResult", "evaluate_nll", "fit",
 ]

@@ -11,7 +11,8 @@
   Gaussian-context pair's guide draws a context vector, so it has none).
 
 Padded source positions hold exactly zero in every array.  :func:`map_alignment` gives the exact MAP alignment
-with Pyro's :func:`~pyro.infer.infer_discrete`.
+with Pyro's :func:`~pyro.infer.infer_discrete`; :func:`entropy_sums` sums the three distributions' entropies and the
+guide's exact ``KL(q || p(z | x, y))`` over the real target tokens (what training curves record).
 """
 
 from __future__ import annotations
@@ -34,6 +35,21 @@ def alignment_posterior(pair: AlignmentPair, batch: Any) -> dict[str, Tensor]:
 def entropy(probs: Tensor) -> Tensor:
     """Entropy in nats over the last dim, with ``0 log 0 = 0``."""
     return -(probs * probs.clamp(min=torch.finfo(probs.dtype).tiny).log()).sum(-1)
+
+
+def entropy_sums(pair: AlignmentPair, batch: Any, target_mask: Tensor) -> dict[str, float]:
+    """Sums over the real target tokens (``target_mask`` ``(B, T)``) of the entropy in nats of every distribution
+    :func:`alignment_posterior` gives (keys ``"prior"``, ``"posterior"``, ``"guide"``, those the pair has) and,
+    where the guide and the exact posterior are over the same discrete alignment, of ``KL(q || p(z | x, y))``
+    (key ``"guide_kl"``: per token, ``log p(y_t | ...) - ELBO_t``, how far the guide is from the posterior).
+    Divide by ``target_mask.sum()`` for means per token."""
+    probs = alignment_posterior(pair, batch)
+    mask = target_mask.to(probs["prior"].dtype)
+    sums = {key: float((entropy(value) * mask).sum()) for key, value in probs.items()}
+    kl = pair.guide_kl(probs)
+    if kl is not None:
+        sums["guide_kl"] = float((kl * mask).sum())
+    return sums
 
 
 @torch.no_grad()

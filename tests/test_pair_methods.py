@@ -3,6 +3,7 @@ asks them instead of switching on the pair's kind, and the public wrappers give 
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import torch
 from pair_snapshot import BEFORE, differences, snapshot
 from toy_network import ToyNetwork, make_toy_batch
 
+from pyro_attention.inference import entropy_sums
 from pyro_attention.inference.evaluate import LogLikelihood
 from pyro_attention.pair import DECODE_RULES, RULES, AlignmentPair
 from pyro_attention.registry import ALL_PAIRS, make_pair
@@ -64,6 +66,10 @@ def test_every_pair_answers_every_method(float64, name):
     assert posterior is None or torch.allclose(posterior.sum(-1), torch.ones(B, T))
     kl = pair.guide_kl(probs)
     assert kl is None or (kl.shape == (B, T) and (kl > -1e-9).all())
+    sums = entropy_sums(pair, batch, batch.target_mask)  # what training curves record, per distribution
+    assert set(sums) == set(probs) | ({"guide_kl"} if kl is not None else set())
+    tokens = int(batch.target_mask.sum())
+    assert all(-1e-9 <= sums[key] <= tokens * math.log(S) + 1e-9 for key in probs)
 
     if pair.latent == "categorical":
         assert pair.map_alignment(batch).shape == (B, T)
@@ -79,6 +85,18 @@ def test_every_pair_answers_every_method(float64, name):
     pair.set_step(3)  # a no-op, or the KL annealing counter
     if hasattr(pair, "kl_schedule"):
         assert pair.step == 3
+
+
+def test_the_guide_kl_curves_record_is_the_gap_between_log_likelihood_and_elbo(float64):
+    """``entropy_sums``' ``guide_kl`` (what training records as ``val_guide_kl``) is exactly ``log p(y | x) - ELBO``
+    of the variational pair, with the ELBO from Pyro's ``TraceEnum_ELBO`` and ``log p`` by enumeration."""
+    torch.manual_seed(0)
+    pair = make_pair("variational", ToyNetwork(), estimator="enum")
+    batch = make_toy_batch(B=2, S=3, T=2, seed=1)
+    log_p = float(pair.log_likelihood(batch).per_example.sum())
+    negative_elbo = pair.elbo().loss(pair.model, pair.guide, batch)
+    gap = entropy_sums(pair, batch, batch.target_mask)["guide_kl"]
+    assert gap > 0.1 and gap == pytest.approx(log_p + negative_elbo, rel=1e-9)
 
 
 def test_the_families_answer_as_documented():

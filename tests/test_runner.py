@@ -78,6 +78,10 @@ def test_rows_trained_evaluated_and_resumed_exactly(tmp_path):
     assert len(resumed[0]["val_ppl_per_epoch"]) == 2 == len(resumed[0]["wall_s_per_epoch"])
     assert resumed[0]["wall_s_per_epoch"][0] < resumed[0]["wall_s_per_epoch"][1]
     assert all(h > 0 for h in resumed[1]["val_prior_entropy_per_epoch"])
+    # the marginal pair has an exact posterior and no guide; soft attention neither
+    assert all(h > 0 for h in resumed[1]["val_posterior_entropy_per_epoch"])
+    assert resumed[1]["val_guide_entropy_per_epoch"] == [None, None] and resumed[1]["guide_entropy"] is None
+    assert 0 < marginal["posterior_entropy"] and soft["posterior_entropy"] is None
 
 
 def test_validation_curve_runs_on_across_sittings(tmp_path):
@@ -93,8 +97,10 @@ def test_validation_curve_runs_on_across_sittings(tmp_path):
                    "step,0,1,2.0,5,0.1,,,,,1.0\nepoch,0,1,,,0.1,1.0,2.7,True,0.5,2.0\n"
                    "step,1,2,1.5,5,0.1,,,,,0.5\nepoch,1,2,,,0.1,0.9,2.5,True,,1.5\n")
     assert entropy_curve(csv) == [0.5, None] and validation_curve(csv) == ([2.0, 3.5], [2.7, 2.5])
+    nothing = [None, None]  # columns the file does not have
     assert epoch_curves(csv) == {"wall_s_per_epoch": [2.0, 3.5], "val_ppl_per_epoch": [2.7, 2.5],
-                                 "val_prior_entropy_per_epoch": [0.5, None]}
+                                 "val_prior_entropy_per_epoch": [0.5, None], "val_posterior_entropy_per_epoch": nothing,
+                                 "val_guide_entropy_per_epoch": nothing, "val_guide_kl_per_epoch": nothing}
 
 
 def test_a_merged_table_is_drawn_from_its_rows_curves(tmp_path, capsys):

@@ -84,24 +84,36 @@ def test_train_two_steps(tmp_path, capsys):
     assert [r["kind"] for r in rows] == ["step", "step", "epoch"]
     assert float(rows[-1]["val_ppl"]) == pytest.approx(state["best_metric"])
     assert 0 < float(rows[-1]["val_prior_entropy"]) < math.log(100) and rows[0]["val_prior_entropy"] == ""
-    assert "prior entropy" in printed
+    for column in ("val_posterior_entropy", "val_guide_entropy"):  # the variational pair has both, and the KL
+        assert 0 < float(rows[-1][column]) < math.log(100) and rows[0][column] == ""
+    assert float(rows[-1]["val_guide_kl"]) > 0
+    assert "prior entropy" in printed and "guide entropy" in printed and "KL(guide || posterior)" in printed
     assert _no_temp_files(out)
 
 
-def test_a_checkpoint_from_before_the_entropy_column_resumes(tmp_path):
+@pytest.mark.parametrize("missing", [
+    ("val_prior_entropy", "val_posterior_entropy", "val_guide_entropy", "val_guide_kl"),  # commit 4c6a17f
+    ("val_posterior_entropy", "val_guide_entropy", "val_guide_kl"),  # commit 3471abd
+])
+def test_a_checkpoint_from_before_the_entropy_columns_resumes(tmp_path, missing):
     from pyro_attention.tasks.translation.callbacks import _empty_history, _upgrade_history
 
     out = tmp_path / "old"
-    assert _train(out, "--model", "soft", "--epochs", "1") == 0
+    assert _train(out, "--model", "marginal", "--epochs", "1") == 0
     state = torch.load(out / "last.pt", weights_only=True)
-    del state["history"]["epochs"]["val_prior_entropy"]  # as a checkpoint of commit 4c6a17f has it
+    for column in missing:  # as a checkpoint of that commit has it
+        del state["history"]["epochs"][column]
     assert list(_upgrade_history(state["history"])["epochs"]) == list(_empty_history()["epochs"])
-    del state["history"]["epochs"]["val_prior_entropy"]
+    for column in missing:
+        del state["history"]["epochs"][column]
     torch.save(state, out / "last.pt")
-    assert _train(out, "--model", "soft", "--epochs", "2", "--resume") == 0
+    assert _train(out, "--model", "marginal", "--epochs", "2", "--resume") == 0
     with open(out / "history.csv", newline="") as f:
         epochs = [r for r in csv.DictReader(f) if r["kind"] == "epoch"]
-    assert epochs[0]["val_prior_entropy"] == "" and float(epochs[1]["val_prior_entropy"]) > 0
+    for column in missing:
+        assert epochs[0][column] == "", column
+    assert float(epochs[1]["val_prior_entropy"]) > 0 and float(epochs[1]["val_posterior_entropy"]) > 0
+    assert epochs[1]["val_guide_entropy"] == ""  # the marginal pair has no guide
 
 
 def test_evaluate(run, capsys, tmp_path):

@@ -46,8 +46,12 @@ def test_neighbour_trains_checkpoints_and_decodes(tmp_path, name):
     assert math.isfinite(scores["ppl"]) and scores["ppl"] == pytest.approx(
         result.history["epochs"]["val_ppl"][-1], rel=0.05
     )
-    # the entropy the trainer records after every epoch is the evaluation's (the last epoch's weights)
-    assert scores["prior_entropy"] == pytest.approx(result.history["epochs"]["val_prior_entropy"][-1], rel=1e-4)
+    # the entropies (and the guide's KL) the trainer records after every epoch are the evaluation's (the last
+    # epoch's weights); None for a distribution the pair does not have
+    for name in ("prior_entropy", "posterior_entropy", "guide_entropy", "guide_kl"):
+        recorded = result.history["epochs"][f"val_{name}"][-1]
+        assert (scores[name] is None) == (recorded is None), name
+        assert scores[name] is None or scores[name] == pytest.approx(recorded, rel=1e-4, abs=1e-9), name
     out = translate_lines(ckpt, ["a b c"], beam=2)
     assert len(out) == 1
 

@@ -27,7 +27,7 @@ from pyro_attention.networks import Seq2Seq
 from pyro_attention.outputs import writing
 from pyro_attention.pair import AlignmentPair
 from pyro_attention.tasks.translation.checkpoints import _rng_state, _tensorboard, save_checkpoint
-from pyro_attention.tasks.translation.config import CHECKPOINT_FORMAT, CSV_FIELDS, _on_cpu
+from pyro_attention.tasks.translation.config import ALIGNMENT_FIELDS, CHECKPOINT_FORMAT, CSV_FIELDS, _on_cpu
 
 if TYPE_CHECKING:  # the run the callbacks share is built by training.py, which imports this module
     from pyro_attention.tasks.translation.training import _Run
@@ -35,8 +35,11 @@ if TYPE_CHECKING:  # the run the callbacks share is built by training.py, which 
 
 @dataclass
 class Validation:
-    """Validation perplexity of one pass: exact, or an importance-weighted bound (``exact=False``), and the mean
-    entropy of the prior ``p(z_t | x, y_<t)`` in nats per target token (how peaked the attention has become)."""
+    """Validation perplexity of one pass: exact, or an importance-weighted bound (``exact=False``); and, in nats
+    per target token, the mean entropy of the prior ``p(z_t | x, y_<t)`` (how peaked the attention has become), of
+    the exact posterior ``p(z_t | x, y)`` and of the guide ``q(z_t | x, y)``, and the guide's exact
+    ``KL(q || p(z_t | x, y))`` (``None`` where the pair has no such distribution: :func:`~pyro_attention.inference.
+    entropy_sums`)."""
 
     nll: float
     ppl: float
@@ -44,6 +47,9 @@ class Validation:
     method: str
     tokens: int
     prior_entropy: float | None = None
+    posterior_entropy: float | None = None
+    guide_entropy: float | None = None
+    guide_kl: float | None = None
 
     def label(self) -> str:
         return "PPL" if self.exact else "PPL bound (importance-weighted; an upper bound in expectation)"
@@ -52,15 +58,15 @@ class Validation:
 def validate(pair: AlignmentPair, batches: Iterable[TranslationBatch], num_samples: int = 20) -> Validation:
     """Perplexity over ``batches`` with the network in eval mode: exact by enumeration for the categorical pairs
     and soft attention; for the Dirichlet pair the ``num_samples``-sample importance-weighted bound.  Also the
-    prior's entropy (:func:`~pyro_attention.metrics.prior_entropy` of :meth:`AlignmentPair.attention_prior`).
+    alignment distributions' mean entropies and the guide's KL from the exact posterior
+    (:func:`~pyro_attention.inference.entropy_sums`, those the pair has).
     """
-    from pyro_attention import metrics
-    from pyro_attention.inference import log_likelihood
+    from pyro_attention.inference import entropy_sums, log_likelihood
 
     net = pair.network
     was_training = net.training
     net.eval()
-    total, tokens, exact, method, entropy = 0.0, 0, True, "", 0.0
+    total, tokens, exact, method, sums = 0.0, 0, True, "", {}
     try:
         with torch.no_grad():
             for batch in batches:
@@ -68,14 +74,13 @@ def validate(pair: AlignmentPair, batches: Iterable[TranslationBatch], num_sampl
                 total += float(ll.per_example.sum())
                 tokens += int(ll.num_tokens.sum())
                 exact, method = exact and ll.exact, ll.method
-                enc = net.encode(batch)
-                prior = pair.attention_prior(enc) * enc.source_mask.unsqueeze(-2)
-                entropy += metrics.prior_entropy(prior, batch.target_mask)[0]
+                for key, value in entropy_sums(pair, batch, batch.target_mask).items():
+                    sums[key] = sums.get(key, 0.0) + value
     finally:
         net.train(was_training)
     nll = -total / max(tokens, 1)
-    return Validation(nll, math.exp(nll) if nll < _MAX_EXP else math.inf, exact, method, tokens,
-                      entropy / max(tokens, 1))
+    means = {ALIGNMENT_FIELDS[key]: value / max(tokens, 1) for key, value in sums.items()}
+    return Validation(nll, math.exp(nll) if nll < _MAX_EXP else math.inf, exact, method, tokens, **means)
 
 
 #: ``math.exp`` overflows above this (a diverged model's perplexity is infinite, not an ``OverflowError``)
@@ -102,17 +107,18 @@ class TrainResult:
 
 def _empty_history() -> dict[str, Any]:
     return {"steps": {k: [] for k in ("epoch", "step", "loss", "tokens", "lr", "seconds")},
-            "epochs": {k: [] for k in ("epoch", "step", "val_nll", "val_ppl", "val_exact", "val_prior_entropy", "lr",
-                                       "seconds")}}
+            "epochs": {k: [] for k in ("epoch", "step", "val_nll", "val_ppl", "val_exact", "val_prior_entropy",
+                                       "val_posterior_entropy", "val_guide_entropy", "val_guide_kl", "lr", "seconds")}}
 
 
 def _upgrade_history(history: dict[str, Any]) -> dict[str, Any]:
-    """A checkpoint's history in today's columns: a run saved before ``val_prior_entropy`` existed gets ``None``
-    (an empty cell of ``history.csv``) for its past epochs, in the column's place."""
+    """A checkpoint's history in today's columns: a run saved before a column existed (``val_prior_entropy``, the
+    posterior and guide columns) gets ``None`` (an empty cell of ``history.csv``) for its past epochs, in the
+    column's place."""
     epochs = history["epochs"]
-    if "val_prior_entropy" not in epochs:
-        past = [None] * len(epochs["epoch"])
-        history["epochs"] = {k: epochs[k] if k in epochs else past for k in _empty_history()["epochs"]}
+    if set(_empty_history()["epochs"]) - set(epochs):  # a list of its own per column: each grows on its own
+        history["epochs"] = {k: epochs[k] if k in epochs else [None] * len(epochs["epoch"])
+                             for k in _empty_history()["epochs"]}
     return history
 
 
@@ -208,7 +214,8 @@ class _History(Callback):
     def on_epoch_end(self, trainer: Trainer) -> None:
         val = self.run.val
         self._append("epochs", (trainer.epoch - 1, trainer.step, val.nll, val.ppl, val.exact, val.prior_entropy,
-                                self.plateau.lr, trainer.elapsed))
+                                val.posterior_entropy, val.guide_entropy, val.guide_kl, self.plateau.lr,
+                                trainer.elapsed))
 
 
 class _Checkpointing(Callback):
@@ -290,6 +297,9 @@ class _TensorBoard(Callback):
         if self.board is not None:
             self.board.add_scalar("val/nll_per_token", self.run.val.nll, trainer.step)
             self.board.add_scalar("val/ppl", self.run.val.ppl, trainer.step)
+            for field in ALIGNMENT_FIELDS.values():
+                if getattr(self.run.val, field) is not None:
+                    self.board.add_scalar(f"val/{field}", getattr(self.run.val, field), trainer.step)
             self.board.flush()
 
     def on_fit_end(self, trainer: Trainer) -> None:
@@ -310,7 +320,9 @@ class _EpochLog(Callback):
             f"{trainer.train_loss:.4f}, validation NLL/token {val.nll:.4f}, {val.label()} "
             f"{val.ppl:.4f}" + (" (best)" if plateau.improved else f", no improvement ({plateau.bad}); lr -> "
                                 f"{plateau.lr:.3g}")
-            + ("" if val.prior_entropy is None else f"; prior entropy {val.prior_entropy:.3f} nats")
+            + "".join(f"; {name} {value:.3f} nats" for name, value in (
+                ("prior entropy", val.prior_entropy), ("posterior entropy", val.posterior_entropy),
+                ("guide entropy", val.guide_entropy), ("KL(guide || posterior)", val.guide_kl)) if value is not None)
         )
 
 

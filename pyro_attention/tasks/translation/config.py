@@ -37,7 +37,11 @@ SYNTHETIC_SIZES = {"train": 2000, "val": 200, "test": 200}
 #: IWSLT14 pairs held out from the tail of ``valid`` for validation when ``val_size`` is not given
 IWSLT14_HELD_OUT = 500
 CSV_FIELDS = ("kind", "epoch", "step", "loss", "tokens", "lr", "val_nll", "val_ppl", "val_exact", "val_prior_entropy",
-              "seconds")
+              "val_posterior_entropy", "val_guide_entropy", "val_guide_kl", "seconds")
+#: the alignment means of a validation (:class:`Validation`) or an evaluation, by their
+#: :func:`~pyro_attention.inference.entropy_sums` key (nats per target token)
+ALIGNMENT_FIELDS = {"prior": "prior_entropy", "posterior": "posterior_entropy", "guide": "guide_entropy",
+                    "guide_kl": "guide_kl"}
 
 Log = Callable[[str], None]
 

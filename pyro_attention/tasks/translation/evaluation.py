@@ -8,7 +8,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from pyro_attention.data.translation import TranslationBatch
 from pyro_attention.outputs import write_text, writing
 from pyro_attention.pair import AlignmentPair
 from pyro_attention.tasks.translation.checkpoints import Checkpoint, _move, load_checkpoint
-from pyro_attention.tasks.translation.config import SPLITS, TranslationConfig, _choice, _no_bar
+from pyro_attention.tasks.translation.config import ALIGNMENT_FIELDS, SPLITS, TranslationConfig, _choice, _no_bar
 from pyro_attention.tasks.translation.corpora import Split, load_split, make_batches
 
 
@@ -181,7 +181,8 @@ def evaluate(
         reproducible; ``None`` leaves them alone.
     :param device: where to evaluate (default: where the loaded checkpoint's network is, the CPU for a path).
     :returns: a dict with ``ppl`` (+ ``ppl_exact``, ``ppl_method``, ``nll``, ``tokens``), ``kmax_ppl``,
-        ``prior_entropy`` (mean nats per target token), ``bleu`` and ``bleu_signature``, ``hypotheses``, ... and
+        ``prior_entropy``, ``posterior_entropy``, ``guide_entropy`` and ``guide_kl`` (mean nats per target token;
+        ``None`` where the pair has no such distribution), ``bleu`` and ``bleu_signature``, ``hypotheses``, ... and
         ``degenerate``: ``None``, or a warning when the model gives the same output whatever the input (every
         occurrence of a target token has the same log-probability, or every sentence decodes to the same output);
         the command line prints it.
@@ -265,10 +266,11 @@ class _Scores:
     method: str = ""
     kmax_total: float = 0.0
     kmax_exact: bool = True
-    entropy_total: float = 0.0  # of the prior, nats
+    alignment: dict[str, float] = field(default_factory=dict)  # entropy_sums' sums: prior, posterior, guide, KL
 
     def fields(self, kmax: int, kmax_bound: int) -> dict[str, Any]:
-        """The scores' entries of :func:`evaluate`'s result, ``tokens`` to ``prior_entropy``."""
+        """The scores' entries of :func:`evaluate`'s result, ``tokens`` to ``guide_kl`` (the alignment means:
+        ``None`` where the pair has no such distribution)."""
         from pyro_attention import metrics
 
         return {
@@ -285,7 +287,8 @@ class _Scores:
                 if kmax_bound
                 else None
             ),
-            "prior_entropy": self.entropy_total / self.tokens,
+            **{name: self.alignment[key] / self.tokens if key in self.alignment else None
+               for key, name in ALIGNMENT_FIELDS.items()},
         }
 
 
@@ -297,10 +300,10 @@ def _score(
     spread: _TokenSpread,
     progress: bool,
 ) -> _Scores:
-    """Log-likelihood (exact or the importance-weighted bound), the K-max bound (``kmax_bound`` > 0) and the prior's
-    entropy, summed over ``batches``; every token's log-probability goes to ``spread``."""
-    from pyro_attention import metrics
-    from pyro_attention.inference import alignment_posterior, kmax_log_likelihood, log_likelihood
+    """Log-likelihood (exact or the importance-weighted bound), the K-max bound (``kmax_bound`` > 0) and the
+    alignment entropies (:func:`~pyro_attention.inference.entropy_sums`), summed over ``batches``; every token's
+    log-probability goes to ``spread``."""
+    from pyro_attention.inference import entropy_sums, kmax_log_likelihood, log_likelihood
 
     s = _Scores()
     for batch in tqdm(batches, disable=_no_bar(progress), desc="scoring", unit="batch", leave=False):
@@ -313,8 +316,8 @@ def _score(
             km = kmax_log_likelihood(pair, batch, kmax_bound)
             s.kmax_total += float(km.per_example.sum())
             s.kmax_exact = s.kmax_exact and km.exact
-        ent, _ = metrics.prior_entropy(alignment_posterior(pair, batch)["prior"], batch.target_mask)
-        s.entropy_total += ent
+        for key, value in entropy_sums(pair, batch, batch.target_mask).items():
+            s.alignment[key] = s.alignment.get(key, 0.0) + value
     return s
 
 

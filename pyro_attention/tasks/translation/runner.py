@@ -59,15 +59,16 @@ from pyro_attention.tasks.translation import (
     train,
 )
 from pyro_attention.tasks.translation.checkpoints import _read_checkpoint
-from pyro_attention.tasks.translation.config import _normalise_keys, _toml
+from pyro_attention.tasks.translation.config import ALIGNMENT_FIELDS, _normalise_keys, _toml
 from pyro_attention.tasks.translation.evaluation import DecodeCache, _decode, checkpoint_key
 
 Log = Callable[[str], None]
 #: the fields of one row of ``table.json``
 ROW_FIELDS = (
     "label", "pair", "estimator", "output", "attention_type", "train_pairs", "val_ppl", "test_ppl", "ppl_exact",
-    "ppl_method", "bleu", "bleu_signature", "bleu_tok_none", "bleu_kmax5", "prior_entropy", "epochs", "best_epoch",
-    "stopped_early", "wall_s", "tokens_per_s", "device", "threads", "decode_sentences_per_s", "finished",
+    "ppl_method", "bleu", "bleu_signature", "bleu_tok_none", "bleu_kmax5", "prior_entropy", "posterior_entropy",
+    "guide_entropy", "guide_kl", "epochs", "best_epoch", "stopped_early", "wall_s", "tokens_per_s", "device",
+    "threads", "decode_sentences_per_s", "finished",
 )  # fmt: skip
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=,+-]*$")
 
@@ -256,7 +257,8 @@ def evaluate_row(config: TranslationConfig, folder: Path, label: str, bleu: bool
         "ppl_exact": bool(test["ppl_exact"]), "ppl_method": test["ppl_method"], "test_kmax5_ppl": test["kmax_ppl"],
         "bleu": None, "bleu_signature": None, "bleu_tok_none": None, "bleu_kmax5": None,
         "decode_sentences_per_s": None,
-        "prior_entropy": test["prior_entropy"], "epochs": trained["epochs"], "best_epoch": trained["best_epoch"],
+        **{name: test.get(name) for name in ALIGNMENT_FIELDS.values()},  # scores kept before a field existed: None
+        "epochs": trained["epochs"], "best_epoch": trained["best_epoch"],
         "stopped_early": trained["stopped_early"], "wall_s": trained["wall_s"],
         "tokens_per_s": trained["target_tokens"] / max(trained["wall_s"], 1e-9),
         "device": config.device, "threads": config.threads, "config": config.to_dict(),
@@ -306,13 +308,15 @@ def _train_pairs(config: TranslationConfig) -> int | None:
 def epoch_curves(history_csv: Path) -> dict[str, list]:
     """A row's curves from one read of its ``history.csv``, under the row keys ``wall_s_per_epoch`` (the clock
     runs on across sittings: each sitting's ``seconds`` restarts at zero and is added to the previous sittings'
-    total), ``val_ppl_per_epoch`` and ``val_prior_entropy_per_epoch`` (nats per target token; ``None`` for an
-    epoch trained before the trainer recorded it, or a file without the column)."""
+    total), ``val_ppl_per_epoch`` and, in nats per target token, ``val_prior_entropy_per_epoch``,
+    ``val_posterior_entropy_per_epoch``, ``val_guide_entropy_per_epoch`` and ``val_guide_kl_per_epoch`` (``None``
+    for an epoch that did not record it: trained before the trainer recorded it, a pair without that distribution,
+    or a file without the column)."""
     epochs = _epoch_records(history_csv)
     return {"wall_s_per_epoch": [clock for clock, _ in epochs],
             "val_ppl_per_epoch": [float(rec["val_ppl"]) for _, rec in epochs],
-            "val_prior_entropy_per_epoch": [float(rec["val_prior_entropy"]) if rec.get("val_prior_entropy")
-                                            else None for _, rec in epochs]}
+            **{f"val_{name}_per_epoch": [float(rec[f"val_{name}"]) if rec.get(f"val_{name}") else None
+                                         for _, rec in epochs] for name in ALIGNMENT_FIELDS.values()}}
 
 
 def validation_curve(history_csv: Path) -> tuple[list[float], list[float]]:
@@ -365,7 +369,8 @@ def plot_rows(rows: Sequence[dict[str, Any]], path: Path, title: str) -> Path | 
     """The validation curves of table rows (``val_ppl_per_epoch``; ``wall_s_per_epoch`` and
     ``val_prior_entropy_per_epoch`` where they were measured), one PNG with three panels: perplexity against the
     epoch (every row with a curve) and against wall-clock time (the rows whose clock is known for every epoch),
-    and the prior's entropy against the epoch (the epochs that recorded it).  ``None`` when no row has a curve.
+    and the prior's entropy (solid) and the guide's (dashed, ``val_guide_entropy_per_epoch``) against the epoch (the
+    epochs that recorded them).  ``None`` when no row has a curve.
 
     :raises ValueError: naming the row whose ``wall_s_per_epoch`` and ``val_ppl_per_epoch`` differ in length.
     """
@@ -393,9 +398,11 @@ def plot_rows(rows: Sequence[dict[str, Any]], path: Path, title: str) -> Path | 
         if r.get("wall_s_per_epoch"):
             by_clock.plot([x / 60 for x in r["wall_s_per_epoch"]], ppls, marker="o", markersize=3, color=colour,
                           label=label)
-        measured = [(e, h) for e, h in enumerate(r.get("val_prior_entropy_per_epoch") or [], 1) if h is not None]
-        if measured:
-            entropy.plot(*zip(*measured, strict=True), marker="o", markersize=3, color=colour, label=label)
+        for key, style in (("val_prior_entropy_per_epoch", "-"), ("val_guide_entropy_per_epoch", "--")):
+            measured = [(e, h) for e, h in enumerate(r.get(key) or [], 1) if h is not None]
+            if measured:
+                entropy.plot(*zip(*measured, strict=True), linestyle=style, marker="o", markersize=3, color=colour,
+                             label=label if style == "-" else None)
     by_epoch.set_xlabel("epoch")
     by_clock.set_xlabel("training wall-clock time [min] (validation included)")
     totals = [r["wall_s_per_epoch"][-1] for r in curves if r.get("wall_s_per_epoch")]
@@ -409,7 +416,7 @@ def plot_rows(rows: Sequence[dict[str, Any]], path: Path, title: str) -> Path | 
         ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
         ax.grid(True, which="both", alpha=0.3)
     entropy.set_xlabel("epoch")
-    entropy.set_ylabel("validation prior entropy [nats per target token]")
+    entropy.set_ylabel("validation entropy [nats per target token]\nprior: solid; guide q(z | x, y): dashed")
     entropy.grid(True, alpha=0.3)
     by_epoch.legend(fontsize=8)
     for ax, empty in ((by_clock, "no row with a clock for every epoch"),
