@@ -140,13 +140,15 @@ def test_evaluate(run, capsys, tmp_path):
     printed = capsys.readouterr().out
     assert "perplexity           " in printed and "(exact: enumeration" in printed
     assert "K-max perplexity" in printed and "K=2" in printed
-    assert "prior entropy" in printed
+    assert "prior entropy" in printed and "posterior entropy" in printed  # the marginal pair: no guide, no KL
+    assert "guide entropy" not in printed and "KL(guide" not in printed
     assert "BLEU" in printed and "sacreBLEU signature  nrefs:1|case:mixed|eff:no|tok:13a" in printed
     res = json.loads(scores.read_text())
     assert res["ppl_exact"] and res["ppl"] > 1 and res["sentences"] == 6
     # K-max sums over fewer alignments: a lower bound on log p, so a higher perplexity
     assert res["kmax_ppl"] >= res["ppl"] - 1e-6
     assert 0 <= res["prior_entropy"] <= torch.log(torch.tensor(8.0)).item()
+    assert 0 <= res["posterior_entropy"] <= torch.log(torch.tensor(8.0)).item() and res["guide_kl"] is None
     assert 0 <= res["bleu"] <= 100
     assert len(hyps.read_text().splitlines()) == 6
 

@@ -25,6 +25,10 @@ def _print_scores(res: dict) -> None:
     else:
         print("K-max perplexity     -  (needs a categorical alignment)")
     print(f"prior entropy        {res['prior_entropy']:.4f}  nats per target token")
+    for name, key in (("posterior entropy", "posterior_entropy"), ("guide entropy", "guide_entropy"),
+                      ("KL(guide || post.)", "guide_kl")):
+        if res.get(key) is not None:  # the distributions the pair has
+            print(f"{name:<20} {res[key]:.4f}  nats per target token")
     if res["bleu"] is not None:
         print(
             f"BLEU                 {res['bleu']:.2f}  (beam {res['beam']}, rule {res['rule']}, length penalty "
