@@ -55,6 +55,19 @@ def test_align_config_errors():
         cli.main(["align", "--corpus", "xx"])
 
 
+def test_align_option_combinations_are_usage_errors(capsys):
+    """A combination of options AlignConfig refuses exits with status 2 (a usage error, as argparse's own) and
+    names the flag; it does not reach the data."""
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["align", "--network", "seq2seq", "--null-prob", "0.2"])
+    assert stop.value.code == 2
+    assert "pyro-attention align: error: argument --null-prob: network 'seq2seq' has no NULL word" in (
+        capsys.readouterr().err)
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["align", "--gold-links", "links.txt"])  # a user's gold set without its sentence pairs
+    assert stop.value.code == 2 and "argument --gold-text" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not (DATA / "gold-alignments").exists(), reason="../shared/data (gold alignments) is absent")
 def test_align_on_hansards_tiny(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from pyro_attention.cli.common import _fail, add_command, add_config_options
+from pyro_attention.cli.common import _fail, add_command, add_config_options, option_error
 from pyro_attention.outputs import write_text
 
 
@@ -13,8 +13,11 @@ def _align(args: argparse.Namespace) -> int:
     from pyro_attention.align import AlignConfig, format_rows, run_align
 
     keys = [f for f in AlignConfig.__dataclass_fields__ if f in vars(args)]
-    try:
+    try:  # a bad option or combination of options: exit status 2, naming the flag
         config = AlignConfig(**{k: getattr(args, k.replace("-", "_")) for k in keys})
+    except ValueError as error:
+        option_error(args.parser, str(error), list(AlignConfig.__dataclass_fields__))
+    try:
         rows = run_align(config)
     except (FileNotFoundError, ValueError) as error:
         _fail(args.parser, error)

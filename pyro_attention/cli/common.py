@@ -67,6 +67,19 @@ def add_command(
     return parser
 
 
+def option_error(parser: argparse.ArgumentParser, message: str, keys: Sequence[str]) -> typing.NoReturn:
+    """``parser.error`` (exit status 2) for a bad option or combination of options, naming the flag when the
+    message starts with one of the config ``keys`` (``null_prob: ...`` -> ``argument --null-prob: ...``)."""
+    for key in sorted(keys, key=len, reverse=True):
+        if message.startswith(key + ":"):
+            message = f"argument --{key.replace('_', '-')}: {message[len(key) + 1 :].lstrip()}"
+            break
+        if message.startswith(key + " "):
+            message = f"argument --{key.replace('_', '-')}: {message}"
+            break
+    parser.error(message)
+
+
 def _fail(parser: argparse.ArgumentParser, error: Exception) -> None:
     """A run-time error (data, checkpoint): one line on stderr and exit status 1, without the usage text.
 

@@ -11,7 +11,7 @@ import sys
 
 import torch
 
-from pyro_attention.cli.common import _fail, add_command, add_config_options
+from pyro_attention.cli.common import _fail, add_command, add_config_options, option_error
 
 
 def _add_train_options(p: argparse.ArgumentParser) -> None:
@@ -41,14 +41,7 @@ def _config_error(
     message = str(error)
     if from_file and _message_key(message) in from_file:
         parser.error(f"{path}: {message}")
-    for key in sorted(TranslationConfig.keys(), key=len, reverse=True):
-        if message.startswith(key + ":"):
-            message = f"argument --{key.replace('_', '-')}: {message[len(key) + 1 :].lstrip()}"
-            break
-        if message.startswith(key + " "):
-            message = f"argument --{key.replace('_', '-')}: {message}"
-            break
-    parser.error(message)
+    option_error(parser, message, TranslationConfig.keys())
 
 
 def _translation_config(args: argparse.Namespace, parser: argparse.ArgumentParser):  # noqa: ANN202
