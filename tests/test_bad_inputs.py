@@ -1311,8 +1311,8 @@ CATALOGUE: list[Mistake] = [
         "align-agreement-one-direction", CONFIG, "`pyro-attention align --network hmm --models marginal --agreement` "
         "without `--both-directions`",
         lambda: _cli("align", "--network", "hmm", "--models", "marginal", "--agreement"),
-        SystemExit, r"exit status 2: pyro-attention align: error: argument --agreement: --agreement trains both directions "
-        r"together; add --both-directions",
+        SystemExit, r"exit status 2: pyro-attention align: error: argument --agreement: --agreement trains both "
+        r"directions together; add --both-directions",
         "Add `--both-directions` (agreement needs both), or drop `--agreement`.",
     ),
     Mistake(

@@ -103,6 +103,24 @@ def test_validation_curve_runs_on_across_sittings(tmp_path):
                                  "val_guide_entropy_per_epoch": nothing, "val_guide_kl_per_epoch": nothing}
 
 
+def test_the_entropy_panel_draws_the_guide_dashed_beside_the_prior(tmp_path, monkeypatch):
+    import matplotlib.axes
+
+    from pyro_attention.runner import plot_rows
+
+    drawn = []
+    real = matplotlib.axes.Axes.plot
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot",
+                        lambda ax, *a, **k: drawn.append((k.get("linestyle"), k.get("label"))) or real(ax, *a, **k))
+    rows = [{"label": "va", "val_ppl_per_epoch": [9.0, 5.0], "val_prior_entropy_per_epoch": [3.2, 2.5],
+             "val_guide_entropy_per_epoch": [None, 1.0]},
+            {"label": "soft", "val_ppl_per_epoch": [8.0, 6.0], "val_prior_entropy_per_epoch": [1.0, 0.9],
+             "val_guide_entropy_per_epoch": [None, None]}]
+    assert plot_rows(rows, tmp_path / "f.png", "t") == tmp_path / "f.png"
+    entropy = [(style, label) for style, label in drawn if style is not None]  # the entropy panel sets a style
+    assert sorted(entropy, key=str) == [("-", "soft"), ("-", "va"), ("--", None)]  # soft has no guide: no dashes
+
+
 def test_a_merged_table_is_drawn_from_its_rows_curves(tmp_path, capsys):
     rows = [{"label": "timed", "val_ppl_per_epoch": [9.0, 5.0], "wall_s_per_epoch": [60.0, 120.0],
              "val_prior_entropy_per_epoch": [None, 0.7]},
