@@ -585,10 +585,11 @@ def test_align_hmm_with_a_null_word_from_the_command_line(tmp_path, capsys):
     assert all(0 <= r["aer"] <= 100 and r["model"] == "hmm-null-marginal" and "null_prob 0.2" in r["note"]
                for r in rows)
     capsys.readouterr()
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as stop:
         cli.main(args + ["--network", "distortion"])
     err = capsys.readouterr().err
-    assert "null_prob: network 'distortion' has no NULL word; only ibm1, hmm take --null-prob" in err
+    assert stop.value.code == 2  # a usage error
+    assert "argument --null-prob: network 'distortion' has no NULL word; only ibm1, hmm take --null-prob" in err
 
 
 def test_align_hmm_with_a_decoder_expert_from_the_command_line(tmp_path, capsys):
@@ -606,10 +607,12 @@ def test_align_hmm_with_a_decoder_expert_from_the_command_line(tmp_path, capsys)
     assert all(0 <= r["aer"] <= 100 and r["model"] == "hmm-lm-null-marginal" and r["output"] == "product"
                and "null_prob 0.2; decoder_expert 4" in r["note"] for r in rows)
     capsys.readouterr()
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as stop:
         cli.main(args + ["--network", "distortion"])
     err = capsys.readouterr().err
-    assert "decoder_expert: network 'distortion' takes no decoder's expert here; only hmm take --decoder-expert" in err
+    assert stop.value.code == 2  # a usage error
+    assert ("argument --decoder-expert: network 'distortion' takes no decoder's expert here; only hmm take "
+            "--decoder-expert") in err
 
 
 def test_fit_param_lr_gives_a_submodule_its_own_rate():
