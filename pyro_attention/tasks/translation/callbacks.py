@@ -10,6 +10,7 @@ import dataclasses
 import math
 import os
 import platform
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,7 +67,7 @@ def validate(pair: AlignmentPair, batches: Iterable[TranslationBatch], num_sampl
     net = pair.network
     was_training = net.training
     net.eval()
-    total, tokens, exact, method, sums = 0.0, 0, True, "", {}
+    total, tokens, exact, method, sums = 0.0, 0, True, "", Counter()
     try:
         with torch.no_grad():
             for batch in batches:
@@ -74,8 +75,7 @@ def validate(pair: AlignmentPair, batches: Iterable[TranslationBatch], num_sampl
                 total += float(ll.per_example.sum())
                 tokens += int(ll.num_tokens.sum())
                 exact, method = exact and ll.exact, ll.method
-                for key, value in entropy_sums(pair, batch, batch.target_mask).items():
-                    sums[key] = sums.get(key, 0.0) + value
+                sums.update(entropy_sums(pair, batch, batch.target_mask))  # Counter.update adds
     finally:
         net.train(was_training)
     nll = -total / max(tokens, 1)

@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -266,7 +267,7 @@ class _Scores:
     method: str = ""
     kmax_total: float = 0.0
     kmax_exact: bool = True
-    alignment: dict[str, float] = field(default_factory=dict)  # entropy_sums' sums: prior, posterior, guide, KL
+    alignment: Counter = field(default_factory=Counter)  # entropy_sums' sums: prior, posterior, guide, KL
 
     def fields(self, kmax: int, kmax_bound: int) -> dict[str, Any]:
         """The scores' entries of :func:`evaluate`'s result, ``tokens`` to ``guide_kl`` (the alignment means:
@@ -316,8 +317,7 @@ def _score(
             km = kmax_log_likelihood(pair, batch, kmax_bound)
             s.kmax_total += float(km.per_example.sum())
             s.kmax_exact = s.kmax_exact and km.exact
-        for key, value in entropy_sums(pair, batch, batch.target_mask).items():
-            s.alignment[key] = s.alignment.get(key, 0.0) + value
+        s.alignment.update(entropy_sums(pair, batch, batch.target_mask))  # Counter.update adds
     return s
 
 
