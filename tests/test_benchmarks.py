@@ -221,3 +221,38 @@ def test_align_priors_tiny(tmp_path) -> None:
     assert "aer_prior" not in rows["ibm1"] and "aer_smoothed" in rows["hmm"] and "aer_smoothed" not in rows["neural"]
     assert all(0 <= r["aer_posterior"] <= 100 for r in rows.values())
     assert all(math.isfinite(r["loss_last_epoch"]) for p, r in rows.items() if p != "ibm1")
+
+
+def test_prior_pull_tiny(tmp_path, capsys) -> None:
+    """benchmarks/prior_pull.py on tiny trained checkpoints: its objectives and distributions agree with the
+    trainer's exact validation (NLL, entropies, KL(q || posterior) = -ELBO - NLL); a soft pair is refused."""
+    from pyro_attention.tasks.translation.corpora import load_split, make_batches
+    from pyro_attention.translation import TranslationConfig, load_checkpoint, train, validate
+
+    prior_pull = load_script("benchmarks", "prior_pull")
+    tiny = dict(train_size=24, val_size=12, batch_size=8, embedding=8, encoder=8, decoder=16, attention=8, epochs=1)
+    for model in ("variational", "marginal", "soft"):
+        train(TranslationConfig(model=model, out=str(tmp_path / model), **tiny), progress=False, log=None)
+    args = prior_pull.make_parser().parse_args(
+        [str(tmp_path / m / "last.pt") for m in ("variational", "marginal")] + ["--json", str(tmp_path / "p.json")])
+    va, marginal = prior_pull.main(args)
+    assert json.loads((tmp_path / "p.json").read_text()) == [va, marginal]
+    assert "| cos_dH_kl |" in capsys.readouterr().out
+    checks = {}
+    for row, model in ((va, "variational"), (marginal, "marginal")):
+        ckpt = load_checkpoint(tmp_path / model / "last.pt")
+        data = load_split(ckpt.config, "val", size=ckpt.config.val_size, references=False)
+        check = checks[model] = validate(ckpt.pair, make_batches(data, ckpt.src_vocab, ckpt.tgt_vocab, 64))
+        assert row["tokens"] == check.tokens
+        assert row["value_marginal"] == pytest.approx(check.nll, rel=1e-5)
+        assert row["h_prior"] == pytest.approx(check.prior_entropy, rel=1e-4)
+        assert row["h_posterior"] == pytest.approx(check.posterior_entropy, rel=1e-4)
+        assert 0 <= row["agree_posterior"] <= 1 and row["kl_posterior_prior"] >= 0 and row["l_range"] >= 0
+        assert -1 <= row["cos_dH_marginal"] <= 1 and row["grad_norm_marginal"] > 0
+    assert va["h_guide"] == pytest.approx(checks["variational"].guide_entropy, rel=1e-4)
+    # -ELBO = NLL + KL(q || p(z | x, y)) exactly, and the ELBO's two terms add up
+    assert va["value_neg_elbo"] - va["value_marginal"] == pytest.approx(checks["variational"].guide_kl, abs=1e-5)
+    assert va["value_neg_elbo"] == pytest.approx(va["value_neg_expected_ll"] + va["value_kl"], rel=1e-6)
+    assert "h_guide" not in marginal and "cos_dH_kl" not in marginal
+    with pytest.raises(ValueError, match="needs a categorical pair.*SoftAttention"):
+        prior_pull.measure(tmp_path / "soft" / "last.pt")
