@@ -7,8 +7,9 @@ A measurement, not a test.  For every checkpoint of a categorical pair (marginal
 ``--split`` batches in eval mode (no dropout), with ``l[t, s] = log p(y_t | x, z_t = s)`` (the enumeration kernel's
 table), the prior ``p(z_t | x)``, the exact posterior ``p(z_t | x, y)`` and, for pairs with a guide, ``q(z_t | x, y)``:
 
-* the distributions: mean entropies per target token, ``KL(q || p)`` and ``KL(posterior || p)``, and how often the
-  guide's and the posterior's most probable source position is the prior's (``agree_*``);
+* the distributions: mean entropies per target token, ``KL(q || p)`` and ``KL(posterior || p)``, how often the
+  guide's and the posterior's most probable source position is the prior's (``agree_*``), and the prior's mass on
+  the last real source position (``prior_last``: the sentence's final token; sources carry no ``</s>``);
 * how much the likelihood depends on the alignment: the prior-weighted standard deviation of ``l[t, :]`` and its
   range over the real source positions (``l_sd``, ``l_range``, nats), and ``gain``, ``log p(y_t | x)`` less the
   same sum under a uniform alignment (what the prior's choice is worth, nats per token);
@@ -110,6 +111,7 @@ def measure(checkpoint: str | Path, split: str = "val", batches: int | None = No
                 "l_sd": (prior * spread**2).sum(-1).sqrt(),
                 "l_range": table.masked_fill(~real, -1e30).amax(-1) - table.masked_fill(~real, 1e30).amin(-1),
                 "gain": joint.logsumexp(-1) - uniform,
+                "prior_last": prior.gather(-1, (real.sum(-1, keepdim=True) - 1).expand(*mask.shape, 1)).squeeze(-1),
             }
             if guided:
                 found.update(h_guide=_entropy(lq), kl_guide_prior=(q * (lq - lp)).sum(-1),

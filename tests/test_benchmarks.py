@@ -248,6 +248,7 @@ def test_prior_pull_tiny(tmp_path, capsys) -> None:
         assert row["h_prior"] == pytest.approx(check.prior_entropy, rel=1e-4)
         assert row["h_posterior"] == pytest.approx(check.posterior_entropy, rel=1e-4)
         assert 0 <= row["agree_posterior"] <= 1 and row["kl_posterior_prior"] >= 0 and row["l_range"] >= 0
+        assert 0 < row["prior_last"] < 1
         assert -1 <= row["cos_dH_marginal"] <= 1 and row["grad_norm_marginal"] > 0
     assert va["h_guide"] == pytest.approx(checks["variational"].guide_entropy, rel=1e-4)
     # -ELBO = NLL + KL(q || p(z | x, y)) exactly, and the ELBO's two terms add up
