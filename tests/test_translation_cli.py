@@ -11,6 +11,7 @@ import io
 import json
 import math
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -627,3 +628,50 @@ def test_device_option(tmp_path):
     assert res["ppl"] == pytest.approx(state["val"]["ppl"], rel=1e-5)
     config = row_config({"data": "synthetic", "device": "cpu"}, {"label": "a"}, tmp_path, {"threads": 2})
     assert config.threads == 2 and config.out_dir == tmp_path / "a"
+
+
+def test_init_from_starts_a_fresh_run_from_another_runs_network(tmp_path, capsys):
+    """``--init-from``: a variational run starts from a marginal run's network (every weight of the same name and
+    shape copied -- here all but the other output layer's -- the rest as initialised, said in the log); other
+    vocabularies, other sizes and a missing file are refused, naming what differs; a resumed run ignores it."""
+    from pyro_attention.tasks.translation import build_pair, build_vocabs, load_corpora, warm_start
+
+    source = tmp_path / "marginal"
+    assert _train(source, "--model", "marginal", "--epochs", "1", "--output", "product") == 0
+    saved = load_checkpoint(source / "last.pt").network.state_dict()
+    config = TranslationConfig(model="variational", train_size=16, val_size=8, embedding=8, encoder=8, decoder=16,
+                               attention=8)
+    vocabs = build_vocabs(config, load_corpora(config, log=None).train)
+    _, pair = build_pair(config, *vocabs)
+    before = {k: v.clone() for k, v in pair.network.state_dict().items()}
+    loaded, fresh = warm_start(pair, source, *vocabs)  # a run folder: its best.pt
+    state = pair.network.state_dict()
+    assert set(loaded) == set(saved) - {n for n in saved if n.startswith("head.")}
+    assert set(fresh) == {n for n in state if n.startswith("head.")} and fresh  # the tanh layer's own weights
+    assert all(torch.equal(state[n], saved[n]) for n in loaded)
+    assert all(torch.equal(state[n], before[n]) for n in fresh)
+    # through the command line: the log says what was copied
+    capsys.readouterr()
+    args = ["--model", "variational", "--epochs", "1", "--init-from", str(source / "last.pt")]
+    assert cli.main(["train", "--out", str(tmp_path / "va"), *TINY[:-1], *args]) == 0
+    assert re.search(rf"init_from {re.escape(str(source / 'last.pt'))}: {len(loaded)} of {len(state)} weights "
+                     r"copied; as initialised: head\.", capsys.readouterr().out)
+    # a resumed run ignores it (the checkpoint has the weights), even when the file has gone
+    (source / "last.pt").rename(source / "gone.pt")
+    assert _train(tmp_path / "va", *args[:-4], "--epochs", "2", "--resume", "--init-from", str(source / "last.pt")) == 0
+    (source / "gone.pt").rename(source / "last.pt")
+    other = TranslationConfig(model="variational", train_size=40, val_size=8)
+    other_vocabs = build_vocabs(other, load_corpora(other, log=None).train)
+    with pytest.raises(ValueError, match="init_from needs this run's vocabularies: source vocabulary: checkpoint"):
+        warm_start(build_pair(other, *other_vocabs)[1], source, *other_vocabs)
+    wider = TranslationConfig(model="variational", train_size=16, val_size=8, embedding=12, encoder=8, decoder=16,
+                              attention=8)
+    with pytest.raises(ValueError, match=r"weights of another size \(size mismatch for src_embed.weight"):
+        warm_start(build_pair(wider, *vocabs)[1], source / "last.pt", *vocabs)
+    with pytest.raises(FileNotFoundError, match="no such checkpoint"):
+        warm_start(pair, tmp_path / "nowhere.pt", *vocabs)
+    capsys.readouterr()
+    with pytest.raises(SystemExit, match="1"):
+        _train(tmp_path / "x", "--init-from", str(tmp_path / "nowhere.pt"))
+    captured = capsys.readouterr()
+    assert "nowhere.pt: no such checkpoint (init_from)" in captured.err and "vocabularies" not in captured.out

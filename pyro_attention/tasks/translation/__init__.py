@@ -54,6 +54,7 @@ from pyro_attention.tasks.translation.checkpoints import (
     check_compatible,
     load_checkpoint,
     save_checkpoint,
+    warm_start,
 )
 from pyro_attention.tasks.translation.config import (
     CHECKPOINT_FORMAT,
@@ -107,4 +108,5 @@ __all__ = [
     "train",
     "translate_lines",
     "validate",
+    "warm_start",
 ]

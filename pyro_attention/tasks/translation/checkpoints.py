@@ -184,6 +184,37 @@ def _load_weights(pair: AlignmentPair, state: dict[str, Any]) -> None:
         raise ValueError(f"{state.get('_path', 'checkpoint')}: weights do not fit {pair!r}: {e}") from None
 
 
+def warm_start(
+    pair: AlignmentPair, path: str | os.PathLike, src_vocab: Vocab, tgt_vocab: Vocab
+) -> tuple[list[str], list[str]]:
+    """Copy into ``pair.network`` every weight of the checkpoint at ``path`` (a file or a run folder) whose name and
+    shape it shares -- a fresh run started from another run's network (``--init-from``), e.g. a variational pair
+    from a marginal one (a ``Seq2Seq`` carries the inference network in both; a marginal run never trains it, so
+    it arrives as that run initialised it).  The optimiser, counters and random states are not taken.  A
+    checkpoint of other vocabularies, or with a weight of the same name and another shape, is a ``ValueError``
+    naming it; so is one with no weight in common.
+
+    :returns: the names of the weights copied and of those left as initialised.
+    """
+    state = _read_checkpoint(Path(path))
+    diffs = [d for d in (_vocab_difference("source vocabulary", _vocab(state, "src_vocab"), src_vocab),
+                         _vocab_difference("target vocabulary", _vocab(state, "tgt_vocab"), tgt_vocab)) if d]
+    if diffs:
+        raise ValueError(f"{path}: init_from needs this run's vocabularies: " + "; ".join(diffs)
+                         + " (the same data, min_freq and max_vocab as that run)")
+    names = list(pair.network.state_dict())
+    try:
+        result = pair.network.load_state_dict(state["network"], strict=False)
+    except RuntimeError as e:  # "size mismatch for score.att_w.weight: copying a param with shape ..."
+        found = [line.strip() for line in str(e).splitlines() if "size mismatch" in line]
+        raise ValueError(f"{path}: init_from: weights of another size ({'; '.join(found) or e}); give this run the "
+                         "checkpoint's sizes (embedding, encoder, decoder, attention)") from None
+    fresh = list(result.missing_keys)
+    if len(fresh) == len(names):
+        raise ValueError(f"{path}: init_from: no weight in common with this network ({type(pair.network).__name__})")
+    return [n for n in names if n not in fresh], fresh
+
+
 def _check_param_store(state: dict[str, Any]) -> None:
     """Every parameter the checkpoint's param store held is back (restored through the pair's modules)."""
     live = dict(pyro.get_param_store().named_parameters())

@@ -159,7 +159,9 @@ class TranslationConfig(OptimConfig, ModelOptions, CorpusOptions):
     (torch threads; 0 leaves torch's choice), ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``: where
     the network, its optimiser state and the batches live; checkpoints are stored device-free, so a run trained on
     a GPU resumes or evaluates on a CPU and back; several processes under torchrun each take ``cuda:LOCAL_RANK``)
-    and ``out`` (default ``runs/<model>-<estimator>``).
+    and ``out`` (default ``runs/<model>-<estimator>``).  ``init_from`` starts a fresh run from another run's network
+    weights (those of the same name and shape; :func:`~pyro_attention.tasks.translation.checkpoints.warm_start`);
+    a resumed run ignores it.
     """
 
     # data: CorpusOptions; model: ModelOptions; optimisation: OptimConfig's epochs, batch_size, lr, seed and these
@@ -173,6 +175,9 @@ class TranslationConfig(OptimConfig, ModelOptions, CorpusOptions):
     threads: int = option(1, "torch threads ({default}; 0: torch's choice)", low=0)
     device: str = option("cpu", "cpu (default), cuda, cuda:N or mps: where the network trains")
     out: str | None = option(None, "output folder (default runs/<model>-<estimator>)")
+    init_from: str | None = option(None, "a checkpoint (best.pt, last.pt or its run folder) whose network weights "
+                                   "start a fresh run: every weight of the same name and shape is copied, the others "
+                                   "keep their initialisation; the vocabularies must be the same")
     checkpoint_every: int = option(0, "also write last.pt every N steps inside an epoch ({default}: at epoch ends "
                                    "only)", low=0)
     tensorboard: bool | None = option(None, "log to <out>/tensorboard (default: when the tensorboard package is "

@@ -42,6 +42,7 @@ from pyro_attention.tasks.translation.checkpoints import (
     _read_checkpoint,
     _set_rng_state,
     check_compatible,
+    warm_start,
 )
 from pyro_attention.tasks.translation.config import CSV_FIELDS, Log, TranslationConfig, _log, _no_bar, resolve_device
 from pyro_attention.tasks.translation.corpora import build_pair, build_vocabs, load_corpora, make_batches
@@ -198,6 +199,8 @@ def _prepare(
     if config.threads:
         torch.set_num_threads(config.threads)
     saved = _saved_state(config, resume=resume, overwrite=overwrite)
+    if saved is None and config.init_from and not Path(config.init_from).exists():  # before loading the corpus
+        raise FileNotFoundError(f"{config.init_from}: no such checkpoint (init_from)")
     corpora = load_corpora(config, log)
     src_vocab, tgt_vocab = build_vocabs(config, corpora.train)
     if saved is not None:
@@ -214,6 +217,10 @@ def _prepare(
     pyro.clear_param_store()
     pyro.set_rng_seed(config.seed)
     network, pair = build_pair(config, src_vocab, tgt_vocab)
+    if saved is None and config.init_from:
+        loaded, fresh = warm_start(pair, config.init_from, src_vocab, tgt_vocab)
+        log(f"init_from {config.init_from}: {len(loaded)} of {len(loaded) + len(fresh)} weights copied"
+            + (f"; as initialised: {', '.join(fresh[:8])}{' ...' if len(fresh) > 8 else ''}" if fresh else ""))
     for name, module in pair.modules().items():  # every parameter in the store before the first step
         module.to(device)
         pyro.module(name, module)
