@@ -67,7 +67,9 @@ def train(
     :param resume: continue from ``last.pt`` in the output folder, restoring network, optimiser, RNG states,
         counters and history; the checkpoint must have the same model, estimator, sizes and vocabularies.
     :param overwrite: start afresh even if the output folder holds a checkpoint (otherwise refused).
-    :raises FileNotFoundError: ``resume`` without a ``last.pt``.
+        A fresh run with ``config.init_from`` starts from that checkpoint's network weights
+        (:func:`~pyro_attention.tasks.translation.checkpoints.warm_start`); a resumed one ignores it.
+    :raises FileNotFoundError: ``resume`` without a ``last.pt``; an ``init_from`` that does not exist.
     :raises FileExistsError: a fresh run into a folder that holds ``last.pt`` without ``overwrite``.
     :raises ValueError: a checkpoint that does not fit this run (naming every difference).
     :raises TrainingInterrupted: on SIGINT (Ctrl-C) or SIGTERM (one process): the current step is finished,
@@ -205,7 +207,8 @@ def _prepare(
     src_vocab, tgt_vocab = build_vocabs(config, corpora.train)
     if saved is not None:
         check_compatible(saved, config, src_vocab, tgt_vocab)
-        changed = [k for k, v in config.to_dict().items() if saved["config"].get(k) != v and k not in ("epochs",)]
+        changed = [k for k, v in config.to_dict().items()
+                   if saved["config"].get(k) != v and k not in ("epochs", "init_from")]  # init_from: fresh runs only
         if changed:
             log("note: changed since the checkpoint, applied from here on: " + ", ".join(
                 f"{k} {saved['config'].get(k)!r} -> {getattr(config, k)!r}" for k in changed)
