@@ -23,7 +23,7 @@ from pyro_attention.inference.evaluate import (
     predict,
 )
 from pyro_attention.inference.mcmc import compare_to_guide, nuts_alignment
-from pyro_attention.inference.optim import FusedClippedAdam
+from pyro_attention.inference.optim import FusedClippedAdam, SubsetOptim
 from pyro_attention.inference.posterior import alignment_posterior, entropy, entropy_sums, map_alignment
 from pyro_attention.inference.train import FitResult, evaluate_nll, fit
 
@@ -35,7 +35,7 @@ __all__ = [  # by module
     "ReweightedWakeSleep", "ScoreFunction",
     "LogLikelihood", "enumerated_log_joint", "kmax_log_likelihood", "log_likelihood", "predict",
     "compare_to_guide", "nuts_alignment",
-    "FusedClippedAdam",
+    "FusedClippedAdam", "SubsetOptim",
     "alignment_posterior", "entropy", "entropy_sums", "map_alignment",
     "FitResult", "evaluate_nll", "fit",
 ]

@@ -163,6 +163,10 @@ class SVIStep:
     :param shard: ``shard(batch)``: the part this process trains on (data parallelism); default: all of it.
     :param diverged: ``diverged(loss, trainer)``: the message of the ``FloatingPointError`` raised on a
         non-finite loss.
+    :param guide_only: the same SVI stepping the guide's own parameters alone
+        (:class:`~pyro_attention.inference.optim.SubsetOptim`), taken ``guide_steps`` times on each batch before its
+        step while ``trainer.step < guide_steps_for`` (``0``: always) -- the inference network trained ahead of
+        the model, as He et al. (ICLR 2019) train a lagging one.
     """
 
     def __init__(
@@ -173,14 +177,22 @@ class SVIStep:
         warmup: Any = None,
         warmup_steps: int = 0,
         shard: Callable[[Any], Any] | None = None,
+        guide_only: Any = None,
+        guide_steps: int = 0,
+        guide_steps_for: int = 0,
     ) -> None:
         self.svi, self.tokens, self.diverged = svi, tokens, diverged
         self.warmup, self.warmup_steps, self.shard = warmup, warmup_steps, shard
+        self.guide_only, self.guide_steps, self.guide_steps_for = guide_only, guide_steps, guide_steps_for
 
     def __call__(self, trainer: Trainer, batch: Any) -> tuple[float, int]:
         tokens = self.tokens(batch)
+        part = batch if self.shard is None else self.shard(batch)
+        if self.guide_only is not None and (not self.guide_steps_for or trainer.step < self.guide_steps_for):
+            for _ in range(self.guide_steps):
+                self.guide_only.step(part)
         runner = self.warmup if self.warmup is not None and trainer.step < self.warmup_steps else self.svi
-        loss = runner.step(batch if self.shard is None else self.shard(batch)) / max(tokens, 1)
+        loss = runner.step(part) / max(tokens, 1)
         if not math.isfinite(loss):
             raise FloatingPointError(self.diverged(loss, trainer))
         return loss, tokens

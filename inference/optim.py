@@ -123,3 +123,22 @@ def set_lr(optim: PyroOptim, lr: float) -> None:
     for opt in optim.optim_objs.values():
         for group in opt.param_groups:
             group["lr"] = lr
+
+
+class SubsetOptim:
+    """An optimiser as Pyro's SVI calls it, ``optim(params)``, that updates only the parameters of ``keep``: SVI
+    with it takes a step of those alone (a guide-only step: the model's parameters get gradients but stay as they
+    are; the SVI object clears every gradient afterwards).  The updates, their state and the learning rate are
+    ``optim``'s own, shared with the full steps that ``optim`` takes elsewhere.
+
+    :param optim: a Pyro optimiser (e.g. :class:`FusedClippedAdam`).
+    :param keep: the parameters to update (compared by identity: the tensors Pyro's param store holds).
+    """
+
+    def __init__(self, optim: PyroOptim, keep: list[torch.Tensor]) -> None:
+        if not keep:
+            raise ValueError("SubsetOptim: no parameters to update")
+        self.optim, self.keep = optim, {id(p) for p in keep}
+
+    def __call__(self, params: Any, *args: Any, **kwargs: Any) -> None:
+        return self.optim([p for p in params if id(p) in self.keep], *args, **kwargs)

@@ -50,3 +50,8 @@ class VariationalAttention(GuidedCategoricalAlignment):
     def guide_logits(self, enc: Encoded) -> Tensor:
         """The guide is the inference network's ``q(z | x, y)`` (equal to the prior at padded targets)."""
         return self.posterior_logits(enc)
+
+    def guide_parameters(self) -> list[Tensor]:
+        """The inference network's own parameters (:meth:`~pyro_attention.networks.AttentionNetwork.
+        inference_parameters`)."""
+        return self.network.inference_parameters()

@@ -237,6 +237,11 @@ class AlignmentPair:
             raise ValueError(f"{name} has no latent alignment to marginalise; use rule='soft'")
         raise ValueError(f"rule={rule!r} needs a categorical alignment; {name} has none (its rules: {listed})")
 
+    def guide_parameters(self) -> list[Tensor]:
+        """The parameters only the guide uses (an amortised inference network's), which a guide-only step
+        updates while the model stays fixed; none here (the guide shares the model's, or has none)."""
+        return []
+
     def guide_probs(self, enc: Encoded) -> Tensor | None:
         """The guide's alignment probabilities (or normalised mean weights) ``(B, T, S)``; ``None`` when the guide
         holds no distribution over source positions."""

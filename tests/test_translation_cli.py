@@ -675,3 +675,43 @@ def test_init_from_starts_a_fresh_run_from_another_runs_network(tmp_path, capsys
         _train(tmp_path / "x", "--init-from", str(tmp_path / "nowhere.pt"))
     captured = capsys.readouterr()
     assert "nowhere.pt: no such checkpoint (init_from)" in captured.err and "vocabularies" not in captured.out
+
+
+def test_guide_steps_train_the_inference_network_alone(tmp_path, capsys):
+    """``--guide-steps K``: K steps of the variational pair's inference network alone before each step (the model's
+    weights untouched by them), during the first ``--guide-steps-for`` steps; a pair without a guide of its own
+    is refused, naming the option."""
+    import pyro
+
+    from pyro_attention.inference import SubsetOptim
+    from pyro_attention.inference.distributed import DataParallelSVI
+    from pyro_attention.tasks.translation import build_pair, build_vocabs, load_corpora, make_batches
+    from pyro_attention.tasks.translation.training import FusedClippedAdam
+
+    config = TranslationConfig(model="variational", train_size=16, val_size=8, embedding=8, encoder=8, decoder=16,
+                               attention=8)
+    corpora = load_corpora(config, log=None)
+    vocabs = build_vocabs(config, corpora.train)
+    net, pair = build_pair(config, *vocabs)
+    pyro.clear_param_store()
+    for name, module in pair.modules().items():
+        pyro.module(name, module)
+    own = {id(p) for p in pair.guide_parameters()}
+    assert own and own < {id(p) for p in net.parameters()}
+    before = {n: p.detach().clone() for n, p in net.named_parameters()}
+    optim = FusedClippedAdam({"lr": 0.01, "clip_norm": 5.0})
+    DataParallelSVI(pair.model, pair.guide, SubsetOptim(optim, pair.guide_parameters()), pair.elbo()).step(
+        make_batches(corpora.train, *vocabs, 8)[0])
+    moved = {n for n, p in net.named_parameters() if not torch.equal(p.detach(), before[n])}
+    assert moved == {n for n, p in net.named_parameters() if id(p) in own}
+    assert all(p.grad is None for p in net.parameters())
+    # end to end: 2 guide steps before each of the first step's; the same run without them differs
+    args = ["--model", "variational", "--epochs", "1"]
+    assert _train(tmp_path / "g", *args, "--guide-steps", "2", "--guide-steps-for", "1") == 0
+    assert _train(tmp_path / "plain", *args) == 0
+    with_steps, plain = (load_checkpoint(tmp_path / d / "last.pt").network.state_dict() for d in ("g", "plain"))
+    assert not torch.equal(with_steps["q_bilinear.weight"], plain["q_bilinear.weight"])
+    with pytest.raises(ValueError, match="guide_steps: MarginalLikelihood has no parameters of its guide's own"):
+        train(TranslationConfig(model="marginal", train_size=16, val_size=8, embedding=8, encoder=8, decoder=16,
+                                attention=8, epochs=1, guide_steps=1, out=str(tmp_path / "m")), progress=False,
+              log=None)

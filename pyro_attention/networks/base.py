@@ -115,6 +115,11 @@ class AttentionNetwork(nn.Module):
         """Inference-network scores ``(B, T, S)`` that may look at the observed targets."""
         raise NotImplementedError
 
+    def inference_parameters(self) -> list[nn.Parameter]:
+        """The parameters only :meth:`posterior_scores` uses (the inference network's own), for training the guide
+        alone; none by default."""
+        return []
+
     def own_posteriors(self, batch: Any) -> dict[str, Tensor]:
         """Alignment distributions ``(B, T, S)`` the network computes itself besides its pair's, by name (an HMM
         prior's smoothed posterior, :class:`~pyro_attention.networks.lexical.HMMNetwork`); none by default."""

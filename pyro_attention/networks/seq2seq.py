@@ -301,6 +301,11 @@ class Seq2Seq(HeadNetwork):
         return [(h[rows], c[rows]) for h, c in state]
 
     # -- inference network -------------------------------------------------------------------------------------
+    def inference_parameters(self) -> list[nn.Parameter]:
+        """The inference network's own parameters: its embeddings, its two BiLSTMs and the bilinear score."""
+        modules = (self.q_src_embed, self.q_tgt_embed, self.q_src, self.q_tgt, self.q_bilinear)
+        return [p for m in modules for p in m.parameters()]
+
     def posterior_scores(self, enc: Encoded) -> Tensor:
         batch: TranslationBatch = enc.batch
         v = self._bilstm(self.q_src, self.q_src_embed(batch.source), batch.source_mask)  # (B, S, D)

@@ -171,6 +171,11 @@ class TranslationConfig(OptimConfig, ModelOptions, CorpusOptions):
     lr_decay: float = option(0.5, "lr factor when validation PPL does not improve", interval=(0.0, 1.0, True, False))
     patience: int = option(3, "stop after N epochs without improvement ({default}; 0: never)", low=0)
     warmup_steps: int = option(0, "relaxed: steps with the prior as guide", low=0)
+    guide_steps: int = option(0, "variational: extra steps of the inference network alone (the model fixed) on "
+                              "each batch before its step, as He et al. 2019 train a lagging inference network "
+                              "({default}: none)", low=0)
+    guide_steps_for: int = option(0, "take --guide-steps during the first N training steps only ({default}: all)",
+                                  low=0)
     num_samples: int = option(20, "importance samples of the relaxed bound", low=1)
     threads: int = option(1, "torch threads ({default}; 0: torch's choice)", low=0)
     device: str = option("cpu", "cpu (default), cuda, cuda:N or mps: where the network trains")

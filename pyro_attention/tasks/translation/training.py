@@ -17,7 +17,7 @@ from pyro_attention.data.text import Vocab
 from pyro_attention.data.translation import TranslationBatch
 from pyro_attention.inference.distributed import DataParallelSVI, broadcast_parameters, init_from_env, shard
 from pyro_attention.inference.loop import CsvLogger, EarlyStopping, PlateauDecay, ProgressBar, SVIStep, Trainer
-from pyro_attention.inference.optim import FusedClippedAdam
+from pyro_attention.inference.optim import FusedClippedAdam, SubsetOptim
 from pyro_attention.networks import Seq2Seq
 from pyro_attention.outputs import write_error, writing
 from pyro_attention.pair import AlignmentPair
@@ -320,4 +320,18 @@ def _svi_step(run: _Run, plateau: PlateauDecay) -> SVIStep:
         warmup=DataParallelSVI(pair.model, pair.warmup_guide, run.optim, elbo) if config.warmup_steps else None,
         warmup_steps=config.warmup_steps,
         shard=lambda batch: shard(batch, run.rank, run.world_size),
+        guide_only=_guide_only(run, elbo),
+        guide_steps=config.guide_steps,
+        guide_steps_for=config.guide_steps_for,
     )
+
+
+def _guide_only(run: _Run, elbo: Any) -> DataParallelSVI | None:
+    """The SVI of ``guide_steps``: the guide's own parameters stepped alone (``None`` without ``guide_steps``)."""
+    if not run.config.guide_steps:
+        return None
+    own = run.pair.guide_parameters()
+    if not own:
+        raise ValueError(f"guide_steps: {type(run.pair).__name__} has no parameters of its guide's own to train alone "
+                         "(the variational pair has: its inference network)")
+    return DataParallelSVI(run.pair.model, run.pair.guide, SubsetOptim(run.optim, own), elbo)
