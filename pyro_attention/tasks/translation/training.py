@@ -333,5 +333,6 @@ def _guide_only(run: _Run, elbo: Any) -> DataParallelSVI | None:
     own = run.pair.guide_parameters()
     if not own:
         raise ValueError(f"guide_steps: {type(run.pair).__name__} has no parameters of its guide's own to train alone "
-                         "(the variational pair has: its inference network)")
+                         "(pair.guide_parameters() is empty; the variational pair's are its network's "
+                         "inference_parameters())")
     return DataParallelSVI(run.pair.model, run.pair.guide, SubsetOptim(run.optim, own), elbo)
