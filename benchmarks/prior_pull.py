@@ -49,10 +49,6 @@ def make_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _entropy(log_p: Tensor) -> Tensor:
-    return -(log_p.exp() * log_p).sum(-1)
-
-
 def _total(x: Tensor, mask: Tensor) -> Tensor:
     """The sum of per-token ``x`` ``(B, T)`` over the real target tokens."""
     return (x * mask).sum()
@@ -61,6 +57,7 @@ def _total(x: Tensor, mask: Tensor) -> Tensor:
 def measure(checkpoint: str | Path, split: str = "val", batches: int | None = None, batch_size: int = 64) -> dict:
     """The quantities of the module docstring for one checkpoint, as a flat dict (means per target token)."""
     from pyro_attention.distributions.enumeration import observed_table
+    from pyro_attention.inference import entropy
     from pyro_attention.models._categorical import CategoricalAlignmentModel, GuidedCategoricalAlignment
     from pyro_attention.tasks.translation.corpora import load_split, make_batches
     from pyro_attention.translation import load_checkpoint
@@ -87,7 +84,7 @@ def measure(checkpoint: str | Path, split: str = "val", batches: int | None = No
         lp = torch.log_softmax(pair.prior_logits(enc), -1).masked_fill(~real, -1e30)
         table = observed_table(net, enc, net.chunk_size).masked_fill(~real, 0.0)
         joint = lp + table
-        terms = {"marginal": -_total(joint.logsumexp(-1), mask), "entropy": _total(_entropy(lp), mask)}
+        terms = {"marginal": -_total(joint.logsumexp(-1), mask), "entropy": _total(entropy(lp.exp()), mask)}
         if guided:
             lq = torch.log_softmax(pair.guide_logits(enc), -1).masked_fill(~real, -1e30)
             q = lq.exp()
@@ -103,18 +100,19 @@ def measure(checkpoint: str | Path, split: str = "val", batches: int | None = No
             prior = lp.exp()
             lpost = torch.log_softmax(joint, -1).masked_fill(~real, -1e30)
             spread = table - (prior * table).sum(-1, keepdim=True)
-            uniform = table.masked_fill(~real, -1e30).logsumexp(-1) - real.sum(-1).log()
+            at_real = table.masked_fill(~real, -1e30)  # padded sources out of the max and the sum
+            uniform = at_real.logsumexp(-1) - real.sum(-1).log()
             found = {
-                "h_prior": _entropy(lp), "h_posterior": _entropy(lpost),
+                "h_prior": entropy(lp.exp()), "h_posterior": entropy(lpost.exp()),
                 "kl_posterior_prior": (lpost.exp() * (lpost - lp)).sum(-1),
                 "agree_posterior": (lpost.argmax(-1) == lp.argmax(-1)).float(),
                 "l_sd": (prior * spread**2).sum(-1).sqrt(),
-                "l_range": table.masked_fill(~real, -1e30).amax(-1) - table.masked_fill(~real, 1e30).amin(-1),
+                "l_range": at_real.amax(-1) - table.masked_fill(~real, 1e30).amin(-1),
                 "gain": joint.logsumexp(-1) - uniform,
                 "prior_last": prior.gather(-1, (real.sum(-1, keepdim=True) - 1).expand(*mask.shape, 1)).squeeze(-1),
             }
             if guided:
-                found.update(h_guide=_entropy(lq), kl_guide_prior=(q * (lq - lp)).sum(-1),
+                found.update(h_guide=entropy(q), kl_guide_prior=(q * (lq - lp)).sum(-1),
                              agree_guide=(lq.argmax(-1) == lp.argmax(-1)).float())
             for key, value in found.items():
                 sums[key] = sums.get(key, 0.0) + float(_total(value, mask))

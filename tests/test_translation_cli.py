@@ -711,6 +711,8 @@ def test_guide_steps_train_the_inference_network_alone(tmp_path, capsys):
     assert _train(tmp_path / "plain", *args) == 0
     with_steps, plain = (load_checkpoint(tmp_path / d / "last.pt").network.state_dict() for d in ("g", "plain"))
     assert not torch.equal(with_steps["q_bilinear.weight"], plain["q_bilinear.weight"])
+    with pytest.raises(ValueError, match="guide_steps_for: 3 steps of what"):
+        TranslationConfig(model="variational", guide_steps_for=3)
     with pytest.raises(ValueError, match="guide_steps: MarginalLikelihood has no parameters of its guide's own"):
         train(TranslationConfig(model="marginal", train_size=16, val_size=8, embedding=8, encoder=8, decoder=16,
                                 attention=8, epochs=1, guide_steps=1, out=str(tmp_path / "m")), progress=False,

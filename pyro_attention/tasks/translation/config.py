@@ -232,6 +232,9 @@ class TranslationConfig(OptimConfig, ModelOptions, CorpusOptions):
                 check_options(self.model, self.options)
             except ValueError as e:
                 raise ValueError(f"options: {e}") from None
+        if self.guide_steps_for and not self.guide_steps:
+            raise ValueError(f"guide_steps_for: {self.guide_steps_for} steps of what? It limits guide_steps, which "
+                             "is 0 (none); give guide_steps too, or drop guide_steps_for")
         if self.warmup_steps and not ALL_PAIRS[self.model].has_warmup:
             with_warmup = [k for k, v in ALL_PAIRS.items() if v.has_warmup]
             raise ValueError(
