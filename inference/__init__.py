@@ -21,6 +21,7 @@ from pyro_attention.inference.evaluate import (
     kmax_log_likelihood,
     log_likelihood,
     predict,
+    shared_enumeration,
 )
 from pyro_attention.inference.mcmc import compare_to_guide, nuts_alignment
 from pyro_attention.inference.optim import FusedClippedAdam, SubsetOptim
@@ -33,7 +34,7 @@ __all__ = [  # by module
     "AlignmentRWS", "AnnealedMeanField_ELBO", "CategoricalKL_ELBO", "ReinforceKL_ELBO",
     "CategoricalKL", "Enumerate", "Estimator", "KLSchedule", "MaximumLikelihood", "MeanField", "Reparameterized",
     "ReweightedWakeSleep", "ScoreFunction",
-    "LogLikelihood", "enumerated_log_joint", "kmax_log_likelihood", "log_likelihood", "predict",
+    "LogLikelihood", "enumerated_log_joint", "kmax_log_likelihood", "log_likelihood", "predict", "shared_enumeration",
     "compare_to_guide", "nuts_alignment",
     "FusedClippedAdam", "SubsetOptim",
     "alignment_posterior", "entropy", "entropy_sums", "map_alignment",

@@ -13,11 +13,16 @@ answers"); :func:`traced_log_likelihood` is the base class's likelihood.
 * :func:`predict` -- ``p(y_t | x)`` as ``(B, T, V)`` probabilities under ``rule="marginal"``
   (:math:`\\mathbb{E}_{p(z \\mid x)}[p(y \\mid x, z)]`, exact for categorical pairs, sampled for the Dirichlet pair)
   or ``rule="soft"`` (:math:`p(y \\mid x, \\mathbb{E}_p[z])`).
+* :func:`shared_enumeration` -- a scope in which the enumerated trace of a batch is made once and read by
+  every function that needs it (the log-likelihood, the exact posterior and so the alignment entropies): a
+  validation or test pass asks for all three of each batch, and the enumerated output layer is its main cost.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +41,7 @@ __all__ = [
     "kmax_log_likelihood",
     "log_likelihood",
     "predict",
+    "shared_enumeration",
     "traced_log_likelihood",
 ]
 PROPOSALS = ("guide", "prior")
@@ -69,10 +75,43 @@ def _latent_sites(trace: poutine.Trace) -> list[str]:
     return [name for name in trace.stochastic_nodes if not site_is_subsample(trace.nodes[name])]
 
 
+class _Scope:
+    """The last enumerated trace made inside one :func:`shared_enumeration` block, with its pair and batch."""
+
+    def __init__(self) -> None:
+        self.key: tuple[AlignmentPair, Any] | None = None
+        self.value: tuple[poutine.Trace, bool] | None = None
+
+
+_SCOPES: list[_Scope] = []
+
+
+@contextlib.contextmanager
+def shared_enumeration() -> Iterator[None]:
+    """Inside the block, the enumerated trace of ``(pair, batch)`` is made once and reused: by
+    :func:`log_likelihood` (the base class's), ``pair.posterior_probs`` and so :func:`~pyro_attention.inference.
+    entropy_sums` and :func:`~pyro_attention.inference.alignment_posterior`.  Only while gradients are off (a trace
+    that is part of a graph is never shared), and only for the same pair and batch objects, the last one seen: use
+    it around a pass that scores each batch several ways with the weights fixed and the network in eval mode
+    (validation, test scoring).  The numbers are the same as without it; the categorical pairs' validation runs
+    their enumerated output layer once per batch instead of twice."""
+    _SCOPES.append(_Scope())
+    try:
+        yield
+    finally:
+        _SCOPES.pop()
+
+
 def _enumerated_trace(pair: AlignmentPair, batch: Any) -> tuple[poutine.Trace, bool]:
-    """The model traced with every enumerable latent site enumerated in parallel, and whether all were."""
+    """The model traced with every enumerable latent site enumerated in parallel, and whether all were (reused
+    inside :func:`shared_enumeration`)."""
+    scope = _SCOPES[-1] if _SCOPES and not torch.is_grad_enabled() else None
+    if scope is not None and scope.key is not None and scope.key[0] is pair and scope.key[1] is batch:
+        return scope.value
     trace = _trace(poutine.enum(pair.model, first_available_dim=-1 - MAX_PLATE_NESTING), batch)
     enumerated = all(trace.nodes[name]["infer"].get("_enumerate_dim") is not None for name in _latent_sites(trace))
+    if scope is not None:
+        scope.key, scope.value = (pair, batch), (trace, enumerated)
     return trace, enumerated
 
 

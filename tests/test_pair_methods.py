@@ -13,8 +13,8 @@ import torch
 from pair_snapshot import BEFORE, differences, snapshot
 from toy_network import ToyNetwork, make_toy_batch
 
-from pyro_attention.inference import entropy_sums
-from pyro_attention.inference.evaluate import LogLikelihood
+from pyro_attention.inference import entropy_sums, log_likelihood, shared_enumeration
+from pyro_attention.inference.evaluate import LogLikelihood, traced_log_likelihood
 from pyro_attention.pair import DECODE_RULES, RULES, AlignmentPair
 from pyro_attention.registry import ALL_PAIRS, make_pair
 
@@ -97,6 +97,37 @@ def test_the_guide_kl_curves_record_is_the_gap_between_log_likelihood_and_elbo(f
     negative_elbo = pair.elbo().loss(pair.model, pair.guide, batch)
     gap = entropy_sums(pair, batch, batch.target_mask)["guide_kl"]
     assert gap > 0.1 and gap == pytest.approx(log_p + negative_elbo, rel=1e-9)
+
+
+
+@pytest.mark.parametrize("name", ["marginal", "hard", "variational"])
+def test_shared_enumeration_traces_the_model_once_per_batch_and_changes_no_number(float64, name):
+    """Inside ``shared_enumeration`` (validation and test scoring) the log-likelihood and the exact posterior of a
+    batch come from one enumerated trace: the model runs once instead of twice, with the same values; another batch,
+    or gradients on, traces again."""
+    torch.manual_seed(0)
+    pair = make_pair(name, ToyNetwork())
+    batch, other = make_toy_batch(B=2, S=3, T=2, seed=1), make_toy_batch(B=2, S=3, T=2, seed=2)
+    calls = []
+    model = pair.model
+    pair.model = lambda b: (calls.append(b), model(b))[1]
+
+    def scores(b):
+        return float(log_likelihood(pair, b).per_example.sum()), entropy_sums(pair, b, b.target_mask)
+
+    with torch.no_grad():
+        alone = scores(batch)
+        assert len(calls) == 2  # likelihood, then the posterior of the entropies
+        with shared_enumeration():
+            shared = scores(batch)
+            assert len(calls) == 3 and calls[-1] is batch
+            scores(other)
+            assert len(calls) == 4
+    assert shared == alone
+    with shared_enumeration():  # with gradients on, a trace (part of a graph) is never kept
+        traced_log_likelihood(pair, batch)
+        traced_log_likelihood(pair, batch)
+    assert len(calls) == 6
 
 
 def test_the_families_answer_as_documented():

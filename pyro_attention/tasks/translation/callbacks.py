@@ -62,14 +62,14 @@ def validate(pair: AlignmentPair, batches: Iterable[TranslationBatch], num_sampl
     alignment distributions' mean entropies and the guide's KL from the exact posterior
     (:func:`~pyro_attention.inference.entropy_sums`, those the pair has).
     """
-    from pyro_attention.inference import entropy_sums, log_likelihood
+    from pyro_attention.inference import entropy_sums, log_likelihood, shared_enumeration
 
     net = pair.network
     was_training = net.training
     net.eval()
     total, tokens, exact, method, sums = 0.0, 0, True, "", Counter()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), shared_enumeration():  # likelihood and posterior from one enumerated pass
             for batch in batches:
                 ll = log_likelihood(pair, batch, num_samples=num_samples)
                 total += float(ll.per_example.sum())

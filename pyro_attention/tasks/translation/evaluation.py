@@ -304,20 +304,21 @@ def _score(
     """Log-likelihood (exact or the importance-weighted bound), the K-max bound (``kmax_bound`` > 0) and the
     alignment entropies (:func:`~pyro_attention.inference.entropy_sums`), summed over ``batches``; every token's
     log-probability goes to ``spread``."""
-    from pyro_attention.inference import entropy_sums, kmax_log_likelihood, log_likelihood
+    from pyro_attention.inference import entropy_sums, kmax_log_likelihood, log_likelihood, shared_enumeration
 
     s = _Scores()
-    for batch in tqdm(batches, disable=_no_bar(progress), desc="scoring", unit="batch", leave=False):
-        ll = log_likelihood(pair, batch, num_samples=num_samples)
-        spread.add(batch.target, batch.target_mask, ll.per_token)
-        s.total += float(ll.per_example.sum())
-        s.tokens += int(ll.num_tokens.sum())
-        s.exact, s.method = s.exact and ll.exact, ll.method
-        if kmax_bound:
-            km = kmax_log_likelihood(pair, batch, kmax_bound)
-            s.kmax_total += float(km.per_example.sum())
-            s.kmax_exact = s.kmax_exact and km.exact
-        s.alignment.update(entropy_sums(pair, batch, batch.target_mask))  # Counter.update adds
+    with shared_enumeration():  # the likelihood and the exact posterior of a batch from one enumerated pass
+        for batch in tqdm(batches, disable=_no_bar(progress), desc="scoring", unit="batch", leave=False):
+            ll = log_likelihood(pair, batch, num_samples=num_samples)
+            spread.add(batch.target, batch.target_mask, ll.per_token)
+            s.total += float(ll.per_example.sum())
+            s.tokens += int(ll.num_tokens.sum())
+            s.exact, s.method = s.exact and ll.exact, ll.method
+            if kmax_bound:
+                km = kmax_log_likelihood(pair, batch, kmax_bound)
+                s.kmax_total += float(km.per_example.sum())
+                s.kmax_exact = s.kmax_exact and km.exact
+            s.alignment.update(entropy_sums(pair, batch, batch.target_mask))  # Counter.update adds
     return s
 
 
