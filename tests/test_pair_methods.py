@@ -99,7 +99,6 @@ def test_the_guide_kl_curves_record_is_the_gap_between_log_likelihood_and_elbo(f
     assert gap > 0.1 and gap == pytest.approx(log_p + negative_elbo, rel=1e-9)
 
 
-
 @pytest.mark.parametrize("name", ["marginal", "hard", "variational"])
 def test_shared_enumeration_traces_the_model_once_per_batch_and_changes_no_number(float64, name):
     """Inside ``shared_enumeration`` (validation and test scoring) the log-likelihood and the exact posterior of a
