@@ -4,6 +4,7 @@ checks, the device it runs on, and the module's constants."""
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import math
 import os
@@ -371,12 +372,11 @@ def _normalise_keys(values: dict[str, Any]) -> dict[str, Any]:
     for key, value in values.items():
         name = str(key).replace("-", "_")
         if name not in allowed:
-            unknown.append(str(key))
+            close = difflib.get_close_matches(name, allowed, n=1)
+            unknown.append(repr(str(key)) + (f" (did you mean {close[0]!r}?)" if close else ""))
         out[name] = value
     if unknown:
-        raise ValueError(
-            f"unknown config key(s) {', '.join(repr(k) for k in unknown)}; allowed keys: {', '.join(allowed)}"
-        )
+        raise ValueError(f"unknown config key(s) {', '.join(unknown)}; allowed keys: {', '.join(allowed)}")
     return out
 
 

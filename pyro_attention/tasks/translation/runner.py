@@ -91,7 +91,10 @@ def read_experiment(path: str | os.PathLike) -> tuple[dict[str, Any], list[dict[
     if unknown or not isinstance(raw.get("rows"), list) or not raw["rows"]:
         raise ValueError(f"{path}: an experiment file holds a table [shared] and a non-empty list [[rows]]"
                          + (f"; unknown top-level keys {sorted(unknown)}" if unknown else ""))
-    shared = _normalise_keys(dict(raw.get("shared", {})))
+    try:
+        shared = _normalise_keys(dict(raw.get("shared", {})))
+    except ValueError as e:
+        raise ValueError(f"{path}: [shared]: {e}") from None
     rows, seen = [], set()
     for i, row in enumerate(raw["rows"], 1):
         row = dict(row)
