@@ -179,6 +179,11 @@ def _busy_folder() -> None:
         train(_config(out=str(out)), progress=False, log=None)
 
 
+def _experiment(toml: str, *flags: str) -> None:
+    """``pyro-attention experiment`` on an experiment file ``exp.toml`` holding ``toml``, runs folder ``runs``."""
+    _cli("experiment", "--config", _file("exp.toml", toml), "--out", _path("runs"), *flags)
+
+
 def _cli(*argv: str) -> None:
     """Run the command line; its exit becomes ``SystemExit("exit status N: <the last line on stderr>")`` (the
     ``error:`` line; argparse prints the usage before it)."""
@@ -717,35 +722,34 @@ CATALOGUE: list[Mistake] = [
     Mistake(
         "config-file-unknown-key", CONFIG, "a config file with a key that does not exist",
         lambda: TranslationConfig.from_file(_file("run.toml", 'model = "hard"\nbatchsize = 4\n')),
-        ValueError, r"run\.toml: unknown config key\(s\) 'batchsize' \(did you mean 'batch_size'\?\); allowed keys",
+        ValueError,
+        r"run\.toml: unknown config key\(s\) 'batchsize' \(did you mean 'batch_size'\?\); allowed keys: .*batch_size",
         "Use one of the listed keys.",
     ),
     Mistake(
         "cli-config-unknown-key", CONFIG, "`pyro-attention train --config` with an unknown key",
         lambda: _cli("train", "--config", _file("cli.json", json.dumps({"epochz": 1}))),
         SystemExit,
-        r"exit status 2: pyro-attention train: error: .*cli\.json: unknown config key\(s\) 'epochz' \(did you",
+        r"exit status 2: pyro-attention train: error: .*cli\.json: unknown config key\(s\) 'epochz' "
+        r"\(did you mean 'epochs'\?\); allowed keys",
         "Use one of the listed keys.",
     ),
     Mistake(
         "experiment-shared-unknown-key", CONFIG, "an experiment file whose `[shared]` table has a misspelt key",
-        lambda: _cli("experiment", "--out", _path("runs"), "--config",
-                     _file("exp.toml", '[shared]\nembeding = 8\n[[rows]]\nlabel = "a"\nmodel = "soft"\n')),
+        lambda: _experiment('[shared]\nembeding = 8\n[[rows]]\nlabel = "a"\nmodel = "soft"\n'),
         SystemExit,
         r"exp\.toml: \[shared\]: unknown config key\(s\) 'embeding' \(did you mean 'embedding'\?\)",
         "Use the suggested key; every key of `[shared]` and of a row is a `pyro-attention train` option.",
     ),
     Mistake(
         "experiment-row-bad-model", CONFIG, "an experiment row naming a pair that does not exist",
-        lambda: _cli("experiment", "--out", _path("runs"), "--config",
-                     _file("exp.toml", '[shared]\nepochs = 1\n[[rows]]\nlabel = "a"\nmodel = "sofft"\n')),
+        lambda: _experiment('[shared]\nepochs = 1\n[[rows]]\nlabel = "a"\nmodel = "sofft"\n'),
         SystemExit, r"exp\.toml: row 1 \('a'\): model must be one of soft, marginal, hard, .*; got 'sofft'",
         "Use one of the listed pairs.",
     ),
     Mistake(
         "experiment-unknown-row", CONFIG, "`pyro-attention experiment --rows` naming a row the file lacks",
-        lambda: _cli("experiment", "--out", _path("runs"), "--rows", "sfot", "--config",
-                     _file("exp.toml", '[shared]\nepochs = 1\n[[rows]]\nlabel = "soft"\nmodel = "soft"\n')),
+        lambda: _experiment('[shared]\nepochs = 1\n[[rows]]\nlabel = "soft"\nmodel = "soft"\n', "--rows", "sfot"),
         SystemExit, r"exp\.toml: no row labelled \['sfot'\]; the rows are \['soft'\]",
         "Use the labels of the file's `[[rows]]`.",
     ),

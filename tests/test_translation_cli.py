@@ -216,7 +216,9 @@ def test_resume_refuses_another_model_or_vocabulary(run, capsys):
 def test_config_files(tmp_path, capsys):
     bad = tmp_path / "bad.toml"
     bad.write_text('model = "hard"\nepochz = 3\n', encoding="utf-8")
-    with pytest.raises(ValueError, match=r"unknown config key\(s\) 'epochz' \(did you mean 'epochs'\?\); allowed keys"):
+    with pytest.raises(
+        ValueError, match=r"unknown config key\(s\) 'epochz' \(did you mean 'epochs'\?\); allowed keys: data, data_dir"
+    ):
         TranslationConfig.from_file(bad)
     with pytest.raises(SystemExit) as e:
         cli.main(["train", "--config", str(bad)])
