@@ -10,6 +10,7 @@ import pytest
 
 from pyro_attention import cli
 from pyro_attention.runner import ROW_FIELDS, read_experiment, run_experiment
+from pyro_attention.tasks.translation.status import experiment_status, status_table
 
 TINY = """
 [shared]
@@ -190,6 +191,48 @@ def test_only_some_rows_and_the_cli(tmp_path, capsys):
     assert "no row labelled ['hard']; the rows are ['soft', 'marginal-product']" in capsys.readouterr().err
 
 
+def test_status_reads_where_each_row_stands_and_trains_nothing(tmp_path, capsys):
+    """--status: not started, half-trained (where it resumes, best and last validation, patience used), trained
+    but not evaluated, finished (test PPL, BLEU), and a damaged last.pt said in its row, the others still listed."""
+    path = _write(tmp_path, TINY.replace("epochs = 2", "epochs = 3"))
+    runs = tmp_path / "r"
+    run_experiment(path, runs, only=["soft"], max_epochs=2, progress=False, log=None, bleu=False)
+    stamp = (runs / "soft" / "last.pt").stat().st_mtime_ns
+    assert cli.main(["experiment", "--config", str(path), "--out", str(runs), "--status"]) == 0
+    printed = capsys.readouterr().out
+    assert (runs / "soft" / "last.pt").stat().st_mtime_ns == stamp and not (runs / "marginal-product").exists()
+    soft, marginal = experiment_status(path, runs)
+    history = (runs / "soft" / "history.csv").read_text().splitlines()
+    val = [float(line.split(",")[7]) for line in history if line.startswith("epoch,")]
+    assert (soft["state"], soft["epochs"], soft["max_epochs"], soft["position"], soft["epoch_batches"]) == (
+        "training", 2, 3, 0, 2)
+    assert soft["best_val_ppl"] == pytest.approx(min(val)) and soft["last_val_ppl"] == pytest.approx(val[-1])
+    assert soft["best_epoch"] == 1 + val.index(min(val)) and soft["bad_epochs"] == (val[1] >= val[0])
+    assert soft["lr"] > 0 and soft["wall_s"] > 0 and soft["sittings"] == 1 and soft["test_ppl"] is None
+    assert (marginal["state"], marginal["epochs"], marginal["best_val_ppl"]) == ("not started", 0, None)
+    assert f"| soft | resumes after epoch 2 | 2 / 3 | {min(val):.3f} ({soft['best_epoch']}) |" in printed
+    assert "| marginal-product | not started | 0 / 3 | - |" in printed
+    # finished, then trained but not evaluated (its result.json deleted, as one does to tabulate it again)
+    table = run_experiment(path, runs, only=["soft"], progress=False, log=None, bleu=False)
+    done = experiment_status(path, runs, only=["soft"])[0]
+    assert (done["state"], done["epochs"], done["test_ppl"], done["ppl_exact"]) == (
+        "finished", 3, table[0]["test_ppl"], True)
+    assert done["best_val_ppl"] == table[0]["val_ppl"] and done["bleu"] is None
+    assert "| soft | finished (epoch limit) | 3 / 3 |" in status_table([done])
+    (runs / "soft" / "result.json").unlink()
+    trained = experiment_status(path, runs, only=["soft"])[0]
+    assert (trained["state"], trained["epochs"], trained["test_ppl"]) == ("trained", 3, None)
+    assert "| soft | trained (epoch limit), not yet evaluated | 3 / 3 |" in status_table([trained])
+    # a damaged checkpoint is named in its row
+    (runs / "marginal-product").mkdir()
+    (runs / "marginal-product" / "last.pt").write_bytes(b"not a checkpoint")
+    broken = experiment_status(path, runs, only=["marginal-product"])[0]
+    assert broken["state"] == "unreadable" and "last.pt: cannot be read as a checkpoint" in broken["error"]
+    with pytest.raises(SystemExit) as e:
+        cli.main(["experiment", "--config", str(path), "--out", str(runs), "--status", "--rows", "hard"])
+    assert e.value.code == 1 and "no row labelled ['hard']" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("text,message", [
     (TINY.replace('label = "marginal-product"', 'label = "soft"'), r"row 2 \('soft'\): the label 'soft' is used twice"),
     (TINY.replace('label = "soft"\n', ""), "row 1: needs a label"),
@@ -237,6 +280,10 @@ def test_ctrl_c_during_a_row_exits_130_and_the_next_call_finishes_the_same_table
     assert code == 130 and "run the same command again to continue" in capsys.readouterr().err
     assert (runs / "soft" / "result.json").is_file() and not (runs / "marginal-product" / "result.json").exists()
     assert json.loads((runs / "marginal-product" / "sittings.json").read_text())[0]["interrupted"] == "SIGINT"
+    cut = {r["label"]: r for r in experiment_status(path, runs)}["marginal-product"]  # where --status says it resumes
+    assert (cut["state"], cut["epochs"], cut["position"], cut["best_val_ppl"], cut["sittings"]) == ("training", 0, 1,
+                                                                                                    None, 1)
+    assert "| marginal-product | resumes in epoch 1 at batch 1 | 0 / 2 | - |" in status_table([cut])
     again = run_experiment(path, runs, progress=False, log=None, bleu=False)
     assert _numbers(again) == _numbers(whole)
 

@@ -11,6 +11,7 @@ from pyro_attention.cli.common import _fail, _int_at_least, add_command
 def _experiment(args: argparse.Namespace) -> int:
     from pyro_attention.tasks.translation import TrainingInterrupted
     from pyro_attention.tasks.translation.runner import markdown_table, plot_table, run_experiment
+    from pyro_attention.tasks.translation.status import experiment_status, status_table
 
     if args.plot is not None:
         try:
@@ -23,6 +24,13 @@ def _experiment(args: argparse.Namespace) -> int:
     if args.config is None or args.out is None:
         args.parser.error("the arguments --config and --out are required (or --plot TABLE.json to draw a "
                           "finished table)")
+    if args.status:
+        try:
+            print(status_table(experiment_status(args.config, args.out, only=args.rows)))
+        except (OSError, ValueError) as error:
+            _fail(args.parser, error)
+            return 1
+        return 0
     try:
         overrides = {k: v for k, v in (("device", args.device), ("threads", args.threads)) if v is not None}
         table = run_experiment(args.config, args.out, only=args.rows, max_epochs=args.max_epochs,
@@ -51,6 +59,10 @@ def add_experiment(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     ex.add_argument("--evaluate-paused", action="store_true",
                     help="train nothing: evaluate each half-trained row's best.pt as it is, into "
                     "RUNS/<label>/result-paused.json (\"finished\": false; the row still resumes later)")
+    ex.add_argument("--status", action="store_true",
+                    help="train nothing: print where each row stands (epochs, where it resumes, best and last "
+                    "validation PPL, learning rate, early-stopping count, wall time; test PPL and BLEU once "
+                    "finished), read from its files, and exit (safe while rows train)")
     ex.add_argument("--no-bleu", action="store_true", help="skip decoding (perplexities and entropies only)")
     ex.add_argument("--device", default=None,
                     help="train and evaluate every row here: cpu, cuda, cuda:N or mps (default: the file's, else cpu)")

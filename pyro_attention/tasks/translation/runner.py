@@ -28,7 +28,9 @@ Each row lives in ``RUNS/<label>/`` (the trainer's ``last.pt``, ``best.pt``, ``h
 * ``evaluate_paused`` trains nothing and evaluates each half-trained row's ``best.pt`` as it is, into
   ``RUNS/<label>/result-paused.json`` (``"finished": false``), so a sitting that must end -- its machine to be
   replaced, say -- keeps what the row has reached; the row still resumes later, and its ``result.json`` then
-  supersedes it.
+  supersedes it;
+* :func:`~pyro_attention.tasks.translation.status.experiment_status` (``--status``) reads where every row
+  stands and trains nothing.
 
 A trained row is evaluated from ``best.pt``: validation and test perplexity (exact where the pair allows,
 :func:`~pyro_attention.translation.evaluate`), BLEU with beam 5 (sacreBLEU on detokenised output against the
@@ -151,14 +153,7 @@ def run_experiment(
     shared, rows = read_experiment(path)
     runs = Path(runs)
     runs.mkdir(parents=True, exist_ok=True)
-    labels = [r["label"] for r in rows]
-    if only:
-        missing = [x for x in only if x not in labels]
-        if missing:
-            raise ValueError(f"{path}: no row labelled {missing}; the rows are {labels}")
-    for row in rows:
-        if only and row["label"] not in only:
-            continue
+    for row in _chosen(path, rows, only):
         config = row_config(shared, row, runs, overrides)
         folder = config.out_dir
         if (folder / "result.json").is_file():
@@ -189,6 +184,16 @@ def run_experiment(
     log(f"{len(table)} of {len(rows)} rows finished; table: {runs / 'table.json'}, {runs / 'table.md'}"
         + (f"; curves: {figure}" if figure else ""))
     return table
+
+
+def _chosen(path: str | os.PathLike, rows: list[dict[str, Any]], only: Sequence[str] | None) -> list[dict[str, Any]]:
+    """The rows labelled in ``only`` (all when it is empty), in the file's order; a label the file lacks is an error
+    naming the file and its rows."""
+    labels = [r["label"] for r in rows]
+    missing = [x for x in only or () if x not in labels]
+    if missing:
+        raise ValueError(f"{path}: no row labelled {missing}; the rows are {labels}")
+    return [r for r in rows if not only or r["label"] in only]
 
 
 def _train_row(config: TranslationConfig, folder: Path, max_epochs: int | None, progress: bool, log: Log,

@@ -1,0 +1,114 @@
+"""``pyro-attention experiment --status``: where every row of an experiment file stands, read from its run folder
+alone (``result.json``, ``trained.json``, ``last.pt``, ``sittings.json``), so it is safe while rows train."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pyro_attention.tasks.translation import TranslationConfig
+from pyro_attention.tasks.translation.checkpoints import _read_checkpoint
+from pyro_attention.tasks.translation.runner import _chosen, _read_json, read_experiment, row_config
+
+__all__ = ["experiment_status", "row_status", "status_table"]
+
+
+def experiment_status(
+    path: str | os.PathLike, runs: str | os.PathLike, *, only: Sequence[str] | None = None
+) -> list[dict[str, Any]]:
+    """Where every row of the experiment file ``path`` stands in ``runs``, read from its files alone (nothing is
+    trained or evaluated, so it is safe while rows train): one :func:`row_status` per row (``only``: these)."""
+    shared, rows = read_experiment(path)
+    return [row_status(row_config(shared, row, Path(runs)), row["label"]) for row in _chosen(path, rows, only)]
+
+
+def row_status(config: TranslationConfig, label: str) -> dict[str, Any]:
+    """Where one row stands in its folder ``config.out_dir``.
+
+    ``state`` is ``"finished"`` (``result.json``), ``"trained"`` (``trained.json``: its evaluation is still to
+    come), ``"training"`` (a ``last.pt`` to resume), ``"not started"`` or ``"unreadable"`` (a ``last.pt`` that cannot
+    be read; ``error`` says why).  With it: ``epochs`` done of ``max_epochs``; where a half-trained row resumes
+    (``position`` batches into the next epoch, of ``epoch_batches``; ``step``); ``best_val_ppl`` at ``best_epoch``
+    (counted from 1), the last epoch's ``last_val_ppl`` and validation ``prior_entropy``; ``bad_epochs`` of
+    ``patience`` (epochs without improvement: early stopping at ``patience``); ``lr``; ``wall_s`` and the number of
+    ``sittings`` so far (``sittings.json``); ``paused_result`` when ``--evaluate-paused`` left one; and for a
+    finished row ``test_ppl``, ``ppl_exact`` and ``bleu``.  ``None`` where a state has no such number.
+    """
+    folder = config.out_dir
+    sittings = _read_json(folder / "sittings.json", [])
+    status: dict[str, Any] = {
+        "label": label, "state": "not started", "error": None, "epochs": 0, "max_epochs": config.epochs,
+        "position": 0, "epoch_batches": None, "step": 0, "best_val_ppl": None, "best_epoch": None,
+        "last_val_ppl": None, "prior_entropy": None, "bad_epochs": None, "patience": config.patience, "lr": None,
+        "wall_s": sum(s["wall_s"] for s in sittings), "sittings": len(sittings),
+        "paused_result": (folder / "result-paused.json").is_file(), "test_ppl": None, "ppl_exact": None,
+        "bleu": None, "stopped_early": None,
+    }  # fmt: skip
+    if (folder / "result.json").is_file():
+        row = json.loads((folder / "result.json").read_text())
+        curve = row.get("val_ppl_per_epoch") or [None]
+        entropy = (row.get("val_prior_entropy_per_epoch") or [None])[-1]
+        status.update(state="finished", epochs=row["epochs"], best_val_ppl=row["val_ppl"],
+                      best_epoch=row["best_epoch"], last_val_ppl=curve[-1], prior_entropy=entropy,
+                      test_ppl=row["test_ppl"], ppl_exact=row["ppl_exact"], bleu=row["bleu"],
+                      stopped_early=row["stopped_early"])
+    elif (folder / "trained.json").is_file():
+        trained = json.loads((folder / "trained.json").read_text())
+        status.update(state="trained", epochs=trained["epochs"], best_val_ppl=trained["best_val_ppl"],
+                      best_epoch=trained["best_epoch"], step=trained["steps"], stopped_early=trained["stopped_early"])
+    if status["state"] in ("finished", "trained") or not (folder / "last.pt").is_file():
+        return status
+    try:
+        state = _read_checkpoint(folder / "last.pt")
+    except ValueError as error:  # a damaged file: said in the row, the other rows still listed
+        return {**status, "state": "unreadable", "error": str(error)}
+    epochs = state["history"]["epochs"]
+    last = len(epochs["val_ppl"]) - 1
+    status.update(
+        state="training", epochs=int(state["epoch"]), position=int(state.get("position", 0)), step=int(state["step"]),
+        epoch_batches=int(epochs["step"][0]) if epochs["step"] else None, best_val_ppl=float(state["best_metric"]),
+        best_epoch=int(state["best_epoch"]) + 1, bad_epochs=int(state["bad_epochs"]), lr=float(state["lr"]),
+        last_val_ppl=epochs["val_ppl"][last] if last >= 0 else None,
+        prior_entropy=(epochs.get("val_prior_entropy") or [None] * (last + 1))[last] if last >= 0 else None,
+    )  # fmt: skip
+    if last < 0:  # no epoch validated yet: best_metric is still the trainer's infinity
+        status.update(best_val_ppl=None, best_epoch=None)
+    return status
+
+
+def status_table(rows: list[dict[str, Any]]) -> str:
+    """:func:`experiment_status`'s rows as a markdown table."""
+    lines = [
+        "| row | state | epochs | best val PPL (epoch) | last val PPL | H(prior) val | lr | no gain / patience | "
+        "test PPL | BLEU | wall [h] | sittings |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def num(x: Any, fmt: str = ".3f") -> str:
+        return "-" if x is None else format(x, fmt)
+
+    for r in rows:
+        state = r["state"]
+        if state == "training":
+            state = (f"resumes in epoch {r['epochs'] + 1} at batch {r['position']}"
+                     + (f"/{r['epoch_batches']}" if r["epoch_batches"] else "")
+                     if r["position"] else f"resumes after epoch {r['epochs']}")
+        elif state in ("trained", "finished"):
+            state += " (stopped early)" if r["stopped_early"] else " (epoch limit)"
+            state += ", not yet evaluated" if r["state"] == "trained" else ""
+        elif state == "unreadable":
+            state = f"unreadable: {r['error']}"
+        if r["paused_result"] and r["state"] != "finished":
+            state += "; evaluated while paused"
+        best = "-" if r["best_val_ppl"] is None else f"{r['best_val_ppl']:.3f} ({r['best_epoch']})"
+        gain = "-" if r["bad_epochs"] is None else f"{r['bad_epochs']} / {r['patience']}"
+        test = "-" if r["test_ppl"] is None else ("" if r["ppl_exact"] else "~") + f"{r['test_ppl']:.2f}"
+        lines.append(
+            f"| {r['label']} | {state} | {r['epochs']} / {r['max_epochs']} | {best} | {num(r['last_val_ppl'])} | "
+            f"{num(r['prior_entropy'])} | {num(r['lr'], '.3g')} | {gain} | {test} | {num(r['bleu'], '.2f')} | "
+            f"{r['wall_s'] / 3600:.2f} | {r['sittings']} |"
+        )
+    return "\n".join(lines)
