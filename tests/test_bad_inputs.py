@@ -750,8 +750,16 @@ CATALOGUE: list[Mistake] = [
     Mistake(
         "experiment-unknown-row", CONFIG, "`pyro-attention experiment --rows` naming a row the file lacks",
         lambda: _experiment('[shared]\nepochs = 1\n[[rows]]\nlabel = "soft"\nmodel = "soft"\n', "--rows", "sfot"),
-        SystemExit, r"exp\.toml: no row labelled \['sfot'\]; the rows are \['soft'\]",
+        SystemExit, r"exp\.toml: no row labelled \['sfot'\] \(did you mean \['soft'\]\?\); the rows are \['soft'\]",
         "Use the labels of the file's `[[rows]]`.",
+    ),
+    Mistake(
+        "experiment-status-no-runs", CONFIG,
+        "`pyro-attention experiment --status` naming a runs folder that is not there",
+        lambda: _cli("experiment", "--config", _file("exp.toml", '[shared]\n[[rows]]\nlabel = "a"\nmodel = "soft"\n'),
+                     "--out", _path("no-runs"), "--status"),
+        SystemExit, r"exit status 1: .*no-runs: no such runs folder \(no row of .*exp\.toml has started there\)",
+        "Check `--out`: it is the folder the rows were trained in.",
     ),
     Mistake(
         "config-wrong-type", CONFIG, "a config value of the wrong type",

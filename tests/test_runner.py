@@ -231,6 +231,9 @@ def test_status_reads_where_each_row_stands_and_trains_nothing(tmp_path, capsys)
     with pytest.raises(SystemExit) as e:
         cli.main(["experiment", "--config", str(path), "--out", str(runs), "--status", "--rows", "hard"])
     assert e.value.code == 1 and "no row labelled ['hard']" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:  # a mistyped --out is said, not shown as rows never started
+        cli.main(["experiment", "--config", str(path), "--out", str(tmp_path / "rr"), "--status"])
+    assert e.value.code == 1 and "rr: no such runs folder (no row of" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("text,message", [

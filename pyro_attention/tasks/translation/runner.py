@@ -42,6 +42,7 @@ rewritten after every finished row.  Every file is written atomically.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import os
@@ -151,9 +152,10 @@ def run_experiment(
     """
     log = log or (lambda _: None)
     shared, rows = read_experiment(path)
+    chosen = _chosen(path, rows, only)
     runs = Path(runs)
     runs.mkdir(parents=True, exist_ok=True)
-    for row in _chosen(path, rows, only):
+    for row in chosen:
         config = row_config(shared, row, runs, overrides)
         folder = config.out_dir
         if (folder / "result.json").is_file():
@@ -188,11 +190,13 @@ def run_experiment(
 
 def _chosen(path: str | os.PathLike, rows: list[dict[str, Any]], only: Sequence[str] | None) -> list[dict[str, Any]]:
     """The rows labelled in ``only`` (all when it is empty), in the file's order; a label the file lacks is an error
-    naming the file and its rows."""
+    naming the file, the closest labels and all the rows."""
     labels = [r["label"] for r in rows]
     missing = [x for x in only or () if x not in labels]
     if missing:
-        raise ValueError(f"{path}: no row labelled {missing}; the rows are {labels}")
+        close = [m for x in missing for m in difflib.get_close_matches(x, labels, n=1)]
+        raise ValueError(f"{path}: no row labelled {missing}" + (f" (did you mean {close}?)" if close else "")
+                         + f"; the rows are {labels}")
     return [r for r in rows if not only or r["label"] in only]
 
 

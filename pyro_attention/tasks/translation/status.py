@@ -20,9 +20,13 @@ def experiment_status(
     path: str | os.PathLike, runs: str | os.PathLike, *, only: Sequence[str] | None = None
 ) -> list[dict[str, Any]]:
     """Where every row of the experiment file ``path`` stands in ``runs``, read from its files alone (nothing is
-    trained or evaluated, so it is safe while rows train): one :func:`row_status` per row (``only``: these)."""
+    trained or evaluated, so it is safe while rows train): one :func:`row_status` per row (``only``: these); a
+    ``runs`` folder that does not exist is an error."""
     shared, rows = read_experiment(path)
-    return [row_status(row_config(shared, row, Path(runs)), row["label"]) for row in _chosen(path, rows, only)]
+    chosen = _chosen(path, rows, only)
+    if not Path(runs).is_dir():  # most likely a mistyped --out: said, rather than every row "not started"
+        raise ValueError(f"{runs}: no such runs folder (no row of {path} has started there)")
+    return [row_status(row_config(shared, row, Path(runs)), row["label"]) for row in chosen]
 
 
 def row_status(config: TranslationConfig, label: str) -> dict[str, Any]:
