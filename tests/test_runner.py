@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -209,6 +210,7 @@ def test_status_reads_where_each_row_stands_and_trains_nothing(tmp_path, capsys)
     assert soft["best_val_ppl"] == pytest.approx(min(val)) and soft["last_val_ppl"] == pytest.approx(val[-1])
     assert soft["best_epoch"] == 1 + val.index(min(val)) and soft["bad_epochs"] == (val[1] >= val[0])
     assert soft["lr"] > 0 and soft["wall_s"] > 0 and soft["sittings"] == 1 and soft["test_ppl"] is None
+    assert (soft["logged_epoch"], soft["logged_step"]) == (2, 4) and 0 <= soft["logged_age_s"] < 600
     assert (marginal["state"], marginal["epochs"], marginal["best_val_ppl"]) == ("not started", 0, None)
     assert f"| soft | resumes after epoch 2 | 2 / 3 | {min(val):.3f} ({soft['best_epoch']}) |" in printed
     assert "| marginal-product | not started | 0 / 3 | - |" in printed
@@ -223,8 +225,14 @@ def test_status_reads_where_each_row_stands_and_trains_nothing(tmp_path, capsys)
     trained = experiment_status(path, runs, only=["soft"])[0]
     assert (trained["state"], trained["epochs"], trained["test_ppl"]) == ("trained", 3, None)
     assert "| soft | trained (epoch limit), not yet evaluated | 3 / 3 |" in status_table([trained])
-    # a damaged checkpoint is named in its row
+    # a first epoch under way (history.csv, no last.pt yet); then a damaged checkpoint, named in its row
     (runs / "marginal-product").mkdir()
+    (runs / "marginal-product" / "history.csv").write_text(
+        "\n".join((runs / "soft" / "history.csv").read_text().splitlines()[:2]) + "\n")
+    started = experiment_status(path, runs, only=["marginal-product"])[0]
+    assert (started["state"], started["logged_epoch"], started["logged_step"]) == ("started", 1, 1)
+    assert "| marginal-product | first epoch under way, no last.pt yet | 0 / 3 |" in status_table([started])
+    assert re.search(r"\| step 1 \(epoch 1\), \d+ s ago \|$", status_table([started]))
     (runs / "marginal-product" / "last.pt").write_bytes(b"not a checkpoint")
     broken = experiment_status(path, runs, only=["marginal-product"])[0]
     assert broken["state"] == "unreadable" and "last.pt: cannot be read as a checkpoint" in broken["error"]

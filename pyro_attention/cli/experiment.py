@@ -61,8 +61,8 @@ def add_experiment(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
                     "RUNS/<label>/result-paused.json (\"finished\": false; the row still resumes later)")
     ex.add_argument("--status", action="store_true",
                     help="train nothing: print where each row stands (epochs, where it resumes, best and last "
-                    "validation PPL, learning rate, early-stopping count, wall time; test PPL and BLEU once "
-                    "finished), read from its files, and exit (safe while rows train)")
+                    "validation PPL, learning rate, early-stopping count, wall time, last step logged and when; "
+                    "test PPL and BLEU once finished), read from its files, and exit (safe while rows train)")
     ex.add_argument("--no-bleu", action="store_true", help="skip decoding (perplexities and entropies only)")
     ex.add_argument("--device", default=None,
                     help="train and evaluate every row here: cpu, cuda, cuda:N or mps (default: the file's, else cpu)")

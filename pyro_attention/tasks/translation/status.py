@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -38,8 +39,11 @@ def row_status(config: TranslationConfig, label: str) -> dict[str, Any]:
     (``position`` batches into the next epoch, of ``epoch_batches``; ``step``); ``best_val_ppl`` at ``best_epoch``
     (counted from 1), the last epoch's ``last_val_ppl`` and validation ``prior_entropy``; ``bad_epochs`` of
     ``patience`` (epochs without improvement: early stopping at ``patience``); ``lr``; ``wall_s`` and the number of
-    ``sittings`` so far (``sittings.json``); ``paused_result`` when ``--evaluate-paused`` left one; and for a
-    finished row ``test_ppl``, ``ppl_exact`` and ``bleu``.  ``None`` where a state has no such number.
+    ``sittings`` so far (``sittings.json``); ``paused_result`` when ``--evaluate-paused`` left one; for a
+    finished row ``test_ppl``, ``ppl_exact`` and ``bleu``; and the last line of ``history.csv``, which a running
+    row appends after every step: ``logged_epoch`` (from 1), ``logged_step`` and ``logged_age_s`` (seconds since
+    the file was written: a few for a row training now).  ``None`` where a state has no such number.  A row
+    whose first epoch is under way has a ``history.csv`` and no ``last.pt`` yet: ``"started"``.
     """
     folder = config.out_dir
     sittings = _read_json(folder / "sittings.json", [])
@@ -49,7 +53,7 @@ def row_status(config: TranslationConfig, label: str) -> dict[str, Any]:
         "last_val_ppl": None, "prior_entropy": None, "bad_epochs": None, "patience": config.patience, "lr": None,
         "wall_s": sum(s["wall_s"] for s in sittings), "sittings": len(sittings),
         "paused_result": (folder / "result-paused.json").is_file(), "test_ppl": None, "ppl_exact": None,
-        "bleu": None, "stopped_early": None,
+        "bleu": None, "stopped_early": None, **_last_logged(folder / "history.csv"),
     }  # fmt: skip
     if (folder / "result.json").is_file():
         row = json.loads((folder / "result.json").read_text())
@@ -63,8 +67,10 @@ def row_status(config: TranslationConfig, label: str) -> dict[str, Any]:
         trained = json.loads((folder / "trained.json").read_text())
         status.update(state="trained", epochs=trained["epochs"], best_val_ppl=trained["best_val_ppl"],
                       best_epoch=trained["best_epoch"], step=trained["steps"], stopped_early=trained["stopped_early"])
-    if status["state"] in ("finished", "trained") or not (folder / "last.pt").is_file():
+    if status["state"] in ("finished", "trained"):
         return status
+    if not (folder / "last.pt").is_file():
+        return {**status, "state": "started" if status["logged_step"] else "not started"}
     try:
         state = _read_checkpoint(folder / "last.pt")
     except ValueError as error:  # a damaged file: said in the row, the other rows still listed
@@ -83,12 +89,33 @@ def row_status(config: TranslationConfig, label: str) -> dict[str, Any]:
     return status
 
 
+def _last_logged(history_csv: Path) -> dict[str, Any]:
+    """``logged_epoch``, ``logged_step`` and ``logged_age_s`` of the last line of ``history_csv`` (``None`` when
+    there is no such file or no line)."""
+    import csv
+
+    last = None
+    if history_csv.is_file():
+        with open(history_csv, newline="", encoding="utf-8") as f:
+            for last in csv.DictReader(f):  # noqa: B007 - the last line is wanted
+                pass
+    if last is None:
+        return {"logged_epoch": None, "logged_step": None, "logged_age_s": None}
+    return {"logged_epoch": int(last["epoch"]), "logged_step": int(last["step"]),
+            "logged_age_s": max(time.time() - history_csv.stat().st_mtime, 0.0)}
+
+
+def _age(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min" if seconds < 7200 else (
+        f"{seconds / 3600:.1f} h")
+
+
 def status_table(rows: list[dict[str, Any]]) -> str:
     """:func:`experiment_status`'s rows as a markdown table."""
     lines = [
         "| row | state | epochs | best val PPL (epoch) | last val PPL | H(prior) val | lr | no gain / patience | "
-        "test PPL | BLEU | wall [h] | sittings |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "test PPL | BLEU | wall [h] | sittings | last logged |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def num(x: Any, fmt: str = ".3f") -> str:
@@ -103,16 +130,20 @@ def status_table(rows: list[dict[str, Any]]) -> str:
         elif state in ("trained", "finished"):
             state += " (stopped early)" if r["stopped_early"] else " (epoch limit)"
             state += ", not yet evaluated" if r["state"] == "trained" else ""
+        elif state == "started":
+            state = "first epoch under way, no last.pt yet"
         elif state == "unreadable":
             state = f"unreadable: {r['error']}"
         if r["paused_result"] and r["state"] != "finished":
             state += "; evaluated while paused"
         best = "-" if r["best_val_ppl"] is None else f"{r['best_val_ppl']:.3f} ({r['best_epoch']})"
         gain = "-" if r["bad_epochs"] is None else f"{r['bad_epochs']} / {r['patience']}"
+        logged = "-" if r["logged_step"] is None else (
+            f"step {r['logged_step']} (epoch {r['logged_epoch']}), {_age(r['logged_age_s'])} ago")
         test = "-" if r["test_ppl"] is None else ("" if r["ppl_exact"] else "~") + f"{r['test_ppl']:.2f}"
         lines.append(
             f"| {r['label']} | {state} | {r['epochs']} / {r['max_epochs']} | {best} | {num(r['last_val_ppl'])} | "
             f"{num(r['prior_entropy'])} | {num(r['lr'], '.3g')} | {gain} | {test} | {num(r['bleu'], '.2f')} | "
-            f"{r['wall_s'] / 3600:.2f} | {r['sittings']} |"
+            f"{r['wall_s'] / 3600:.2f} | {r['sittings']} | {logged} |"
         )
     return "\n".join(lines)
