@@ -227,8 +227,8 @@ def test_status_reads_where_each_row_stands_and_trains_nothing(tmp_path, capsys)
     assert "| soft | trained (epoch limit), not yet evaluated | 3 / 3 |" in status_table([trained])
     # a first epoch under way (history.csv, no last.pt yet); then a damaged checkpoint, named in its row
     (runs / "marginal-product").mkdir()
-    (runs / "marginal-product" / "history.csv").write_text(
-        "\n".join((runs / "soft" / "history.csv").read_text().splitlines()[:2]) + "\n")
+    (runs / "marginal-product" / "history.csv").write_text(  # its first step, and a line cut short by a kill
+        "\n".join((runs / "soft" / "history.csv").read_text().splitlines()[:2]) + "\nstep,1,")
     started = experiment_status(path, runs, only=["marginal-product"])[0]
     assert (started["state"], started["logged_epoch"], started["logged_step"]) == ("started", 1, 1)
     assert "| marginal-product | first epoch under way, no last.pt yet | 0 / 3 |" in status_table([started])

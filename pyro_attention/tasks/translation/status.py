@@ -1,5 +1,6 @@
 """``pyro-attention experiment --status``: where every row of an experiment file stands, read from its run folder
-alone (``result.json``, ``trained.json``, ``last.pt``, ``sittings.json``), so it is safe while rows train."""
+alone (``result.json``, ``trained.json``, ``last.pt``, ``sittings.json``, ``history.csv``), so it is safe while rows
+train."""
 
 from __future__ import annotations
 
@@ -34,16 +35,16 @@ def row_status(config: TranslationConfig, label: str) -> dict[str, Any]:
     """Where one row stands in its folder ``config.out_dir``.
 
     ``state`` is ``"finished"`` (``result.json``), ``"trained"`` (``trained.json``: its evaluation is still to
-    come), ``"training"`` (a ``last.pt`` to resume), ``"not started"`` or ``"unreadable"`` (a ``last.pt`` that cannot
-    be read; ``error`` says why).  With it: ``epochs`` done of ``max_epochs``; where a half-trained row resumes
+    come), ``"training"`` (a ``last.pt`` to resume), ``"started"`` (a first epoch under way: a ``history.csv`` and
+    no ``last.pt`` yet), ``"not started"`` or ``"unreadable"`` (a ``last.pt`` that cannot be read; ``error`` says
+    why).  With it: ``epochs`` done of ``max_epochs``; where a half-trained row resumes
     (``position`` batches into the next epoch, of ``epoch_batches``; ``step``); ``best_val_ppl`` at ``best_epoch``
     (counted from 1), the last epoch's ``last_val_ppl`` and validation ``prior_entropy``; ``bad_epochs`` of
     ``patience`` (epochs without improvement: early stopping at ``patience``); ``lr``; ``wall_s`` and the number of
     ``sittings`` so far (``sittings.json``); ``paused_result`` when ``--evaluate-paused`` left one; for a
     finished row ``test_ppl``, ``ppl_exact`` and ``bleu``; and the last line of ``history.csv``, which a running
     row appends after every step: ``logged_epoch`` (from 1), ``logged_step`` and ``logged_age_s`` (seconds since
-    the file was written: a few for a row training now).  ``None`` where a state has no such number.  A row
-    whose first epoch is under way has a ``history.csv`` and no ``last.pt`` yet: ``"started"``.
+    the file was written: a few for a row training now).  ``None`` where a state has no such number.
     """
     folder = config.out_dir
     sittings = _read_json(folder / "sittings.json", [])
@@ -90,18 +91,21 @@ def row_status(config: TranslationConfig, label: str) -> dict[str, Any]:
 
 
 def _last_logged(history_csv: Path) -> dict[str, Any]:
-    """``logged_epoch``, ``logged_step`` and ``logged_age_s`` of the last line of ``history_csv`` (``None`` when
-    there is no such file or no line)."""
+    """``logged_epoch``, ``logged_step`` and ``logged_age_s`` of the last whole line of ``history_csv`` (a line cut
+    short by a kill is passed over; ``None`` when there is no such file or line)."""
     import csv
 
     last = None
     if history_csv.is_file():
         with open(history_csv, newline="", encoding="utf-8") as f:
-            for last in csv.DictReader(f):  # noqa: B007 - the last line is wanted
-                pass
+            for line in csv.DictReader(f):
+                try:
+                    last = int(line.get("epoch") or ""), int(line.get("step") or "")
+                except ValueError:
+                    continue
     if last is None:
         return {"logged_epoch": None, "logged_step": None, "logged_age_s": None}
-    return {"logged_epoch": int(last["epoch"]), "logged_step": int(last["step"]),
+    return {"logged_epoch": last[0], "logged_step": last[1],
             "logged_age_s": max(time.time() - history_csv.stat().st_mtime, 0.0)}
 
 
