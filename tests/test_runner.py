@@ -194,7 +194,8 @@ def test_only_some_rows_and_the_cli(tmp_path, capsys):
 
 def test_status_reads_where_each_row_stands_and_trains_nothing(tmp_path, capsys):
     """--status: not started, half-trained (where it resumes, best and last validation, patience used), trained
-    but not evaluated, finished (test PPL, BLEU), and a damaged last.pt said in its row, the others still listed."""
+    but not evaluated, finished (test PPL), a first epoch under way, a damaged last.pt said in its row, and the
+    CLI's errors for an unknown row and a runs folder that is not there."""
     path = _write(tmp_path, TINY.replace("epochs = 2", "epochs = 3"))
     runs = tmp_path / "r"
     run_experiment(path, runs, only=["soft"], max_epochs=2, progress=False, log=None, bleu=False)
