@@ -4,7 +4,6 @@ train."""
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Sequence
@@ -56,16 +55,15 @@ def row_status(config: TranslationConfig, label: str) -> dict[str, Any]:
         "paused_result": (folder / "result-paused.json").is_file(), "test_ppl": None, "ppl_exact": None,
         "bleu": None, "stopped_early": None, **_last_logged(folder / "history.csv"),
     }  # fmt: skip
-    if (folder / "result.json").is_file():
-        row = json.loads((folder / "result.json").read_text())
+    row, trained = _read_json(folder / "result.json", None), _read_json(folder / "trained.json", None)
+    if row is not None:
         curve = row.get("val_ppl_per_epoch") or [None]
         entropy = (row.get("val_prior_entropy_per_epoch") or [None])[-1]
         status.update(state="finished", epochs=row["epochs"], best_val_ppl=row["val_ppl"],
                       best_epoch=row["best_epoch"], last_val_ppl=curve[-1], prior_entropy=entropy,
                       test_ppl=row["test_ppl"], ppl_exact=row["ppl_exact"], bleu=row["bleu"],
                       stopped_early=row["stopped_early"])
-    elif (folder / "trained.json").is_file():
-        trained = json.loads((folder / "trained.json").read_text())
+    elif trained is not None:
         status.update(state="trained", epochs=trained["epochs"], best_val_ppl=trained["best_val_ppl"],
                       best_epoch=trained["best_epoch"], step=trained["steps"], stopped_early=trained["stopped_early"])
     if status["state"] in ("finished", "trained"):
@@ -77,16 +75,12 @@ def row_status(config: TranslationConfig, label: str) -> dict[str, Any]:
     except ValueError as error:  # a damaged file: said in the row, the other rows still listed
         return {**status, "state": "unreadable", "error": str(error)}
     epochs = state["history"]["epochs"]
-    last = len(epochs["val_ppl"]) - 1
-    status.update(
-        state="training", epochs=int(state["epoch"]), position=int(state.get("position", 0)), step=int(state["step"]),
-        epoch_batches=int(epochs["step"][0]) if epochs["step"] else None, best_val_ppl=float(state["best_metric"]),
-        best_epoch=int(state["best_epoch"]) + 1, bad_epochs=int(state["bad_epochs"]), lr=float(state["lr"]),
-        last_val_ppl=epochs["val_ppl"][last] if last >= 0 else None,
-        prior_entropy=(epochs.get("val_prior_entropy") or [None] * (last + 1))[last] if last >= 0 else None,
-    )  # fmt: skip
-    if last < 0:  # no epoch validated yet: best_metric is still the trainer's infinity
-        status.update(best_val_ppl=None, best_epoch=None)
+    status.update(state="training", epochs=int(state["epoch"]), position=int(state.get("position", 0)),
+                  step=int(state["step"]), bad_epochs=int(state["bad_epochs"]), lr=float(state["lr"]))
+    if epochs["val_ppl"]:  # before the first validation best_metric is still the trainer's infinity
+        status.update(epoch_batches=int(epochs["step"][0]), best_val_ppl=float(state["best_metric"]),
+                      best_epoch=int(state["best_epoch"]) + 1, last_val_ppl=epochs["val_ppl"][-1],
+                      prior_entropy=(epochs.get("val_prior_entropy") or [None])[-1])
     return status
 
 
