@@ -762,6 +762,16 @@ CATALOGUE: list[Mistake] = [
         "Check `--out`: it is the folder the rows were trained in.",
     ),
     Mistake(
+        "experiment-damaged-json", CONFIG,
+        "a row's `result.json`, `trained.json` or `sittings.json` edited or cut short by hand",
+        lambda: (_file("cut-runs/a/sittings.json", '[{"wall_s": 12.5, "until'),
+                 _cli("experiment", "--config", _file("exp.toml", '[shared]\n[[rows]]\nlabel = "a"\nmodel = "soft"\n'),
+                      "--out", _path("cut-runs"), "--status")),
+        SystemExit, r"exit status 1: .*cut-runs/a/sittings\.json: not readable as JSON \(Unterminated string",
+        "Mend the file or remove it (the runner writes its own atomically; a removed `sittings.json` loses the wall "
+        "time of earlier sittings, a removed `result.json` is evaluated again).",
+    ),
+    Mistake(
         "config-wrong-type", CONFIG, "a config value of the wrong type",
         lambda: TranslationConfig.from_file(_file("typed.json", json.dumps({"epochs": "ten"}))),
         ValueError, r"config key 'epochs' must be int, got 'ten'",

@@ -179,7 +179,7 @@ def run_experiment(
         found = [runs / r["label"] / name for name in ("result.json", "result-paused.json")]
         found = [f for f in found if f.is_file()]
         if found:
-            table.append(json.loads(found[0].read_text()))
+            table.append(_read_json(found[0], None))
     _write_json(runs / "table.json", table)
     write_text(runs / "table.md", markdown_table(table) + "\n")
     figure = plot_curves(runs, [r["label"] for r in rows], runs / "val_ppl.png")
@@ -256,7 +256,9 @@ def evaluate_row(config: TranslationConfig, folder: Path, label: str, bleu: bool
 
     from pyro_attention import metrics
 
-    trained = trained if trained is not None else json.loads((folder / "trained.json").read_text())
+    trained = trained if trained is not None else _read_json(folder / "trained.json", None)
+    if trained is None:
+        raise ValueError(f"{folder / 'trained.json'}: not found; the row has not been trained to its end")
     best = folder / "best.pt"
     ckpt = load_checkpoint(best, device=config.device)  # read once: both splits and the decoding use it
     val = _scored(folder / "scored-val.json", best, lambda: evaluate(ckpt, "val", kmax=0, bleu=False))
@@ -493,7 +495,16 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
 
 
 def _read_json(path: Path, default: Any) -> Any:
-    return json.loads(path.read_text()) if path.is_file() else default
+    """The JSON value in ``path`` (``default`` when there is no such file).
+
+    :raises ValueError: naming the file when it is not JSON (edited or cut short by hand: the runner writes its own
+        atomically)."""
+    if not path.is_file():
+        return default
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise ValueError(f"{path}: not readable as JSON ({e})") from None
 
 
 def _write_json(path: Path, value: Any) -> None:
