@@ -212,6 +212,9 @@ def test_status_reads_where_each_row_stands_and_trains_nothing(tmp_path, capsys)
     assert soft["best_epoch"] == 1 + val.index(min(val)) and soft["bad_epochs"] == (val[1] >= val[0])
     assert soft["lr"] > 0 and soft["wall_s"] > 0 and soft["sittings"] == 1 and soft["test_ppl"] is None
     assert (soft["logged_epoch"], soft["logged_step"]) == (2, 4) and 0 <= soft["logged_age_s"] < 600
+    seconds = {int(x[2]): float(x[-1]) for x in (line.split(",") for line in history) if x[0] == "step"}
+    pace = (seconds[2] - seconds[1] + seconds[4] - seconds[3]) / 2  # not 2 -> 3: the first validation is between
+    assert sorted(seconds) == [1, 2, 3, 4] and soft["s_per_step"] == pytest.approx(pace)
     assert (marginal["state"], marginal["epochs"], marginal["best_val_ppl"]) == ("not started", 0, None)
     assert f"| soft | resumes after epoch 2 | 2 / 3 | {min(val):.3f} ({soft['best_epoch']}) |" in printed
     assert "| marginal-product | not started | 0 / 3 | - |" in printed
@@ -231,7 +234,8 @@ def test_status_reads_where_each_row_stands_and_trains_nothing(tmp_path, capsys)
     (runs / "marginal-product" / "history.csv").write_text(  # its first step, and a line cut short by a kill
         "\n".join((runs / "soft" / "history.csv").read_text().splitlines()[:2]) + "\nstep,1,")
     started = experiment_status(path, runs, only=["marginal-product"])[0]
-    assert (started["state"], started["logged_epoch"], started["logged_step"]) == ("started", 1, 1)
+    assert (started["state"], started["logged_epoch"], started["logged_step"], started["s_per_step"]) == (
+        "started", 1, 1, None)
     assert "| marginal-product | first epoch under way, no last.pt yet | 0 / 3 |" in status_table([started])
     assert re.search(r"\| step 1 \(epoch 1\), \d+ s ago \|$", status_table([started]))
     (runs / "marginal-product" / "last.pt").write_bytes(b"not a checkpoint")

@@ -43,7 +43,8 @@ def row_status(config: TranslationConfig, label: str) -> dict[str, Any]:
     ``sittings`` so far (``sittings.json``); ``paused_result`` when ``--evaluate-paused`` left one; for a
     finished row ``test_ppl``, ``ppl_exact`` and ``bleu``; and the last line of ``history.csv``, which a running
     row appends after every step: ``logged_epoch`` (from 1), ``logged_step`` and ``logged_age_s`` (seconds since
-    the file was written: a few for a row training now).  ``None`` where a state has no such number.
+    the file was written: a few for a row training now), with ``s_per_step``, the pace of its last 50 steps.
+    ``None`` where a state has no such number.
     """
     folder = config.out_dir
     sittings = _read_json(folder / "sittings.json", [])
@@ -84,23 +85,32 @@ def row_status(config: TranslationConfig, label: str) -> dict[str, Any]:
     return status
 
 
-def _last_logged(history_csv: Path) -> dict[str, Any]:
+def _last_logged(history_csv: Path, window: int = 50) -> dict[str, Any]:
     """``logged_epoch``, ``logged_step`` and ``logged_age_s`` of the last whole line of ``history_csv`` (a line cut
-    short by a kill is passed over; ``None`` when there is no such file or line)."""
+    short by a kill is passed over; ``None`` when there is no such file or line), and ``s_per_step``: the mean
+    seconds between the last ``window`` pairs of successive training steps (a validation between them, or a new
+    sitting, is not counted; ``None`` before two steps in a row)."""
     import csv
+    from collections import deque
 
-    last = None
+    last, previous, gaps = None, None, deque(maxlen=window)
     if history_csv.is_file():
         with open(history_csv, newline="", encoding="utf-8") as f:
             for line in csv.DictReader(f):
                 try:
                     last = int(line.get("epoch") or ""), int(line.get("step") or "")
+                    now = (last[1], float(line.get("seconds") or "")) if line.get("kind") == "step" else None
                 except ValueError:
+                    previous = None
                     continue
+                if now and previous and now[0] == previous[0] + 1 and now[1] > previous[1]:
+                    gaps.append(now[1] - previous[1])
+                previous = now
     if last is None:
-        return {"logged_epoch": None, "logged_step": None, "logged_age_s": None}
+        return {"logged_epoch": None, "logged_step": None, "logged_age_s": None, "s_per_step": None}
     return {"logged_epoch": last[0], "logged_step": last[1],
-            "logged_age_s": max(time.time() - history_csv.stat().st_mtime, 0.0)}
+            "logged_age_s": max(time.time() - history_csv.stat().st_mtime, 0.0),
+            "s_per_step": sum(gaps) / len(gaps) if gaps else None}
 
 
 def _age(seconds: float) -> str:
@@ -137,7 +147,8 @@ def status_table(rows: list[dict[str, Any]]) -> str:
         best = "-" if r["best_val_ppl"] is None else f"{r['best_val_ppl']:.3f} ({r['best_epoch']})"
         gain = "-" if r["bad_epochs"] is None else f"{r['bad_epochs']} / {r['patience']}"
         logged = "-" if r["logged_step"] is None else (
-            f"step {r['logged_step']} (epoch {r['logged_epoch']}), {_age(r['logged_age_s'])} ago")
+            f"step {r['logged_step']} (epoch {r['logged_epoch']}), {_age(r['logged_age_s'])} ago"
+            + ("" if r["s_per_step"] is None else f", {r['s_per_step']:.2g} s/step"))
         test = "-" if r["test_ppl"] is None else ("" if r["ppl_exact"] else "~") + f"{r['test_ppl']:.2f}"
         lines.append(
             f"| {r['label']} | {state} | {r['epochs']} / {r['max_epochs']} | {best} | {num(r['last_val_ppl'])} | "
