@@ -149,7 +149,7 @@ def test_a_merged_table_is_drawn_from_its_rows_curves(tmp_path, capsys):
 
 
 def test_an_unfinished_row_and_its_device_are_marked_in_the_legend():
-    from pyro_attention.tasks.translation.runner import _curve_label
+    from pyro_attention.tasks.translation.curves import _curve_label
 
     assert _curve_label({"label": "hard-sample", "finished": False}) == "hard-sample (unfinished)"
     assert _curve_label({"label": "soft"}) == _curve_label({"label": "soft", "finished": True}) == "soft"

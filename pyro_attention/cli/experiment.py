@@ -10,7 +10,8 @@ from pyro_attention.cli.common import _fail, _int_at_least, add_command
 
 def _experiment(args: argparse.Namespace) -> int:
     from pyro_attention.tasks.translation import TrainingInterrupted
-    from pyro_attention.tasks.translation.runner import markdown_table, plot_table, run_experiment
+    from pyro_attention.tasks.translation.curves import plot_table
+    from pyro_attention.tasks.translation.runner import markdown_table, run_experiment
     from pyro_attention.tasks.translation.status import experiment_status, status_table
 
     if args.plot is not None:
