@@ -238,6 +238,8 @@ def test_status_reads_where_each_row_stands_and_trains_nothing(tmp_path, capsys)
         "started", 1, 1, None)
     assert "| marginal-product | first epoch under way, no last.pt yet | 0 / 3 |" in status_table([started])
     assert re.search(r"\| step 1 \(epoch 1\), \d+ s ago \|$", status_table([started]))
+    slow = status_table([{**started, "s_per_step": 123.44}, {**started, "s_per_step": 0.6234}]).splitlines()
+    assert slow[-2].endswith(" s ago, 123.4 s/step |") and slow[-1].endswith(" s ago, 0.62 s/step |")
     (runs / "marginal-product" / "last.pt").write_bytes(b"not a checkpoint")
     broken = experiment_status(path, runs, only=["marginal-product"])[0]
     assert broken["state"] == "unreadable" and "last.pt: cannot be read as a checkpoint" in broken["error"]
@@ -247,6 +249,42 @@ def test_status_reads_where_each_row_stands_and_trains_nothing(tmp_path, capsys)
     with pytest.raises(SystemExit) as e:  # a mistyped --out is said, not shown as rows never started
         cli.main(["experiment", "--config", str(path), "--out", str(tmp_path / "rr"), "--status"])
     assert e.value.code == 1 and "rr: no such runs folder (no row of" in capsys.readouterr().err
+
+
+def test_a_sitting_killed_without_a_record_is_counted_to_its_last_checkpoint(tmp_path):
+    """A sitting killed outright (SIGKILL, machine lost) writes no sittings.json entry; its time up to the last
+    checkpoint is read from last.pt's history -- by --status at once, and into sittings.json when the row resumes."""
+    from pyro_attention.tasks.translation.runner import _unrecorded_sittings
+
+    path = _write(tmp_path, TINY.replace("epochs = 2", "epochs = 3"))
+    runs = tmp_path / "r"
+    for _ in range(2):  # two sittings of one epoch each
+        run_experiment(path, runs, only=["soft"], max_epochs=1, progress=False, log=None, bleu=False)
+    sittings_json = runs / "soft" / "sittings.json"
+    recorded = json.loads(sittings_json.read_text())
+    sittings_json.write_text(json.dumps(recorded[:1]))  # the second sitting, as if killed after its checkpoint
+    history = [line.split(",") for line in (runs / "soft" / "history.csv").read_text().splitlines()]
+    second = float(history[-1][-1])  # its clock when it wrote last.pt (after its epoch's validation)
+    assert history[-1][0] == "epoch" and second < recorded[1]["wall_s"]
+    status = experiment_status(path, runs, only=["soft"])[0]
+    assert status["sittings"] == 2 and status["wall_s"] == pytest.approx(recorded[0]["wall_s"] + second)
+    messages: list[str] = []
+    run_experiment(path, runs, only=["soft"], progress=False, log=messages.append, bleu=False)
+    assert any("1 sitting(s) ended without a record" in m for m in messages)
+    first, lost, third = json.loads(sittings_json.read_text())
+    assert first == recorded[0] and third["until_epoch"] == 3 and "interrupted" not in third
+    assert lost == {"wall_s": pytest.approx(second), "until_epoch": 2, "until_step": 4, "threads": None,
+                    "interrupted": "unrecorded"}
+    trained = json.loads((runs / "soft" / "trained.json").read_text())
+    assert trained["wall_s"] == pytest.approx(first["wall_s"] + second + third["wall_s"])
+    # two killed sittings in a row: each sitting's clock restarts at zero
+    steps = {"step": [1, 2, 3, 4, 5, 6], "epoch": [0, 0, 1, 1, 2, 2], "seconds": [1.0, 2.0, 0.5, 1.0, 0.4, 0.9]}
+    epochs = {"step": [2, 4], "epoch": [0, 1], "seconds": [2.5, 1.5]}
+    state = {"epoch": 2, "step": 6, "history": {"steps": steps, "epochs": epochs}}
+    assert _unrecorded_sittings([{"wall_s": 2.5, "until_epoch": 1, "until_step": 2}], state) == [
+        {"wall_s": 1.5, "until_epoch": 2, "until_step": 4, "threads": None, "interrupted": "unrecorded"},
+        {"wall_s": 0.9, "until_epoch": 2, "until_step": 6, "threads": None, "interrupted": "unrecorded"}]
+    assert _unrecorded_sittings([{"wall_s": 2.5, "until_epoch": 2, "until_step": 6}], state) == []
 
 
 @pytest.mark.parametrize("text,message", [

@@ -207,7 +207,14 @@ def _train_row(config: TranslationConfig, folder: Path, max_epochs: int | None, 
     resume = (folder / "last.pt").is_file()
     done = 0
     if resume:
-        done = int(_read_checkpoint(folder / "last.pt")["epoch"])  # no network built just to read a counter
+        state = _read_checkpoint(folder / "last.pt")  # no network built just to read a counter
+        done = int(state["epoch"])
+        recorded = _read_json(folder / "sittings.json", [])
+        lost = _unrecorded_sittings(recorded, state)
+        if lost:
+            log(f"[{label}] {len(lost)} sitting(s) ended without a record (killed, not stopped): their "
+                f"{sum(s['wall_s'] for s in lost):.0f} s up to the last checkpoint are added to sittings.json")
+            _write_json(folder / "sittings.json", recorded + lost)
     target = config.epochs if max_epochs is None else min(config.epochs, done + max_epochs)
     log(f"[{label}] {'resuming at epoch ' + str(done) if resume else 'training'} (this sitting: up to epoch "
         f"{target} of {config.epochs})")
@@ -237,14 +244,40 @@ def _train_row(config: TranslationConfig, folder: Path, max_epochs: int | None, 
     return finished
 
 
+def _unrecorded_sittings(sittings: list[dict[str, Any]], state: dict[str, Any]) -> list[dict[str, Any]]:
+    """The sittings that trained the steps of ``last.pt`` (its ``state``) past the last one ``sittings.json``
+    records: a sitting killed outright (SIGKILL, its machine lost) writes no entry, but its checkpoints keep its
+    clock.  Each is read from the checkpoint's history (each sitting's ``seconds`` restarts at zero) and counted up
+    to its last checkpoint -- the steps after that are trained again, so their time is not in the row's cost;
+    ``"interrupted": "unrecorded"``."""
+    recorded = max((int(s["until_step"]) for s in sittings), default=0)
+    steps, epochs = state["history"]["steps"], state["history"]["epochs"]
+    rows = [(step, 0, seconds, done) for step, seconds, done in  # done: the epochs done by then
+            zip(steps["step"], steps["seconds"], steps["epoch"], strict=True)]
+    rows += [(step, 1, seconds, epoch + 1) for step, seconds, epoch in
+             zip(epochs["step"], epochs["seconds"], epochs["epoch"], strict=True)]
+    lost: list[dict[str, Any]] = []
+    last = None
+    for step, _, seconds, epoch in sorted(r for r in rows if r[0] > recorded):
+        if last is None or seconds < last["wall_s"]:  # the first unrecorded step, or a sitting after it
+            last = {"wall_s": 0.0, "until_epoch": 0, "until_step": 0, "threads": None, "interrupted": "unrecorded"}
+            lost.append(last)
+        last.update(wall_s=float(seconds), until_epoch=int(epoch), until_step=int(step))
+    if lost:
+        lost[-1].update(until_epoch=int(state["epoch"]), until_step=int(state["step"]))
+    return lost
+
+
 def _paused(folder: Path) -> dict[str, Any]:
     """What ``trained.json`` says of a finished row, for a half-trained one: from its ``last.pt`` (epochs, best
     epoch, steps, target tokens) and ``sittings.json`` (wall-clock seconds), ``"finished": false``."""
     state = _read_checkpoint(folder / "last.pt")
+    sittings = _read_json(folder / "sittings.json", [])
+    sittings += _unrecorded_sittings(sittings, state)
     return {"epochs": int(state["epoch"]), "best_epoch": int(state["best_epoch"]) + 1,
             "best_val_ppl": float(state["best_metric"]), "stopped_early": False, "steps": int(state["step"]),
             "target_tokens": sum(state["history"]["steps"]["tokens"]),
-            "wall_s": sum(s["wall_s"] for s in _read_json(folder / "sittings.json", [])), "finished": False}
+            "wall_s": sum(s["wall_s"] for s in sittings), "finished": False}
 
 
 def evaluate_row(config: TranslationConfig, folder: Path, label: str, bleu: bool = True,

@@ -12,7 +12,13 @@ from typing import Any
 
 from pyro_attention.tasks.translation import TranslationConfig
 from pyro_attention.tasks.translation.checkpoints import _read_checkpoint
-from pyro_attention.tasks.translation.runner import _chosen, _read_json, read_experiment, row_config
+from pyro_attention.tasks.translation.runner import (
+    _chosen,
+    _read_json,
+    _unrecorded_sittings,
+    read_experiment,
+    row_config,
+)
 
 __all__ = ["experiment_status", "row_status", "status_table"]
 
@@ -40,10 +46,12 @@ def row_status(config: TranslationConfig, label: str) -> dict[str, Any]:
     (``position`` batches into the next epoch, of ``epoch_batches``; ``step``); ``best_val_ppl`` at ``best_epoch``
     (counted from 1), the last epoch's ``last_val_ppl`` and validation ``prior_entropy``; ``bad_epochs`` of
     ``patience`` (epochs without improvement: early stopping at ``patience``); ``lr``; ``wall_s`` and the number of
-    ``sittings`` so far (``sittings.json``); ``paused_result`` when ``--evaluate-paused`` left one; for a
-    finished row ``test_ppl``, ``ppl_exact`` and ``bleu``; and the last line of ``history.csv``, which a running
-    row appends after every step: ``logged_epoch`` (from 1), ``logged_step`` and ``logged_age_s`` (seconds since
-    the file was written: a few for a row training now), with ``s_per_step``, the pace of its last 50 steps.
+    ``sittings`` so far (``sittings.json``, and for a half-trained row any sitting it does not record yet -- one
+    killed outright, or the one running now -- counted up to its ``last.pt``); ``paused_result`` when
+    ``--evaluate-paused`` left one; for a finished row ``test_ppl``, ``ppl_exact`` and ``bleu``; and the last
+    line of ``history.csv``, which a running row appends after every step: ``logged_epoch`` (from 1),
+    ``logged_step`` and ``logged_age_s`` (seconds since the file was written: a few for a row training now), with
+    ``s_per_step``, the pace of its last 50 steps.
     ``None`` where a state has no such number.
     """
     folder = config.out_dir
@@ -76,8 +84,10 @@ def row_status(config: TranslationConfig, label: str) -> dict[str, Any]:
     except ValueError as error:  # a damaged file: said in the row, the other rows still listed
         return {**status, "state": "unreadable", "error": str(error)}
     epochs = state["history"]["epochs"]
+    lost = _unrecorded_sittings(sittings, state)  # a killed sitting, or the one running now, to its last.pt
     status.update(state="training", epochs=int(state["epoch"]), position=int(state.get("position", 0)),
-                  step=int(state["step"]), bad_epochs=int(state["bad_epochs"]), lr=float(state["lr"]))
+                  step=int(state["step"]), bad_epochs=int(state["bad_epochs"]), lr=float(state["lr"]),
+                  wall_s=status["wall_s"] + sum(s["wall_s"] for s in lost), sittings=len(sittings) + len(lost))
     if epochs["val_ppl"]:  # before the first validation best_metric is still the trainer's infinity
         status.update(epoch_batches=int(epochs["step"][0]), best_val_ppl=float(state["best_metric"]),
                       best_epoch=int(state["best_epoch"]) + 1, last_val_ppl=epochs["val_ppl"][-1],
@@ -148,7 +158,7 @@ def status_table(rows: list[dict[str, Any]]) -> str:
         gain = "-" if r["bad_epochs"] is None else f"{r['bad_epochs']} / {r['patience']}"
         logged = "-" if r["logged_step"] is None else (
             f"step {r['logged_step']} (epoch {r['logged_epoch']}), {_age(r['logged_age_s'])} ago"
-            + ("" if r["s_per_step"] is None else f", {r['s_per_step']:.2g} s/step"))
+            + ("" if r["s_per_step"] is None else f", {_pace(r['s_per_step'])} s/step"))
         test = "-" if r["test_ppl"] is None else ("" if r["ppl_exact"] else "~") + f"{r['test_ppl']:.2f}"
         lines.append(
             f"| {r['label']} | {state} | {r['epochs']} / {r['max_epochs']} | {best} | {num(r['last_val_ppl'])} | "
@@ -156,3 +166,8 @@ def status_table(rows: list[dict[str, Any]]) -> str:
             f"{r['wall_s'] / 3600:.2f} | {r['sittings']} | {logged} |"
         )
     return "\n".join(lines)
+
+
+def _pace(seconds: float) -> str:
+    """Seconds per step to two significant digits below 10 (``0.62``, ``5.3``), to a tenth above (``123.4``)."""
+    return f"{seconds:.2g}" if seconds < 10 else f"{seconds:.1f}"
