@@ -337,7 +337,8 @@ def test_ctrl_c_during_a_row_exits_130_and_the_next_call_finishes_the_same_table
     cut = {r["label"]: r for r in experiment_status(path, runs)}["marginal-product"]  # where --status says it resumes
     assert (cut["state"], cut["epochs"], cut["position"], cut["best_val_ppl"], cut["sittings"]) == ("training", 0, 1,
                                                                                                     None, 1)
-    assert "| marginal-product | resumes in epoch 1 at batch 1 | 0 / 2 | - |" in status_table([cut])
+    assert cut["epoch_batches"] == 2  # known before the first epoch ends: last.pt says it
+    assert "| marginal-product | resumes in epoch 1 at batch 1/2 | 0 / 2 | - |" in status_table([cut])
     again = run_experiment(path, runs, progress=False, log=None, bleu=False)
     assert _numbers(again) == _numbers(whole)
 

@@ -263,6 +263,7 @@ class _Checkpointing(Callback):
             "epoch": trainer.epoch,
             "step": trainer.step,
             "position": trainer.position,
+            "epoch_batches": len(run.train_batches),  # for --status, before the first epoch has ended
             "epoch_loss": trainer.epoch_loss,
             "epoch_tokens": trainer.epoch_tokens,
             "metric": "val_ppl",

@@ -88,8 +88,10 @@ def row_status(config: TranslationConfig, label: str) -> dict[str, Any]:
     status.update(state="training", epochs=int(state["epoch"]), position=int(state.get("position", 0)),
                   step=int(state["step"]), bad_epochs=int(state["bad_epochs"]), lr=float(state["lr"]),
                   wall_s=status["wall_s"] + sum(s["wall_s"] for s in lost), sittings=len(sittings) + len(lost))
+    if state.get("epoch_batches") or epochs["step"]:  # a checkpoint from before the key: its first epoch's steps
+        status.update(epoch_batches=int(state.get("epoch_batches") or epochs["step"][0]))
     if epochs["val_ppl"]:  # before the first validation best_metric is still the trainer's infinity
-        status.update(epoch_batches=int(epochs["step"][0]), best_val_ppl=float(state["best_metric"]),
+        status.update(best_val_ppl=float(state["best_metric"]),
                       best_epoch=int(state["best_epoch"]) + 1, last_val_ppl=epochs["val_ppl"][-1],
                       prior_entropy=(epochs.get("val_prior_entropy") or [None])[-1])
     return status
