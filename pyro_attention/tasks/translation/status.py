@@ -50,8 +50,9 @@ def row_status(config: TranslationConfig, label: str) -> dict[str, Any]:
     killed outright, or the one running now -- counted up to its ``last.pt``); ``paused_result`` when
     ``--evaluate-paused`` left one; for a finished row ``test_ppl``, ``ppl_exact`` and ``bleu``; and the last
     line of ``history.csv``, which a running row appends after every step: ``logged_epoch`` (from 1),
-    ``logged_step`` and ``logged_age_s`` (seconds since the file was written: a few for a row training now), with
-    ``s_per_step``, the pace of its last 50 steps.
+    ``logged_step``, ``logged_kind`` (a ``"step"`` or an ``"epoch"`` line) and ``logged_age_s`` (seconds since the
+    file was written: a few for a row training now), with ``s_per_step``, the pace of its last 50 steps, and for a
+    step line of a half-trained row ``logged_batch``, the batch of its epoch that step was.
     ``None`` where a state has no such number.
     """
     folder = config.out_dir
@@ -62,7 +63,7 @@ def row_status(config: TranslationConfig, label: str) -> dict[str, Any]:
         "last_val_ppl": None, "prior_entropy": None, "bad_epochs": None, "patience": config.patience, "lr": None,
         "wall_s": sum(s["wall_s"] for s in sittings), "sittings": len(sittings),
         "paused_result": (folder / "result-paused.json").is_file(), "test_ppl": None, "ppl_exact": None,
-        "bleu": None, "stopped_early": None, **_last_logged(folder / "history.csv"),
+        "bleu": None, "stopped_early": None, "logged_batch": None, **_last_logged(folder / "history.csv"),
     }  # fmt: skip
     row, trained = _read_json(folder / "result.json", None), _read_json(folder / "trained.json", None)
     if row is not None:
@@ -90,6 +91,8 @@ def row_status(config: TranslationConfig, label: str) -> dict[str, Any]:
                   wall_s=status["wall_s"] + sum(s["wall_s"] for s in lost), sittings=len(sittings) + len(lost))
     if state.get("epoch_batches") or epochs["step"]:  # a checkpoint from before the key: its first epoch's steps
         status.update(epoch_batches=int(state.get("epoch_batches") or epochs["step"][0]))
+        if status["logged_kind"] == "step":  # every epoch has the same batches, so the step says where it is
+            status.update(logged_batch=status["logged_step"] - (status["logged_epoch"] - 1) * status["epoch_batches"])
     if epochs["val_ppl"]:  # before the first validation best_metric is still the trainer's infinity
         status.update(best_val_ppl=float(state["best_metric"]),
                       best_epoch=int(state["best_epoch"]) + 1, last_val_ppl=epochs["val_ppl"][-1],
@@ -98,8 +101,9 @@ def row_status(config: TranslationConfig, label: str) -> dict[str, Any]:
 
 
 def _last_logged(history_csv: Path, window: int = 50) -> dict[str, Any]:
-    """``logged_epoch``, ``logged_step`` and ``logged_age_s`` of the last whole line of ``history_csv`` (a line cut
-    short by a kill is passed over; ``None`` when there is no such file or line), and ``s_per_step``: the mean
+    """``logged_epoch``, ``logged_step``, ``logged_kind`` (``"step"`` or ``"epoch"``) and ``logged_age_s`` of the
+    last whole line of ``history_csv`` (a line cut short by a kill is passed over; ``None`` when there is no such
+    file or line), and ``s_per_step``: the mean
     seconds between the last ``window`` pairs of successive training steps (a validation between them, or a new
     sitting, is not counted; ``None`` before two steps in a row)."""
     import csv
@@ -110,7 +114,7 @@ def _last_logged(history_csv: Path, window: int = 50) -> dict[str, Any]:
         with open(history_csv, newline="", encoding="utf-8") as f:
             for line in csv.DictReader(f):
                 try:
-                    last = int(line.get("epoch") or ""), int(line.get("step") or "")
+                    last = int(line.get("epoch") or ""), int(line.get("step") or ""), line.get("kind")
                     now = (last[1], float(line.get("seconds") or "")) if line.get("kind") == "step" else None
                 except ValueError:
                     previous = None
@@ -119,8 +123,9 @@ def _last_logged(history_csv: Path, window: int = 50) -> dict[str, Any]:
                     gaps.append(now[1] - previous[1])
                 previous = now
     if last is None:
-        return {"logged_epoch": None, "logged_step": None, "logged_age_s": None, "s_per_step": None}
-    return {"logged_epoch": last[0], "logged_step": last[1],
+        return {"logged_epoch": None, "logged_step": None, "logged_kind": None, "logged_age_s": None,
+                "s_per_step": None}
+    return {"logged_epoch": last[0], "logged_step": last[1], "logged_kind": last[2],
             "logged_age_s": max(time.time() - history_csv.stat().st_mtime, 0.0),
             "s_per_step": sum(gaps) / len(gaps) if gaps else None}
 
@@ -159,8 +164,10 @@ def status_table(rows: list[dict[str, Any]]) -> str:
         best = "-" if r["best_val_ppl"] is None else f"{r['best_val_ppl']:.3f} ({r['best_epoch']})"
         gain = "-" if r["bad_epochs"] is None else f"{r['bad_epochs']} / {r['patience']}"
         logged = "-" if r["logged_step"] is None else (
-            f"step {r['logged_step']} (epoch {r['logged_epoch']}), {_age(r['logged_age_s'])} ago"
-            + ("" if r["s_per_step"] is None else f", {_pace(r['s_per_step'])} s/step"))
+            f"step {r['logged_step']} (epoch {r['logged_epoch']}"
+            + ("" if r["logged_batch"] is None else f", batch {r['logged_batch']}/{r['epoch_batches']}")
+            + f"), {_age(r['logged_age_s'])} ago"
+            + ("" if r["s_per_step"] is None else f", {_pace(r['s_per_step'])} s/step") + _epoch_end(r))
         test = "-" if r["test_ppl"] is None else ("" if r["ppl_exact"] else "~") + f"{r['test_ppl']:.2f}"
         lines.append(
             f"| {r['label']} | {state} | {r['epochs']} / {r['max_epochs']} | {best} | {num(r['last_val_ppl'])} | "
@@ -173,3 +180,12 @@ def status_table(rows: list[dict[str, Any]]) -> str:
 def _pace(seconds: float) -> str:
     """Seconds per step to two significant digits below 10 (``0.62``, ``5.3``), to a tenth above (``123.4``)."""
     return f"{seconds:.2g}" if seconds < 10 else f"{seconds:.1f}"
+
+
+def _epoch_end(row: dict[str, Any]) -> str:
+    """``, epoch ends in ~N min`` at the row's pace for a row training now (its last step logged within five steps'
+    time, or two minutes); validation and evaluation not counted.  Empty otherwise."""
+    pace, batch = row["s_per_step"], row["logged_batch"]
+    if pace is None or batch is None or row["logged_age_s"] > max(120.0, 5 * pace):
+        return ""
+    return f", epoch ends in ~{_age((row['epoch_batches'] - batch) * pace)}"
