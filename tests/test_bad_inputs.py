@@ -772,6 +772,17 @@ CATALOGUE: list[Mistake] = [
         "time of earlier sittings, a removed `result.json` is evaluated again).",
     ),
     Mistake(
+        "experiment-sittings-shape", CONFIG,
+        "a row's `sittings.json` edited into JSON of another shape (an object, an entry without its numbers)",
+        lambda: (_file("shape-runs/a/sittings.json", '[{"wall_s": 12.5, "until_step": 40}, {"wall_s": "1 h"}]'),
+                 _cli("experiment", "--config", _file("exp.toml", '[shared]\n[[rows]]\nlabel = "a"\nmodel = "soft"\n'),
+                      "--out", _path("shape-runs"), "--status")),
+        SystemExit, r'exit status 1: .*shape-runs/a/sittings\.json: not a list of sittings \(\{"wall_s": seconds, '
+                    r'"until_step": step, \.\.\.\} each\): entry 1 is \{"wall_s": "1 h"\}',
+        "Mend the entry (`wall_s` in seconds and `until_step` as numbers) or remove the file (losing the wall time "
+        "of earlier sittings).",
+    ),
+    Mistake(
         "config-wrong-type", CONFIG, "a config value of the wrong type",
         lambda: TranslationConfig.from_file(_file("typed.json", json.dumps({"epochs": "ten"}))),
         ValueError, r"config key 'epochs' must be int, got 'ten'",

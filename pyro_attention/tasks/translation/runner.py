@@ -209,7 +209,7 @@ def _train_row(config: TranslationConfig, folder: Path, max_epochs: int | None, 
     if resume:
         state = _read_checkpoint(folder / "last.pt")  # no network built just to read a counter
         done = int(state["epoch"])
-        recorded = _read_json(folder / "sittings.json", [])
+        recorded = _read_sittings(folder)
         lost = _unrecorded_sittings(recorded, state)
         if lost:
             log(f"[{label}] {len(lost)} sitting(s) ended without a record (killed, not stopped): their "
@@ -222,12 +222,12 @@ def _train_row(config: TranslationConfig, folder: Path, max_epochs: int | None, 
     try:
         result = train(config.replace(epochs=target), progress, resume=resume, log=lambda m: log(f"[{label}] {m}"))
     except TrainingInterrupted as stop:  # the sitting's time still counts
-        sittings = _read_json(folder / "sittings.json", [])
+        sittings = _read_sittings(folder)
         sittings.append({"wall_s": time.perf_counter() - start, "until_epoch": stop.epoch, "until_step": stop.step,
                          "threads": config.threads, "interrupted": stop.signal_name})
         _write_json(folder / "sittings.json", sittings)
         raise
-    sittings = _read_json(folder / "sittings.json", [])
+    sittings = _read_sittings(folder)
     steps = result.history["steps"]
     sittings.append({"wall_s": time.perf_counter() - start, "until_epoch": result.epoch, "until_step": result.step,
                      "threads": config.threads})
@@ -272,7 +272,7 @@ def _paused(folder: Path) -> dict[str, Any]:
     """What ``trained.json`` says of a finished row, for a half-trained one: from its ``last.pt`` (epochs, best
     epoch, steps, target tokens) and ``sittings.json`` (wall-clock seconds), ``"finished": false``."""
     state = _read_checkpoint(folder / "last.pt")
-    sittings = _read_json(folder / "sittings.json", [])
+    sittings = _read_sittings(folder)
     sittings += _unrecorded_sittings(sittings, state)
     return {"epochs": int(state["epoch"]), "best_epoch": int(state["best_epoch"]) + 1,
             "best_val_ppl": float(state["best_metric"]), "stopped_early": False, "steps": int(state["step"]),
@@ -388,6 +388,26 @@ def _read_json(path: Path, default: Any) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except ValueError as e:
         raise ValueError(f"{path}: not readable as JSON ({e})") from None
+
+
+def _read_sittings(folder: Path) -> list[dict[str, Any]]:
+    """The row's ``sittings.json``: one entry per sitting, each with its ``wall_s`` (seconds) and ``until_step``
+    (``[]`` when there is no such file).
+
+    :raises ValueError: naming the file and the entry when it is JSON of another shape (edited by hand)."""
+    path = folder / "sittings.json"
+    sittings = _read_json(path, [])
+
+    def number(x: Any) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+    bad = ("the file", sittings) if not isinstance(sittings, list) else next(
+        ((f"entry {i}", e) for i, e in enumerate(sittings)
+         if not (isinstance(e, dict) and number(e.get("wall_s")) and number(e.get("until_step")))), None)
+    if bad is not None:
+        raise ValueError(f"{path}: not a list of sittings ({{\"wall_s\": seconds, \"until_step\": step, ...}} each): "
+                         f"{bad[0]} is {json.dumps(bad[1])[:80]}")
+    return sittings
 
 
 def _write_json(path: Path, value: Any) -> None:

@@ -15,6 +15,7 @@ from pyro_attention.tasks.translation.checkpoints import _read_checkpoint
 from pyro_attention.tasks.translation.runner import (
     _chosen,
     _read_json,
+    _read_sittings,
     _unrecorded_sittings,
     read_experiment,
     row_config,
@@ -56,7 +57,7 @@ def row_status(config: TranslationConfig, label: str) -> dict[str, Any]:
     ``None`` where a state has no such number.
     """
     folder = config.out_dir
-    sittings = _read_json(folder / "sittings.json", [])
+    sittings = _read_sittings(folder)
     status: dict[str, Any] = {
         "label": label, "state": "not started", "error": None, "epochs": 0, "max_epochs": config.epochs,
         "position": 0, "epoch_batches": None, "step": 0, "best_val_ppl": None, "best_epoch": None,
