@@ -783,6 +783,17 @@ CATALOGUE: list[Mistake] = [
         "of earlier sittings).",
     ),
     Mistake(
+        "experiment-record-shape", CONFIG,
+        "a row's `result.json` or `trained.json` edited into JSON of another shape (a list, an object lacking keys)",
+        lambda: (_file("keys-runs/a/trained.json", '{"epochs": 3, "best_epoch": 2}'),
+                 _cli("experiment", "--config", _file("exp.toml", '[shared]\n[[rows]]\nlabel = "a"\nmodel = "soft"\n'),
+                      "--out", _path("keys-runs"), "--status")),
+        SystemExit, r"exit status 1: .*keys-runs/a/trained\.json: lacks 'best_val_ppl', 'stopped_early', 'steps', "
+                    r"'target_tokens' and 1 more of the keys the runner writes there",
+        "Mend the file or remove it: a removed `result.json` is evaluated again, a removed `trained.json` is written "
+        "again from `last.pt` when the row resumes.",
+    ),
+    Mistake(
         "config-wrong-type", CONFIG, "a config value of the wrong type",
         lambda: TranslationConfig.from_file(_file("typed.json", json.dumps({"epochs": "ten"}))),
         ValueError, r"config key 'epochs' must be int, got 'ten'",

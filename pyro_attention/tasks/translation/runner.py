@@ -180,7 +180,7 @@ def run_experiment(
         found = [runs / r["label"] / name for name in ("result.json", "result-paused.json")]
         found = [f for f in found if f.is_file()]
         if found:
-            table.append(_read_json(found[0], None))
+            table.append(_read_record(found[0], RESULT_KEYS))
     _write_json(runs / "table.json", table)
     write_text(runs / "table.md", markdown_table(table) + "\n")
     figure = plot_curves(runs, [r["label"] for r in rows], runs / "val_ppl.png")
@@ -290,7 +290,7 @@ def evaluate_row(config: TranslationConfig, folder: Path, label: str, bleu: bool
 
     from pyro_attention import metrics
 
-    trained = trained if trained is not None else _read_json(folder / "trained.json", None)
+    trained = trained if trained is not None else _read_record(folder / "trained.json", TRAINED_KEYS)
     if trained is None:
         raise ValueError(f"{folder / 'trained.json'}: not found; the row has not been trained to its end")
     best = folder / "best.pt"
@@ -388,6 +388,27 @@ def _read_json(path: Path, default: Any) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except ValueError as e:
         raise ValueError(f"{path}: not readable as JSON ({e})") from None
+
+
+#: the keys of ``result.json`` (and ``result-paused.json``) that the table and ``--status`` read
+RESULT_KEYS = ("label", "pair", "estimator", "output", "val_ppl", "test_ppl", "ppl_exact", "bleu", "bleu_tok_none",
+               "bleu_kmax5", "prior_entropy", "epochs", "best_epoch", "stopped_early", "wall_s", "tokens_per_s")
+#: the keys of ``trained.json``
+TRAINED_KEYS = ("epochs", "best_epoch", "best_val_ppl", "stopped_early", "steps", "target_tokens", "wall_s")
+
+
+def _read_record(path: Path, keys: Sequence[str]) -> dict[str, Any] | None:
+    """The JSON object in ``path`` (``None`` when there is no such file).
+
+    :raises ValueError: naming the file when it is not JSON, or not an object with ``keys`` (edited by hand)."""
+    record = _read_json(path, None)
+    if path.is_file() and not isinstance(record, dict):
+        raise ValueError(f"{path}: not a JSON object as the runner writes it; it is {json.dumps(record)[:80]}")
+    missing = [k for k in keys if record is not None and k not in record]
+    if missing:
+        named = ", ".join(map(repr, missing[:4])) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+        raise ValueError(f"{path}: lacks {named} of the keys the runner writes there")
+    return record
 
 
 def _read_sittings(folder: Path) -> list[dict[str, Any]]:

@@ -13,8 +13,10 @@ from typing import Any
 from pyro_attention.tasks.translation import TranslationConfig
 from pyro_attention.tasks.translation.checkpoints import _read_checkpoint
 from pyro_attention.tasks.translation.runner import (
+    RESULT_KEYS,
+    TRAINED_KEYS,
     _chosen,
-    _read_json,
+    _read_record,
     _read_sittings,
     _unrecorded_sittings,
     read_experiment,
@@ -66,7 +68,8 @@ def row_status(config: TranslationConfig, label: str) -> dict[str, Any]:
         "paused_result": (folder / "result-paused.json").is_file(), "test_ppl": None, "ppl_exact": None,
         "bleu": None, "stopped_early": None, "logged_batch": None, **_last_logged(folder / "history.csv"),
     }  # fmt: skip
-    row, trained = _read_json(folder / "result.json", None), _read_json(folder / "trained.json", None)
+    row = _read_record(folder / "result.json", RESULT_KEYS)
+    trained = _read_record(folder / "trained.json", TRAINED_KEYS)
     if row is not None:
         curve = row.get("val_ppl_per_epoch") or [None]
         entropy = (row.get("val_prior_entropy_per_epoch") or [None])[-1]
