@@ -367,6 +367,9 @@ def test_a_table_that_cannot_be_written_names_the_file(tmp_path, monkeypatch):
     with pytest.raises(WriteError, match=r"cannot write .*table.json: No space left on device \(errno 28\)"):
         runner._write_json(target, [2])
     assert json.loads(target.read_text()) == [1] and [p.name for p in tmp_path.iterdir()] == ["table.json"]
+    # a runs folder that cannot be made (a file where a folder of its path should be) is said as such
+    with pytest.raises(WriteError, match=r"cannot write .*table\.json/runs: Not a directory .*table\.json is a file"):
+        run_experiment(_write(tmp_path), target / "runs", progress=False, log=None)
 
 
 def test_the_background_queue_runs_rows_in_turn_and_logs_each(tmp_path):

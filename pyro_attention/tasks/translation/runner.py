@@ -52,7 +52,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pyro_attention.outputs import write_text
+from pyro_attention.outputs import write_text, writing
 from pyro_attention.tasks.translation import (
     TrainingInterrupted,
     TranslationConfig,
@@ -155,7 +155,8 @@ def run_experiment(
     shared, rows = read_experiment(path)
     chosen = _chosen(path, rows, only)
     runs = Path(runs)
-    runs.mkdir(parents=True, exist_ok=True)
+    with writing(runs):  # "cannot write RUNS: ..." rather than the bare reason
+        runs.mkdir(parents=True, exist_ok=True)
     for row in chosen:
         config = row_config(shared, row, runs, overrides)
         folder = config.out_dir
