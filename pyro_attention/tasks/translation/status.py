@@ -107,9 +107,8 @@ def row_status(config: TranslationConfig, label: str) -> dict[str, Any]:
 def _last_logged(history_csv: Path, window: int = 50) -> dict[str, Any]:
     """``logged_epoch``, ``logged_step``, ``logged_kind`` (``"step"`` or ``"epoch"``) and ``logged_age_s`` of the
     last whole line of ``history_csv`` (a line cut short by a kill is passed over; ``None`` when there is no such
-    file or line), and ``s_per_step``: the mean
-    seconds between the last ``window`` pairs of successive training steps (a validation between them, or a new
-    sitting, is not counted; ``None`` before two steps in a row)."""
+    file or line), and ``s_per_step``: the mean seconds between the last ``window`` pairs of successive training
+    steps (a validation between them, or a new sitting, is not counted; ``None`` before two steps in a row)."""
     import csv
     from collections import deque
 
