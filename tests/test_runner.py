@@ -254,7 +254,7 @@ def test_status_reads_where_each_row_stands_and_trains_nothing(tmp_path, capsys)
 def test_a_sitting_killed_without_a_record_is_counted_to_its_last_checkpoint(tmp_path):
     """A sitting killed outright (SIGKILL, machine lost) writes no sittings.json entry; its time up to the last
     checkpoint is read from last.pt's history -- by --status at once, and into sittings.json when the row resumes."""
-    from pyro_attention.tasks.translation.runner import _unrecorded_sittings
+    from pyro_attention.tasks.translation.rowfiles import _unrecorded_sittings
 
     path = _write(tmp_path, TINY.replace("epochs = 2", "epochs = 3"))
     runs = tmp_path / "r"

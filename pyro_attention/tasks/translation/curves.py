@@ -4,7 +4,6 @@ draws beside ``table.json`` (``--plot TABLE.json`` for a table merged by hand, e
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 
 from pyro_attention.outputs import writing
 from pyro_attention.tasks.translation.config import ALIGNMENT_FIELDS
+from pyro_attention.tasks.translation.rowfiles import _read_json
 
 
 def epoch_curves(history_csv: Path) -> dict[str, list]:
@@ -155,10 +155,7 @@ def plot_table(table: str | os.PathLike, path: str | os.PathLike | None = None) 
     from pyro_attention.data.text import require_file
 
     table = require_file(table, "table")
-    try:
-        rows = json.loads(table.read_text(encoding="utf-8"))
-    except ValueError as e:
-        raise ValueError(f"{table}: {e}") from None
+    rows = _read_json(table, None)
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise ValueError(f"{table}: a table is a JSON list of rows (objects), as the runner's table.json")
     path = Path(path) if path is not None else table.with_name(f"{table.stem}-val_ppl.png")

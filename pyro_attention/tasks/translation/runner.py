@@ -65,6 +65,15 @@ from pyro_attention.tasks.translation.checkpoints import _read_checkpoint
 from pyro_attention.tasks.translation.config import ALIGNMENT_FIELDS, _normalise_keys, _toml
 from pyro_attention.tasks.translation.curves import _curve_label, epoch_curves, plot_curves
 from pyro_attention.tasks.translation.evaluation import DecodeCache, _decode, checkpoint_key
+from pyro_attention.tasks.translation.rowfiles import (
+    RESULT_KEYS,
+    TRAINED_KEYS,
+    _read_json,
+    _read_record,
+    _read_sittings,
+    _unrecorded_sittings,
+    _write_json,
+)
 
 Log = Callable[[str], None]
 #: the fields of one row of ``table.json``
@@ -245,30 +254,6 @@ def _train_row(config: TranslationConfig, folder: Path, max_epochs: int | None, 
     return finished
 
 
-def _unrecorded_sittings(sittings: list[dict[str, Any]], state: dict[str, Any]) -> list[dict[str, Any]]:
-    """The sittings that trained the steps of ``last.pt`` (its ``state``) past the last one ``sittings.json``
-    records: a sitting killed outright (SIGKILL, its machine lost) writes no entry, but its checkpoints keep its
-    clock.  Each is read from the checkpoint's history (each sitting's ``seconds`` restarts at zero) and counted up
-    to its last checkpoint -- the steps after that are trained again, so their time is not in the row's cost;
-    ``"interrupted": "unrecorded"``."""
-    recorded = max((int(s["until_step"]) for s in sittings), default=0)
-    steps, epochs = state["history"]["steps"], state["history"]["epochs"]
-    rows = [(step, 0, seconds, done) for step, seconds, done in  # done: the epochs done by then
-            zip(steps["step"], steps["seconds"], steps["epoch"], strict=True)]
-    rows += [(step, 1, seconds, epoch + 1) for step, seconds, epoch in
-             zip(epochs["step"], epochs["seconds"], epochs["epoch"], strict=True)]
-    lost: list[dict[str, Any]] = []
-    last = None
-    for step, _, seconds, epoch in sorted(r for r in rows if r[0] > recorded):
-        if last is None or seconds < last["wall_s"]:  # the first unrecorded step, or a sitting after it
-            last = {"wall_s": 0.0, "until_epoch": 0, "until_step": 0, "threads": None, "interrupted": "unrecorded"}
-            lost.append(last)
-        last.update(wall_s=float(seconds), until_epoch=int(epoch), until_step=int(step))
-    if lost:
-        lost[-1].update(until_epoch=int(state["epoch"]), until_step=int(state["step"]))
-    return lost
-
-
 def _paused(folder: Path) -> dict[str, Any]:
     """What ``trained.json`` says of a finished row, for a half-trained one: from its ``last.pt`` (epochs, best
     epoch, steps, target tokens) and ``sittings.json`` (wall-clock seconds), ``"finished": false``."""
@@ -376,61 +361,3 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
             f"{num(r['tokens_per_s'], ',.0f')} |"
         )
     return "\n".join(lines)
-
-
-def _read_json(path: Path, default: Any) -> Any:
-    """The JSON value in ``path`` (``default`` when there is no such file).
-
-    :raises ValueError: naming the file when it is not JSON (edited or cut short by hand: the runner writes its own
-        atomically)."""
-    if not path.is_file():
-        return default
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as e:
-        raise ValueError(f"{path}: not readable as JSON ({e})") from None
-
-
-#: the keys of ``result.json`` (and ``result-paused.json``) that the table and ``--status`` read
-RESULT_KEYS = ("label", "pair", "estimator", "output", "val_ppl", "test_ppl", "ppl_exact", "bleu", "bleu_tok_none",
-               "bleu_kmax5", "prior_entropy", "epochs", "best_epoch", "stopped_early", "wall_s", "tokens_per_s")
-#: the keys of ``trained.json``
-TRAINED_KEYS = ("epochs", "best_epoch", "best_val_ppl", "stopped_early", "steps", "target_tokens", "wall_s")
-
-
-def _read_record(path: Path, keys: Sequence[str]) -> dict[str, Any] | None:
-    """The JSON object in ``path`` (``None`` when there is no such file).
-
-    :raises ValueError: naming the file when it is not JSON, or not an object with ``keys`` (edited by hand)."""
-    record = _read_json(path, None)
-    if path.is_file() and not isinstance(record, dict):
-        raise ValueError(f"{path}: not a JSON object as the runner writes it; it is {json.dumps(record)[:80]}")
-    missing = [k for k in keys if record is not None and k not in record]
-    if missing:
-        named = ", ".join(map(repr, missing[:4])) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
-        raise ValueError(f"{path}: lacks {named} of the keys the runner writes there")
-    return record
-
-
-def _read_sittings(folder: Path) -> list[dict[str, Any]]:
-    """The row's ``sittings.json``: one entry per sitting, each with its ``wall_s`` (seconds) and ``until_step``
-    (``[]`` when there is no such file).
-
-    :raises ValueError: naming the file and the entry when it is JSON of another shape (edited by hand)."""
-    path = folder / "sittings.json"
-    sittings = _read_json(path, [])
-
-    def number(x: Any) -> bool:
-        return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-    bad = ("the file", sittings) if not isinstance(sittings, list) else next(
-        ((f"entry {i}", e) for i, e in enumerate(sittings)
-         if not (isinstance(e, dict) and number(e.get("wall_s")) and number(e.get("until_step")))), None)
-    if bad is not None:
-        raise ValueError(f"{path}: not a list of sittings ({{\"wall_s\": seconds, \"until_step\": step, ...}} each): "
-                         f"{bad[0]} is {json.dumps(bad[1])[:80]}")
-    return sittings
-
-
-def _write_json(path: Path, value: Any) -> None:
-    write_text(path, json.dumps(value, indent=1, default=str) + "\n")

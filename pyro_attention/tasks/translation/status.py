@@ -12,16 +12,14 @@ from typing import Any
 
 from pyro_attention.tasks.translation import TranslationConfig
 from pyro_attention.tasks.translation.checkpoints import _read_checkpoint
-from pyro_attention.tasks.translation.runner import (
+from pyro_attention.tasks.translation.rowfiles import (
     RESULT_KEYS,
     TRAINED_KEYS,
-    _chosen,
     _read_record,
     _read_sittings,
     _unrecorded_sittings,
-    read_experiment,
-    row_config,
 )
+from pyro_attention.tasks.translation.runner import _chosen, read_experiment, row_config
 
 __all__ = ["experiment_status", "row_status", "status_table"]
 
