@@ -188,7 +188,7 @@ def test_only_some_rows_and_the_cli(tmp_path, capsys):
     assert row["device"] == "cpu" and row["threads"] == 1
     with pytest.raises(SystemExit) as e:
         cli.main(["experiment", "--config", str(path), "--out", str(tmp_path / "r"), "--rows", "hard"])
-    assert e.value.code == 1
+    assert e.value.code == 2  # an error of the call, as train --config's
     assert "no row labelled ['hard']; the rows are ['soft', 'marginal-product']" in capsys.readouterr().err
 
 
@@ -245,7 +245,7 @@ def test_status_reads_where_each_row_stands_and_trains_nothing(tmp_path, capsys)
     assert broken["state"] == "unreadable" and "last.pt: cannot be read as a checkpoint" in broken["error"]
     with pytest.raises(SystemExit) as e:
         cli.main(["experiment", "--config", str(path), "--out", str(runs), "--status", "--rows", "hard"])
-    assert e.value.code == 1 and "no row labelled ['hard']" in capsys.readouterr().err
+    assert e.value.code == 2 and "no row labelled ['hard']" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:  # a mistyped --out is said, not shown as rows never started
         cli.main(["experiment", "--config", str(path), "--out", str(tmp_path / "rr"), "--status"])
     assert e.value.code == 1 and "rr: no such runs folder (no row of" in capsys.readouterr().err
@@ -387,7 +387,7 @@ def test_the_background_queue_runs_rows_in_turn_and_logs_each(tmp_path):
                            "no-such-row", "soft"], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     log = (tmp_path / "runs" / "table.log").read_text()
-    assert log.count(" row soft (") == 2 and "row no-such-row exited with 1" in log and "queue done" in log
+    assert log.count(" row soft (") == 2 and "row no-such-row exited with 2" in log and "queue done" in log
     assert "[soft] finished" in log  # the second time: skipped, not retrained
     assert json.loads((runs / "soft" / "result.json").read_text())["label"] == "soft"
     assert not (tmp_path / "base").exists() or not list((tmp_path / "base").glob("venv-*"))  # nothing built
@@ -425,7 +425,7 @@ chmod +x "$venv/bin/python" "$venv/bin/pip" "$venv/bin/pyro-attention"
     assert events.read_text().split() == ["start", "end"]
     logs = [(tmp_path / "runs" / f"table{i}.log").read_text() for i in range(2)]
     assert sum(log.count("building ") for log in logs) == 1
-    assert all("row no-such-row exited with 1" in log for log in logs)
+    assert all("row no-such-row exited with 2" in log for log in logs)
     assert len(list((tmp_path / "base").glob("venv-*/.built"))) == 1
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pyro_attention.cli.common import _fail, _int_at_least, add_command
+from pyro_attention.cli.common import _fail, _int_at_least, _os_error_text, add_command
 
 
 def _experiment(args: argparse.Namespace) -> int:
     from pyro_attention.tasks.translation import TrainingInterrupted
     from pyro_attention.tasks.translation.curves import plot_table
-    from pyro_attention.tasks.translation.runner import markdown_table, run_experiment
+    from pyro_attention.tasks.translation.runner import _chosen, markdown_table, read_experiment, run_experiment
     from pyro_attention.tasks.translation.status import experiment_status, status_table
 
     if args.plot is not None:
@@ -25,6 +25,10 @@ def _experiment(args: argparse.Namespace) -> int:
     if args.config is None or args.out is None:
         args.parser.error("the arguments --config and --out are required (or --plot TABLE.json to draw a "
                           "finished table)")
+    try:  # a bad experiment file or --rows label is an error of the call (status 2, as for train --config)
+        _chosen(args.config, read_experiment(args.config)[1], args.rows)
+    except (OSError, ValueError) as error:
+        args.parser.error(_os_error_text(error))
     if args.status:
         try:
             print(status_table(experiment_status(args.config, args.out, only=args.rows)))
