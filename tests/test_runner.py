@@ -294,6 +294,8 @@ def test_a_sitting_killed_without_a_record_is_counted_to_its_last_checkpoint(tmp
      r"row 2 \('marginal-product'\): output must be one of tanh, product; got 'linear'"),
     (TINY.replace("patience = 0", "patience = 0\nout = 'x'"), "'out' is set by the runner"),
     (TINY.replace("epochs = 2", "epoch = 2"), "unknown"),
+    # the allowed keys it lists leave out 'out', which the runner sets and refuses
+    (TINY.replace("epochs = 2", "epoch = 2"), r"allowed keys: data, (?:(?!\bout\b)[a-z_, ])*, tensorboard$"),
     ("[shared]\n", "a non-empty list"),
 ])  # fmt: skip
 def test_bad_experiment_files_name_the_row(tmp_path, text, message):

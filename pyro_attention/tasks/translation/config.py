@@ -365,7 +365,9 @@ def _on_cpu(value: Any) -> Any:
     return value
 
 
-def _normalise_keys(values: dict[str, Any]) -> dict[str, Any]:
+def _normalise_keys(values: dict[str, Any], unlisted: Sequence[str] = ()) -> dict[str, Any]:
+    """``values`` with their keys as ``TranslationConfig``'s (``-`` read as ``_``); an unknown key is an error that
+    lists the allowed keys, less ``unlisted`` (keys a caller sets itself and refuses with its own message)."""
     out = {}
     allowed = TranslationConfig.keys()
     unknown = []
@@ -376,7 +378,8 @@ def _normalise_keys(values: dict[str, Any]) -> dict[str, Any]:
             unknown.append(repr(str(key)) + (f" (did you mean {close[0]!r}?)" if close else ""))
         out[name] = value
     if unknown:
-        raise ValueError(f"unknown config key(s) {', '.join(unknown)}; allowed keys: {', '.join(allowed)}")
+        listed = [k for k in allowed if k not in unlisted]
+        raise ValueError(f"unknown config key(s) {', '.join(unknown)}; allowed keys: {', '.join(listed)}")
     return out
 
 

@@ -105,7 +105,7 @@ def read_experiment(path: str | os.PathLike) -> tuple[dict[str, Any], list[dict[
         raise ValueError(f"{path}: an experiment file holds a table [shared] and a non-empty list [[rows]]"
                          + (f"; unknown top-level keys {sorted(unknown)}" if unknown else ""))
     try:
-        shared = _normalise_keys(dict(raw.get("shared", {})))
+        shared = _normalise_keys(dict(raw.get("shared", {})), unlisted=("out",))
     except ValueError as e:
         raise ValueError(f"{path}: [shared]: {e}") from None
     rows, seen = [], set()
@@ -122,7 +122,7 @@ def read_experiment(path: str | os.PathLike) -> tuple[dict[str, Any], list[dict[
         if "out" in row or "out" in shared:
             raise ValueError(f"{where}: 'out' is set by the runner (RUNS/<label>); remove it")
         try:
-            settings = _normalise_keys(row)
+            settings = _normalise_keys(row, unlisted=("out",))
             TranslationConfig.from_dict({**shared, **settings})
         except (ValueError, TypeError) as e:
             raise ValueError(f"{where}: {e}") from None
