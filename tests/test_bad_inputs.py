@@ -184,6 +184,14 @@ def _experiment(toml: str, *flags: str) -> None:
     _cli("experiment", "--config", _file("exp.toml", toml), "--out", _path("runs"), *flags)
 
 
+def _status_with(runs: str, name: str, text: str) -> None:
+    """``pyro-attention experiment --status`` on a one-row file whose row folder ``runs/a`` holds ``name`` with
+    ``text`` (a row file edited by hand)."""
+    _file(f"{runs}/a/{name}", text)
+    _cli("experiment", "--config", _file("exp.toml", '[shared]\n[[rows]]\nlabel = "a"\nmodel = "soft"\n'),
+         "--out", _path(runs), "--status")
+
+
 def _cli(*argv: str) -> None:
     """Run the command line; its exit becomes ``SystemExit("exit status N: <the last line on stderr>")`` (the
     ``error:`` line; argparse prints the usage before it)."""
@@ -764,9 +772,7 @@ CATALOGUE: list[Mistake] = [
     Mistake(
         "experiment-damaged-json", CONFIG,
         "a row's `result.json`, `trained.json` or `sittings.json` edited or cut short by hand",
-        lambda: (_file("cut-runs/a/sittings.json", '[{"wall_s": 12.5, "until'),
-                 _cli("experiment", "--config", _file("exp.toml", '[shared]\n[[rows]]\nlabel = "a"\nmodel = "soft"\n'),
-                      "--out", _path("cut-runs"), "--status")),
+        lambda: _status_with("cut-runs", "sittings.json", '[{"wall_s": 12.5, "until'),
         SystemExit, r"exit status 1: .*cut-runs/a/sittings\.json: not readable as JSON \(Unterminated string",
         "Mend the file or remove it (the runner writes its own atomically; a removed `sittings.json` loses the wall "
         "time of earlier sittings, a removed `result.json` is evaluated again).",
@@ -774,9 +780,7 @@ CATALOGUE: list[Mistake] = [
     Mistake(
         "experiment-sittings-shape", CONFIG,
         "a row's `sittings.json` edited into JSON of another shape (an object, an entry without its numbers)",
-        lambda: (_file("shape-runs/a/sittings.json", '[{"wall_s": 12.5, "until_step": 40}, {"wall_s": "1 h"}]'),
-                 _cli("experiment", "--config", _file("exp.toml", '[shared]\n[[rows]]\nlabel = "a"\nmodel = "soft"\n'),
-                      "--out", _path("shape-runs"), "--status")),
+        lambda: _status_with("shape-runs", "sittings.json", '[{"wall_s": 12.5, "until_step": 40}, {"wall_s": "1 h"}]'),
         SystemExit, r'exit status 1: .*shape-runs/a/sittings\.json: not a list of sittings \(\{"wall_s": seconds, '
                     r'"until_step": step, \.\.\.\} each\): entry 1 is \{"wall_s": "1 h"\}',
         "Mend the entry (`wall_s` in seconds and `until_step` as numbers) or remove the file (losing the wall time "
@@ -785,9 +789,7 @@ CATALOGUE: list[Mistake] = [
     Mistake(
         "experiment-record-shape", CONFIG,
         "a row's `result.json` or `trained.json` edited into JSON of another shape (a list, an object lacking keys)",
-        lambda: (_file("keys-runs/a/trained.json", '{"epochs": 3, "best_epoch": 2}'),
-                 _cli("experiment", "--config", _file("exp.toml", '[shared]\n[[rows]]\nlabel = "a"\nmodel = "soft"\n'),
-                      "--out", _path("keys-runs"), "--status")),
+        lambda: _status_with("keys-runs", "trained.json", '{"epochs": 3, "best_epoch": 2}'),
         SystemExit, r"exit status 1: .*keys-runs/a/trained\.json: lacks 'best_val_ppl', 'stopped_early', 'steps', "
                     r"'target_tokens' and 1 more of the keys the runner writes there",
         "Mend the file or remove it: a removed `result.json` is evaluated again, a removed `trained.json` is written "
