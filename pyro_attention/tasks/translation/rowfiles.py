@@ -83,9 +83,10 @@ def _unrecorded_sittings(sittings: list[dict[str, Any]], state: dict[str, Any]) 
             zip(steps["step"], steps["seconds"], steps["epoch"], strict=True)]
     rows += [(step, 1, seconds, epoch + 1) for step, seconds, epoch in
              zip(epochs["step"], epochs["seconds"], epochs["epoch"], strict=True)]
+    rows = [r for r in rows if r[0] > recorded and r[2] is not None]  # None: a column an old checkpoint lacked
     lost: list[dict[str, Any]] = []
     last = None
-    for step, _, seconds, epoch in sorted(r for r in rows if r[0] > recorded):
+    for step, _, seconds, epoch in sorted(rows):
         if last is None or seconds < last["wall_s"]:  # the first unrecorded step, or a sitting after it
             last = {"wall_s": 0.0, "until_epoch": 0, "until_step": 0, "threads": None, "interrupted": "unrecorded"}
             lost.append(last)
