@@ -37,10 +37,12 @@ def _read_record(path: Path, keys: Sequence[str]) -> dict[str, Any] | None:
     """The JSON object in ``path`` (``None`` when there is no such file).
 
     :raises ValueError: naming the file when it is not JSON, or not an object with ``keys`` (edited by hand)."""
+    if not path.is_file():
+        return None
     record = _read_json(path, None)
-    if path.is_file() and not isinstance(record, dict):
+    if not isinstance(record, dict):
         raise ValueError(f"{path}: not a JSON object as the runner writes it; it is {json.dumps(record)[:80]}")
-    missing = [k for k in keys if record is not None and k not in record]
+    missing = [k for k in keys if k not in record]
     if missing:
         named = ", ".join(map(repr, missing[:4])) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
         raise ValueError(f"{path}: lacks {named} of the keys the runner writes there")
@@ -58,12 +60,15 @@ def _read_sittings(folder: Path) -> list[dict[str, Any]]:
     def number(x: Any) -> bool:
         return isinstance(x, (int, float)) and not isinstance(x, bool)
 
-    bad = ("the file", sittings) if not isinstance(sittings, list) else next(
-        ((f"entry {i}", e) for i, e in enumerate(sittings)
-         if not (isinstance(e, dict) and number(e.get("wall_s")) and number(e.get("until_step")))), None)
-    if bad is not None:
-        raise ValueError(f"{path}: not a list of sittings ({{\"wall_s\": seconds, \"until_step\": step, ...}} each): "
-                         f"{bad[0]} is {json.dumps(bad[1])[:80]}")
+    def bad(where: str, value: Any) -> ValueError:
+        return ValueError(f"{path}: not a list of sittings ({{\"wall_s\": seconds, \"until_step\": step, ...}} "
+                          f"each): {where} is {json.dumps(value)[:80]}")
+
+    if not isinstance(sittings, list):
+        raise bad("the file", sittings)
+    for i, entry in enumerate(sittings):
+        if not (isinstance(entry, dict) and number(entry.get("wall_s")) and number(entry.get("until_step"))):
+            raise bad(f"entry {i}", entry)
     return sittings
 
 
@@ -85,12 +90,11 @@ def _unrecorded_sittings(sittings: list[dict[str, Any]], state: dict[str, Any]) 
              zip(epochs["step"], epochs["seconds"], epochs["epoch"], strict=True)]
     rows = [r for r in rows if r[0] > recorded and r[2] is not None]  # None: a column an old checkpoint lacked
     lost: list[dict[str, Any]] = []
-    last = None
     for step, _, seconds, epoch in sorted(rows):
-        if last is None or seconds < last["wall_s"]:  # the first unrecorded step, or a sitting after it
-            last = {"wall_s": 0.0, "until_epoch": 0, "until_step": 0, "threads": None, "interrupted": "unrecorded"}
-            lost.append(last)
-        last.update(wall_s=float(seconds), until_epoch=int(epoch), until_step=int(step))
+        if not lost or seconds < lost[-1]["wall_s"]:  # the first unrecorded step, or a sitting after it
+            lost.append({"wall_s": 0.0, "until_epoch": 0, "until_step": 0, "threads": None,
+                         "interrupted": "unrecorded"})
+        lost[-1].update(wall_s=float(seconds), until_epoch=int(epoch), until_step=int(step))
     if lost:
         lost[-1].update(until_epoch=int(state["epoch"]), until_step=int(state["step"]))
     return lost
