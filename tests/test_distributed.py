@@ -72,8 +72,10 @@ def test_two_processes_match_one_over_the_same_global_batches(tmp_path, model):
 
 
 def test_two_processes_with_the_reinforce_estimator(tmp_path):
-    """The REINFORCE path (no differentiable_loss) trains data-parallel too: gradients, not losses, are reduced."""
-    va = ["--model", "variational", "--estimator", "sample"]
+    """The REINFORCE path (no differentiable_loss) trains data-parallel too: gradients, not losses, are reduced.
+    With ``--checkpoint-minutes`` near zero every step writes ``last.pt``: process 0's clock decides for both, so
+    both take part in the checkpoint's collective (deciding apart, one would wait for the other forever)."""
+    va = ["--model", "variational", "--estimator", "sample", "--checkpoint-minutes", "1e-9"]
     done = _run(_train_cmd(tmp_path / "va", *va, "--epochs", "1", nproc=2))
     assert "epoch 1/1 step 6" in done.stdout
     with pytest.raises(AssertionError, match="written by 2 process"):  # resuming needs the same process count

@@ -315,6 +315,44 @@ def test_failed_save_during_training_keeps_the_previous_checkpoint(tmp_path, mon
     assert _no_temp_files(tmp_path)
 
 
+@pytest.mark.parametrize("minutes, every, mid_epoch", [
+    (2.0, 0, [(2, 2), (4, 4), (8, 2), (10, 4)]),  # a step takes a minute; the clock restarts at each epoch's write
+    (0.0, 4, [(4, 4), (8, 2)]),  # every 4th step inside an epoch
+    (3.0, 4, [(3, 3), (4, 4), (8, 2), (11, 5)]),  # both; either kind of write restarts the clock
+])
+def test_checkpoints_inside_an_epoch_by_steps_and_by_minutes(tmp_path, monkeypatch, minutes, every, mid_epoch):
+    """``checkpoint_minutes`` writes ``last.pt`` inside an epoch once that many minutes have passed since the last
+    write (an epoch's end included); ``checkpoint_every`` every N steps.  The clock is the trainer's, faked here to
+    a minute a step: 6 steps an epoch, 2 epochs."""
+    from pyro_attention.inference.loop import Trainer
+    from pyro_attention.tasks.translation import callbacks
+
+    monkeypatch.setattr(Trainer, "elapsed", property(lambda trainer: 60.0 * (trainer.step - trainer.first_step)))
+    original_fit = Trainer.fit
+
+    def fit(trainer):
+        trainer.first_step = trainer.step
+        return original_fit(trainer)
+
+    monkeypatch.setattr(Trainer, "fit", fit)
+    writes = []
+    monkeypatch.setattr(callbacks, "save_checkpoint",
+                        lambda state, path: writes.append((Path(path).name, state["step"], state["position"])))
+    config = TranslationConfig(train_size=48, val_size=8, batch_size=8, embedding=8, encoder=8, decoder=16,
+                               attention=8, epochs=2, out=str(tmp_path), checkpoint_minutes=minutes,
+                               checkpoint_every=every)
+    train(config, progress=False, log=None)
+    assert [(step, position) for name, step, position in writes if position] == mid_epoch
+    assert [step for name, step, position in writes if name == "last.pt" and not position] == [6, 12]
+
+
+def test_checkpoint_minutes_is_checked():
+    with pytest.raises(ValueError, match=r"checkpoint_minutes must be >= 0 and finite, got -1"):
+        TranslationConfig(checkpoint_minutes=-1)
+    with pytest.raises(ValueError, match=r"config key 'checkpoint_minutes' must be float, got '20 min'"):
+        TranslationConfig(checkpoint_minutes="20 min")
+
+
 def _multi30k_root() -> Path | None:
     root = Path(os.environ["PYRO_ATTENTION_DATA"]) if os.environ.get("PYRO_ATTENTION_DATA") else SHARED_DATA
     return root if (root / "multi30k" / "tok").is_dir() else None

@@ -219,18 +219,27 @@ class _History(Callback):
 
 
 class _Checkpointing(Callback):
-    """``last.pt`` every ``checkpoint_every`` steps inside an epoch and after every epoch; ``best.pt`` when the
-    epoch improved.  Every process builds the state (gathering random states is a collective); process 0 writes."""
+    """``last.pt`` inside an epoch every ``checkpoint_every`` steps and once ``checkpoint_minutes`` have passed since
+    the last write, and after every epoch; ``best.pt`` when the epoch improved.  Every process builds the state
+    (gathering random states is a collective); process 0 writes."""
 
     def __init__(self, run: _Run, plateau: PlateauDecay) -> None:
         self.run, self.plateau = run, plateau
+        self.written = 0.0  # trainer.elapsed when last.pt was last written (this sitting's clock)
 
     def on_step_end(self, trainer: Trainer) -> None:
-        every = self.run.config.checkpoint_every
-        if every and trainer.step % every == 0 and trainer.mid_epoch:
+        if trainer.mid_epoch and self._due(trainer):
             state = self.state(trainer, None)
             if self.run.rank == 0:
                 save_checkpoint(state, self.run.last_path)
+            self.written = trainer.elapsed
+
+    def _due(self, trainer: Trainer) -> bool:
+        every, minutes = self.run.config.checkpoint_every, self.run.config.checkpoint_minutes
+        if every and trainer.step % every == 0:
+            return True
+        # process 0's clock decides for all, so that every process takes part in the state's collective
+        return bool(minutes) and broadcast_object(trainer.elapsed - self.written >= 60 * minutes)
 
     def on_epoch_end(self, trainer: Trainer) -> None:
         state = self.state(trainer, self.run.val)
@@ -238,6 +247,7 @@ class _Checkpointing(Callback):
             save_checkpoint(state, self.run.last_path)
             if self.plateau.improved:
                 save_checkpoint(state, self.run.out / "best.pt")
+        self.written = trainer.elapsed
 
     def state(self, trainer: Trainer, val: Validation | None) -> dict[str, Any]:
         """The checkpoint's contents now (``val``: the epoch's validation; ``None`` inside an epoch)."""

@@ -186,6 +186,9 @@ class TranslationConfig(OptimConfig, ModelOptions, CorpusOptions):
                                    "keep their initialisation; the vocabularies must be the same")
     checkpoint_every: int = option(0, "also write last.pt every N steps inside an epoch ({default}: at epoch ends "
                                    "only)", low=0)
+    checkpoint_minutes: float = option(0.0, "also write last.pt inside an epoch once N minutes of training have "
+                                       "passed since it was last written ({default}: at epoch ends only)",
+                                       interval=(0.0, math.inf, False, True))
     tensorboard: bool | None = option(None, "log to <out>/tensorboard (default: when the tensorboard package is "
                                       "installed)")
 
