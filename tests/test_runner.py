@@ -11,6 +11,7 @@ import pytest
 
 from pyro_attention import cli
 from pyro_attention.runner import ROW_FIELDS, read_experiment, run_experiment
+from pyro_attention.tasks.translation.runner import ExperimentFileError
 from pyro_attention.tasks.translation.status import experiment_status, status_table
 
 TINY = """
@@ -299,8 +300,22 @@ def test_a_sitting_killed_without_a_record_is_counted_to_its_last_checkpoint(tmp
     ("[shared]\n", "a non-empty list"),
 ])  # fmt: skip
 def test_bad_experiment_files_name_the_row(tmp_path, text, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ExperimentFileError, match=message):
         read_experiment(_write(tmp_path, text))
+
+
+def test_an_unreadable_experiment_file_is_an_experiment_file_error(tmp_path):
+    """What the command line answers with exit status 2 (an error of the call) is one exception type, raised
+    before anything runs: a missing file, a folder, bytes that are not UTF-8, text that is not TOML."""
+    bad = tmp_path / "latin1.toml"
+    bad.write_bytes('[shared]\n# Übersetzung\n'.encode("latin-1"))
+    broken = _write(tmp_path, "[shared\n")
+    for path, message in ((tmp_path / "nope.toml", r"nope.toml: no such experiment file"),
+                          (tmp_path, "is a directory, not an experiment file"),
+                          (bad, r"latin1.toml: 'utf-8' codec can't decode byte 0xdc"),
+                          (broken, re.escape(str(broken)) + ": ")):
+        with pytest.raises(ExperimentFileError, match=message):
+            read_experiment(path)
 
 
 @pytest.mark.parametrize("name", ["table1-multi30k.toml", "table1-iwslt14.toml"])

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pyro_attention.cli.common import _fail, _int_at_least, _os_error_text, add_command
+from pyro_attention.cli.common import _fail, _int_at_least, add_command
 
 
 def _experiment(args: argparse.Namespace) -> int:
     from pyro_attention.tasks.translation import TrainingInterrupted
     from pyro_attention.tasks.translation.curves import plot_table
-    from pyro_attention.tasks.translation.runner import _chosen, markdown_table, read_experiment, run_experiment
+    from pyro_attention.tasks.translation.runner import ExperimentFileError, markdown_table, run_experiment
     from pyro_attention.tasks.translation.status import experiment_status, status_table
 
     if args.plot is not None:
@@ -25,22 +25,16 @@ def _experiment(args: argparse.Namespace) -> int:
     if args.config is None or args.out is None:
         args.parser.error("the arguments --config and --out are required (or --plot TABLE.json to draw a "
                           "finished table)")
-    try:  # a bad experiment file or --rows label is an error of the call (status 2, as for train --config)
-        _chosen(args.config, read_experiment(args.config)[1], args.rows)
-    except (OSError, ValueError) as error:
-        args.parser.error(_os_error_text(error))
-    if args.status:
-        try:
-            print(status_table(experiment_status(args.config, args.out, only=args.rows)))
-        except (OSError, ValueError) as error:
-            _fail(args.parser, error)
-            return 1
-        return 0
     try:
+        if args.status:
+            print(status_table(experiment_status(args.config, args.out, only=args.rows)))
+            return 0
         overrides = {k: v for k, v in (("device", args.device), ("threads", args.threads)) if v is not None}
         table = run_experiment(args.config, args.out, only=args.rows, max_epochs=args.max_epochs,
                                progress=not args.quiet, bleu=not args.no_bleu, overrides=overrides,
                                evaluate_paused=args.evaluate_paused)
+    except ExperimentFileError as error:  # the file or --rows, found before anything runs: an error of the call
+        args.parser.error(str(error))  # status 2, as train --config's
     except (OSError, ValueError) as error:
         _fail(args.parser, error)
         return 1

@@ -49,7 +49,7 @@ def require_file(path: str | os.PathLike, what: str = "file") -> Path:
     """``path`` as a ``Path`` if it is a file; else ``FileNotFoundError`` saying whether it is missing or a folder."""
     path = Path(path)
     if path.is_dir():
-        raise FileNotFoundError(f"{path}: is a directory, not a {what}")
+        raise FileNotFoundError(f"{path}: is a directory, not {'an' if what[0] in 'aeiou' else 'a'} {what}")
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such {what}")
     return path

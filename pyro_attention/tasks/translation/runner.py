@@ -86,46 +86,56 @@ ROW_FIELDS = (
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=,+-]*$")
 
 
+class ExperimentFileError(ValueError):
+    """The experiment file, or the rows asked of it, cannot be run: found before anything is trained or read from
+    the runs folder, so the command line treats it as an error of the call (exit status 2, as ``train --config``'s
+    bad file)."""
+
+
 def read_experiment(path: str | os.PathLike) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The shared settings and the rows of an experiment file, every row checked as a ``TranslationConfig``.
 
-    :raises ValueError: naming the file and the row for a missing, duplicate or unsafe label, an unknown key
-        or a bad value.
+    :raises ExperimentFileError: naming the file (and the row) for a missing or unreadable file, a missing,
+        duplicate or unsafe label, an unknown key or a bad value.
     """
     from pyro_attention.data.text import require_file
 
-    path = require_file(path, "experiment file")
-    text = path.read_text(encoding="utf-8")
     try:
+        path = require_file(path, "experiment file")
+        text = path.read_text(encoding="utf-8")
         raw = json.loads(text) if path.suffix.lower() == ".json" else _toml().loads(text)
-    except ValueError as e:
-        raise ValueError(f"{path}: {e}") from None
+    except FileNotFoundError as e:  # require_file's message names the file and what is wrong with it
+        raise ExperimentFileError(str(e)) from None
+    except OSError as e:
+        raise ExperimentFileError(f"{path}: {e.strerror} (errno {e.errno})") from None
+    except ValueError as e:  # not UTF-8, not TOML / JSON
+        raise ExperimentFileError(f"{path}: {e}") from None
     unknown = set(raw) - {"shared", "rows"}
     if unknown or not isinstance(raw.get("rows"), list) or not raw["rows"]:
-        raise ValueError(f"{path}: an experiment file holds a table [shared] and a non-empty list [[rows]]"
-                         + (f"; unknown top-level keys {sorted(unknown)}" if unknown else ""))
+        raise ExperimentFileError(f"{path}: an experiment file holds a table [shared] and a non-empty list [[rows]]"
+                                  + (f"; unknown top-level keys {sorted(unknown)}" if unknown else ""))
     try:
         shared = _normalise_keys(dict(raw.get("shared", {})), unlisted=("out",))
     except ValueError as e:
-        raise ValueError(f"{path}: [shared]: {e}") from None
+        raise ExperimentFileError(f"{path}: [shared]: {e}") from None
     rows, seen = [], set()
     for i, row in enumerate(raw["rows"], 1):
         row = dict(row)
         label = row.pop("label", None)
         where = f"{path}: row {i}" + (f" ({label!r})" if label else "")
         if not isinstance(label, str) or not _LABEL.match(label):
-            raise ValueError(f"{where}: needs a label of letters, digits and _ . = , + - (it names the row's "
-                             f"folder), got {label!r}")
+            raise ExperimentFileError(f"{where}: needs a label of letters, digits and _ . = , + - (it names the "
+                                      f"row's folder), got {label!r}")
         if label in seen:
-            raise ValueError(f"{where}: the label {label!r} is used twice")
+            raise ExperimentFileError(f"{where}: the label {label!r} is used twice")
         seen.add(label)
         if "out" in row or "out" in shared:
-            raise ValueError(f"{where}: 'out' is set by the runner (RUNS/<label>); remove it")
+            raise ExperimentFileError(f"{where}: 'out' is set by the runner (RUNS/<label>); remove it")
         try:
             settings = _normalise_keys(row, unlisted=("out",))
             TranslationConfig.from_dict({**shared, **settings})
         except (ValueError, TypeError) as e:
-            raise ValueError(f"{where}: {e}") from None
+            raise ExperimentFileError(f"{where}: {e}") from None
         rows.append({"label": label, **settings})
     return shared, rows
 
@@ -201,13 +211,13 @@ def run_experiment(
 
 def _chosen(path: str | os.PathLike, rows: list[dict[str, Any]], only: Sequence[str] | None) -> list[dict[str, Any]]:
     """The rows labelled in ``only`` (all when it is empty), in the file's order; a label the file lacks is an error
-    naming the file, the closest labels and all the rows."""
+    naming the file, the closest labels and all the rows (:class:`ExperimentFileError`)."""
     labels = [r["label"] for r in rows]
     missing = [x for x in only or () if x not in labels]
     if missing:
         close = [m for x in missing for m in difflib.get_close_matches(x, labels, n=1)]
-        raise ValueError(f"{path}: no row labelled {missing}" + (f" (did you mean {close}?)" if close else "")
-                         + f"; the rows are {labels}")
+        raise ExperimentFileError(f"{path}: no row labelled {missing}"
+                                  + (f" (did you mean {close}?)" if close else "") + f"; the rows are {labels}")
     return [r for r in rows if not only or r["label"] in only]
 
 
