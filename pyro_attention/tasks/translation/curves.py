@@ -11,7 +11,7 @@ from typing import Any
 
 from pyro_attention.outputs import writing
 from pyro_attention.tasks.translation.config import ALIGNMENT_FIELDS
-from pyro_attention.tasks.translation.rowfiles import _read_json
+from pyro_attention.tasks.translation.rowfiles import _read_json, sittings_of
 
 
 def epoch_curves(history_csv: Path) -> dict[str, list]:
@@ -44,15 +44,12 @@ def _epoch_records(history_csv: Path) -> list[tuple[float, dict[str, str]]]:
     """``(clock, row)`` for every epoch row of ``history.csv``, the clock summed over sittings."""
     import csv
 
-    offset, last, epochs = 0.0, 0.0, []
     with open(history_csv, newline="", encoding="utf-8") as f:
-        for rec in csv.DictReader(f):
-            seconds = float(rec["seconds"])
-            if seconds < last:  # a new sitting
-                offset += last
-            last = seconds
-            if rec["kind"] == "epoch":
-                epochs.append((offset + seconds, rec))
+        sittings = sittings_of((float(rec["seconds"]), rec) for rec in csv.DictReader(f))
+    offset, epochs = 0.0, []
+    for sitting in sittings:
+        epochs += [(offset + seconds, rec) for seconds, rec in sitting if rec["kind"] == "epoch"]
+        offset += sitting[-1][0]
     return epochs
 
 

@@ -6,11 +6,13 @@ recovered from ``last.pt``).  A leaf module: the runner, ``--status`` and the fi
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pyro_attention.outputs import write_text
+
+T = TypeVar("T")
 
 
 def _read_json(path: Path, default: Any) -> Any:
@@ -76,25 +78,33 @@ def _write_json(path: Path, value: Any) -> None:
     write_text(path, json.dumps(value, indent=1, default=str) + "\n")
 
 
+def sittings_of(records: Iterable[tuple[float, T]]) -> list[list[tuple[float, T]]]:
+    """``(seconds, record)`` pairs in training order, where ``seconds`` is the clock of the sitting that wrote the
+    record (restarting at zero in each), split into one list per sitting: a new one wherever the clock goes back."""
+    out: list[list[tuple[float, T]]] = []
+    for seconds, record in records:
+        if not out or seconds < out[-1][-1][0]:
+            out.append([])
+        out[-1].append((seconds, record))
+    return out
+
+
 def _unrecorded_sittings(sittings: list[dict[str, Any]], state: dict[str, Any]) -> list[dict[str, Any]]:
     """The sittings that trained the steps of ``last.pt`` (its ``state``) past the last one ``sittings.json``
     records: a sitting killed outright (SIGKILL, its machine lost) writes no entry, but its checkpoints keep its
-    clock.  Each is read from the checkpoint's history (each sitting's ``seconds`` restarts at zero) and counted up
-    to its last checkpoint -- the steps after that are trained again, so their time is not in the row's cost;
-    ``"interrupted": "unrecorded"``."""
+    clock.  Each is read from the checkpoint's history (:func:`sittings_of`) and counted up to its last checkpoint
+    -- the steps after that are trained again, so their time is not in the row's cost; ``"interrupted":
+    "unrecorded"``."""
     recorded = max((int(s["until_step"]) for s in sittings), default=0)
     steps, epochs = state["history"]["steps"], state["history"]["epochs"]
     rows = [(step, 0, seconds, done) for step, seconds, done in  # done: the epochs done by then
             zip(steps["step"], steps["seconds"], steps["epoch"], strict=True)]
     rows += [(step, 1, seconds, epoch + 1) for step, seconds, epoch in
              zip(epochs["step"], epochs["seconds"], epochs["epoch"], strict=True)]
-    rows = [r for r in rows if r[0] > recorded and r[2] is not None]  # None: a column an old checkpoint lacked
-    lost: list[dict[str, Any]] = []
-    for step, _, seconds, epoch in sorted(rows):
-        if not lost or seconds < lost[-1]["wall_s"]:  # the first unrecorded step, or a sitting after it
-            lost.append({"wall_s": 0.0, "until_epoch": 0, "until_step": 0, "threads": None,
-                         "interrupted": "unrecorded"})
-        lost[-1].update(wall_s=float(seconds), until_epoch=int(epoch), until_step=int(step))
+    rows = sorted(r for r in rows if r[0] > recorded and r[2] is not None)  # None: a column an old checkpoint lacked
+    lost = [{"wall_s": float(seconds), "until_epoch": int(epoch), "until_step": int(step), "threads": None,
+             "interrupted": "unrecorded"} for *_, (seconds, (step, epoch)) in
+            sittings_of((seconds, (step, epoch)) for step, _, seconds, epoch in rows)]
     if lost:
         lost[-1].update(until_epoch=int(state["epoch"]), until_step=int(state["step"]))
     return lost
