@@ -66,6 +66,11 @@ RULES = ("marginal", "soft", "kmax")
 DECODE_RULES = ("soft", "marginal", "kmax")
 
 
+class RuleError(ValueError):
+    """A combination rule that does not exist or that the pair does not allow (:meth:`AlignmentPair.check_rule`):
+    a wrong option, which the command line reports as ``argument --rule: ...`` (exit status 2)."""
+
+
 class AlignmentPair:
     """Base class: holds the task network and the plumbing shared by all pairs.
 
@@ -220,22 +225,22 @@ class AlignmentPair:
         return (self.decoding_rules() if decoding else self.prediction_rules())[0]
 
     def check_rule(self, rule: str | None, decoding: bool = False) -> str:
-        """``rule`` (``None``: :meth:`default_rule`) if the pair allows it; ``ValueError`` saying why not."""
+        """``rule`` (``None``: :meth:`default_rule`) if the pair allows it; :class:`RuleError` saying why not."""
         if rule is None:
             return self.default_rule(decoding)
         known = DECODE_RULES if decoding else RULES
         if rule not in known:
-            raise ValueError(f"rule must be one of {known}, got {rule!r}")
+            raise RuleError(f"rule must be one of {known}, got {rule!r}")
         allowed = self.decoding_rules() if decoding else self.prediction_rules()
         if rule in allowed:
             return rule
         name = type(self).__name__
         listed = " or ".join(repr(r) for r in allowed)
         if decoding:
-            raise ValueError(f"rule {rule!r} needs a categorical alignment; {name} allows only {listed}")
+            raise RuleError(f"rule {rule!r} needs a categorical alignment; {name} allows only {listed}")
         if self.deterministic:
-            raise ValueError(f"{name} has no latent alignment to marginalise; use rule='soft'")
-        raise ValueError(f"rule={rule!r} needs a categorical alignment; {name} has none (its rules: {listed})")
+            raise RuleError(f"{name} has no latent alignment to marginalise; use rule='soft'")
+        raise RuleError(f"rule={rule!r} needs a categorical alignment; {name} has none (its rules: {listed})")
 
     def guide_parameters(self) -> list[Tensor]:
         """The parameters only the guide uses (an amortised inference network's), which a guide-only step

@@ -40,12 +40,13 @@ OUR_ATTRS = ("pair", "estimator", "log_likelihood_method", "log_likelihood_exact
 
 
 def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """``fn(*args, **kwargs)`` after seeding Pyro, as plain data; an error as ``("error", type, message)``."""
+    """``fn(*args, **kwargs)`` after seeding Pyro, as plain data; an error as ``("error", type, message)``, the type
+    being the built-in one a caller catches (a ``RuleError`` is the ``ValueError`` it subclasses)."""
     pyro.set_rng_seed(0)
     try:
         return _plain(fn(*args, **kwargs))
     except (ValueError, NotImplementedError, RuntimeError) as e:
-        return ("error", type(e).__name__, str(e))
+        return ("error", next(c.__name__ for c in type(e).__mro__ if c.__module__ == "builtins"), str(e))
 
 
 def _plain(x: Any) -> Any:

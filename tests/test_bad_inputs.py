@@ -64,6 +64,7 @@ from pyro_attention.metrics import bleu, perplexity
 from pyro_attention.models import MarginalLikelihood, RelaxedAttention, SoftAttention
 from pyro_attention.networks import RegionQA, Seq2Seq
 from pyro_attention.outputs import WriteError
+from pyro_attention.pair import RuleError
 from pyro_attention.plots import alignment_heatmaps
 from pyro_attention.registry import make_pair, parse_options
 from pyro_attention.translation import (
@@ -634,19 +635,19 @@ CATALOGUE: list[Mistake] = [
     Mistake(
         "unknown-predict-rule", NAMES, "an unknown prediction rule",
         lambda: predict(SoftAttention(_region()[0]), _region()[1], rule="mean"),
-        ValueError, r"rule must be one of \('marginal', 'soft', 'kmax'\), got 'mean'",
+        RuleError, r"rule must be one of \('marginal', 'soft', 'kmax'\), got 'mean'",
         "Use one of the listed rules.",
     ),
     Mistake(
         "unknown-decode-rule", NAMES, "an unknown decoding rule",
         lambda: greedy(MarginalLikelihood(_seq2seq()), torch.tensor([[4, 5]]), torch.tensor([[True, True]]), "mean"),
-        ValueError, r"rule must be one of \('soft', 'marginal', 'kmax'\), got 'mean'",
+        RuleError, r"rule must be one of \('soft', 'marginal', 'kmax'\), got 'mean'",
         "Use one of the listed rules.",
     ),
     Mistake(
         "rule-needs-categorical", NAMES, "decoding a soft-attention checkpoint with the `marginal` rule",
         lambda: translate_lines(_run(), ["a b"], rule="marginal"),
-        ValueError, r"rule 'marginal' needs a categorical alignment; SoftAttention allows only 'soft'",
+        RuleError, r"rule 'marginal' needs a categorical alignment; SoftAttention allows only 'soft'",
         "Use `--rule soft` for pairs without a categorical alignment (or leave `--rule` out).",
     ),
     Mistake(
@@ -704,7 +705,7 @@ CATALOGUE: list[Mistake] = [
     Mistake(
         "marginal-without-latent", NAMES, "`predict(rule='marginal')` for soft attention",
         lambda: predict(SoftAttention(_region()[0]), _region()[1], rule="marginal"),
-        ValueError, r"SoftAttention has no latent alignment to marginalise; use rule='soft'",
+        RuleError, r"SoftAttention has no latent alignment to marginalise; use rule='soft'",
         "Use `rule='soft'` (or `rule=None`: the pair's own rule).",
     ),
     Mistake(

@@ -15,7 +15,7 @@ from toy_network import ToyNetwork, make_toy_batch
 
 from pyro_attention.inference import entropy_sums, log_likelihood, shared_enumeration
 from pyro_attention.inference.evaluate import LogLikelihood, traced_log_likelihood
-from pyro_attention.pair import DECODE_RULES, RULES, AlignmentPair
+from pyro_attention.pair import DECODE_RULES, RULES, AlignmentPair, RuleError
 from pyro_attention.registry import ALL_PAIRS, make_pair
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,9 +46,13 @@ def test_every_pair_answers_every_method(float64, name):
             probs = pair.predict(batch, rule, num_samples=3, k=2)
             assert probs.shape == (B, T, V) and torch.allclose(probs.sum(-1), torch.ones(B, T))
         else:
-            with pytest.raises(ValueError, match=cls):
+            with pytest.raises(RuleError, match=cls):
                 pair.predict(batch, rule)
-    with pytest.raises(ValueError, match="rule must be one of"):
+    for rule in DECODE_RULES:  # what --rule of evaluate / translate reports as an option error
+        if rule not in decoding:
+            with pytest.raises(RuleError, match=f"rule {rule!r} needs a categorical alignment; {cls}"):
+                pair.check_rule(rule, decoding=True)
+    with pytest.raises(RuleError, match="rule must be one of"):
         pair.predict(batch, "mean")
 
     if "kmax" in rules:

@@ -85,7 +85,9 @@ def _fail(parser: argparse.ArgumentParser, error: Exception) -> None:
 
     A decoding rule that the checkpoint's pair does not allow is an option error (``parser.error``, status 2).
     """
-    if str(error).startswith("rule "):
+    from pyro_attention.pair import RuleError
+
+    if isinstance(error, RuleError):
         parser.error(f"argument --rule: {error}")
     print(f"{parser.prog}: error: {_os_error_text(error)}", file=sys.stderr)
     raise SystemExit(1)
