@@ -134,7 +134,7 @@ class MaskedConcrete(TorchDistribution):
         self.straight_through = straight_through
         super().__init__(logits.shape[:-1], logits.shape[-1:], validate_args=validate_args)
 
-    def expand(self, batch_shape, _instance=None):  # noqa: ANN001 - Pyro's signature
+    def expand(self, batch_shape, _instance=None) -> MaskedConcrete:  # noqa: ANN001 - Pyro's signature
         shape = torch.Size(batch_shape) + self.event_shape
         return MaskedConcrete(
             self.temperature, self.logits.expand(shape), self.mask.expand(shape), self.straight_through, False

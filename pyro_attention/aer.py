@@ -27,6 +27,11 @@ from torch import Tensor
 from pyro_attention.data.alignments import GoldAlignment, invert
 from pyro_attention.outputs import write_text
 
+#: a set of ``(i, j)`` links
+Links = set[tuple[int, int]]
+#: one link set, or one per sentence pair
+LinkSets = Links | frozenset[tuple[int, int]] | Sequence[Links | frozenset[tuple[int, int]]]
+
 __all__ = [
     "AERResult",
     "alignment_error_rate",
@@ -164,11 +169,11 @@ def links_from_probs(
 # Combining link sets
 
 
-def _is_link_set(x) -> bool:
+def _is_link_set(x: Any) -> bool:
     return isinstance(x, set | frozenset)
 
 
-def intersect(a, b):
+def intersect(a: LinkSets, b: LinkSets) -> Links | list[Links]:
     """``a ∩ b`` for two link sets, or pair by pair for two equally long sequences of link sets."""
     if _is_link_set(a) and _is_link_set(b):
         return set(a) & set(b)
@@ -177,7 +182,7 @@ def intersect(a, b):
     return [set(x) & set(y) for x, y in zip(a, b, strict=True)]
 
 
-def union(a, b):
+def union(a: LinkSets, b: LinkSets) -> Links | list[Links]:
     """``a ∪ b`` for two link sets, or pair by pair for two equally long sequences of link sets."""
     if _is_link_set(a) and _is_link_set(b):
         return set(a) | set(b)
@@ -230,7 +235,7 @@ def grow_diag(forward: set, backward: set, final: str | None = None) -> set:
     return links
 
 
-def symmetrize(forward, backward, method: str = "intersection"):
+def symmetrize(forward: LinkSets, backward: LinkSets, method: str = "intersection") -> Links | list[Links]:
     """Combine the links of the two translation directions.
 
     Convention: ``forward`` comes from the source -> target model and holds ``(source_pos, target_pos)`` links;

@@ -4,8 +4,12 @@ segment with subword-nmt's ``@@`` joiner.  Names re-exported by :mod:`pyro_atten
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from pyro_attention.data.translation import SPECIALS
+
+if TYPE_CHECKING:  # an optional dependency
+    from tokenizers import Tokenizer
 
 
 def _import_tokenizers():
@@ -18,7 +22,7 @@ def _import_tokenizers():
     return tokenizers
 
 
-def train_subword(sentences: Iterable[Sequence[str] | str], vocab_size: int, model: str = "bpe"):
+def train_subword(sentences: Iterable[Sequence[str] | str], vocab_size: int, model: str = "bpe") -> Tokenizer:
     """Learn a subword model on already tokenised sentences with HuggingFace ``tokenizers``.
 
     Words are the whitespace-separated tokens (``WhitespaceSplit`` pre-tokeniser: the existing tokenisation is
@@ -50,7 +54,7 @@ def train_subword(sentences: Iterable[Sequence[str] | str], vocab_size: int, mod
     return tokenizer
 
 
-def apply_subword(tokenizer, sentence_tokens: Sequence[str]) -> list[str]:
+def apply_subword(tokenizer: Tokenizer, sentence_tokens: Sequence[str]) -> list[str]:
     """Segment a tokenised sentence into subwords, marking every non-final piece of a word with ``@@``.
 
     The output follows the subword-nmt convention, so ``undo_bpe(" ".join(pieces)) == " ".join(sentence_tokens)``

@@ -64,7 +64,7 @@ class AlignedCategorical(TorchDistribution):
     def support(self) -> constraints.Constraint:
         return constraints.integer_interval(0, self.num_classes - 1)
 
-    def expand(self, batch_shape, _instance=None):  # noqa: ANN001 - Pyro's signature
+    def expand(self, batch_shape, _instance=None) -> AlignedCategorical:  # noqa: ANN001 - Pyro's signature
         batch_shape = torch.Size(batch_shape)
         new = self._get_checked_instance(AlignedCategorical, _instance)
         new.index = self.index.expand(batch_shape)
@@ -119,7 +119,7 @@ class OutputCategorical(TorchDistribution):
     def probs(self) -> Tensor:
         return self.raw.softmax(-1)
 
-    def expand(self, batch_shape, _instance=None):  # noqa: ANN001 - Pyro's signature
+    def expand(self, batch_shape, _instance=None) -> OutputCategorical:  # noqa: ANN001 - Pyro's signature
         batch_shape = torch.Size(batch_shape)
         new = self._get_checked_instance(OutputCategorical, _instance)
         new.raw = self.raw.expand(batch_shape + self.raw.shape[-1:])

@@ -34,7 +34,7 @@ class MaskedDirichlet(TorchDistribution):
         self.mask = mask
         super().__init__(concentration.shape[:-1], concentration.shape[-1:], validate_args=validate_args)
 
-    def expand(self, batch_shape, _instance=None):  # noqa: ANN001 - Pyro's signature
+    def expand(self, batch_shape, _instance=None) -> MaskedDirichlet:  # noqa: ANN001 - Pyro's signature
         shape = torch.Size(batch_shape) + self.event_shape
         return MaskedDirichlet(self.concentration.expand(shape), self.mask.expand(shape), validate_args=False)
 

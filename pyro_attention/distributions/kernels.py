@@ -28,6 +28,8 @@ gradients equal autograd's (tested against it in float64).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
@@ -36,7 +38,7 @@ from torch.autograd.function import once_differentiable
 class _ObservedLogSoftmax(torch.autograd.Function):
     @staticmethod
     def forward(
-        ctx, hidden: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, rows: int, keep_bytes: int
+        ctx: Any, hidden: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, rows: int, keep_bytes: int
     ) -> Tensor:
         N, V = hidden.shape[0], weight.shape[0]
         out = hidden.new_empty(N)
@@ -66,7 +68,7 @@ class _ObservedLogSoftmax(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad: Tensor) -> tuple:
+    def backward(ctx: Any, grad: Tensor) -> tuple:
         # d l_n / d logits_n = e_{y_n} - p_n with p_n = softmax(logits_n); for L with g_n = dL/dl_n:
         #   dL/dh = g * (W[y] - p W),  dL/dW = sum_n g_n (e_{y_n} - p_n) h_n^T,  dL/db = sum_n g_n (e_{y_n} - p_n)
         # so the only (rows x V) work is recomputing the logits, their softmax and two products with p.

@@ -102,7 +102,7 @@ class MaskedVector(TorchDistribution):
     def has_rsample(self) -> bool:  # type: ignore[override]
         return self.base.has_rsample
 
-    def expand(self, batch_shape, _instance=None):  # noqa: ANN001 - Pyro's signature
+    def expand(self, batch_shape, _instance=None) -> MaskedVector:  # noqa: ANN001 - Pyro's signature
         shape = torch.Size(batch_shape) + self.event_shape
         return MaskedVector(self.base.expand(shape), self.mask.expand(shape), validate_args=False)
 
