@@ -246,6 +246,9 @@ def test_config_files(tmp_path, capsys):
         (["--estimator", "exact", "--model", "hard"], "argument --estimator: invalid choice: 'exact'"),
         (["--epochs", "0"], "argument --epochs: must be an integer >= 1"),
         (["--dropout", "1.5"], "argument --dropout: must be a number in [0, 1)"),
+        # a flag refuses what its config field refuses, in the same words (the flag took inf, the config refused it)
+        (["--clip-norm", "inf"], "argument --clip-norm: must be a number > 0 and finite, got 'inf'"),
+        (["--checkpoint-minutes", "nan"], "argument --checkpoint-minutes: must be a number >= 0 and finite, got 'nan'"),
         (["--data", "iwslt14"], "--train-split valid"),
         (["--data", "multi30k", "--src", "xx"], "argument --src: src must be one of de, en, fr, cs"),
         (["--warmup-steps", "3"], "argument --warmup-steps: model 'soft' has no warm-up guide; only relaxed"),

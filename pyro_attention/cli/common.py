@@ -26,16 +26,18 @@ def _int_at_least(low: int):  # noqa: ANN202 - an argparse type
 
 
 def _float_in(low: float, high: float, low_open: bool = False, high_open: bool = False):  # noqa: ANN202
-    lo, hi = ("(" if low_open else "["), (")" if high_open else "]")
-    where = f"in {lo}{low:g}, {high:g}{hi}" if high != float("inf") else f"{'>' if low_open else '>='} {low:g}"
+    """A flag's type: a number in the interval, by the rule and in the words a config's field uses
+    (``must be a number >= 0 and finite, got 'inf'``)."""
+    from pyro_attention.tasks.common import _within, interval_text
+
+    where = interval_text(low, high, low_open, high_open)
 
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"must be a number {where}, got {text!r}") from None
-        ok = (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
-        if not ok:
+        if not _within(value, low, high, low_open, high_open):
             raise argparse.ArgumentTypeError(f"must be a number {where}, got {text!r}")
         return value
 
