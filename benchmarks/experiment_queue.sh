@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# A queue of experiment rows run in the background, one torch thread, resumable across sittings and machines:
+# A queue of experiment rows run in the background (one torch thread by default), resumable across sittings and
+# machines:
 #
 #   setsid nohup bash benchmarks/experiment_queue.sh examples/configs/table1-multi30k.toml ~/runs/table1-multi30k \
 #       hard-sample relaxed > /dev/null 2>&1 < /dev/null &
 #
-# It runs `pyro-attention experiment --config CONFIG --out RUNS --rows ROW --threads 1 --quiet` for each ROW in
+# It runs `pyro-attention experiment --config CONFIG --out RUNS --rows ROW --threads N --quiet` for each ROW in
 # turn from a frozen copy of the package at this checkout's HEAD (~/runs/src-COMMIT, ~/runs/venv-COMMIT: editing
 # the checkout does not change a running row) and logs to RUNS.log.  What is missing is rebuilt: on a new machine
 # or commit the venv (torch==2.13.0 first, then the package); a finished row is skipped and a half-trained one
 # resumes from its last.pt (the runner's own rules).  SIGTERM to a row's process (`pkill -f 'experiment
 # --config'`) writes its last.pt and stops the queue.  PYRO_ATTENTION_RUNS (default ~/runs) moves the copies;
-# PYRO_ATTENTION_EXE names a pyro-attention command to use instead of building one.
+# PYRO_ATTENTION_EXE names a pyro-attention command to use instead of building one; PYRO_ATTENTION_THREADS (default
+# 1) gives the rows more threads, e.g. 2 for the last row left on a 2-core machine (a row resumed at another thread
+# count goes on from its checkpoint but sums in another order: not bit-identical to an uninterrupted run).
 set -euo pipefail
 
 # the whole queue is one function, read before it runs: editing this file while a queue runs cannot change it
@@ -23,6 +26,11 @@ main() {
     config=$(realpath "$1")
     out=$2
     shift 2
+    threads=${PYRO_ATTENTION_THREADS:-1}
+    if ! [[ "$threads" =~ ^[1-9][0-9]*$ ]]; then
+        echo "$0: PYRO_ATTENTION_THREADS must be a whole number >= 1, got '$threads'" >&2
+        exit 2
+    fi
     base=${PYRO_ATTENTION_RUNS:-$HOME/runs}
     log="$out.log"
     mkdir -p "$base" "$(dirname "$out")"
@@ -47,9 +55,9 @@ main() {
         exec 9>&-
     fi
     for row in "$@"; do
-        echo "$(date -u +%FT%TZ) row $row ($commit)" >> "$log"
+        echo "$(date -u +%FT%TZ) row $row ($commit, threads $threads)" >> "$log"
         status=0
-        "$exe" experiment --config "$config" --out "$out" --rows "$row" --threads 1 --quiet \
+        "$exe" experiment --config "$config" --out "$out" --rows "$row" --threads "$threads" --quiet \
             >> "$log" 2>&1 || status=$?
         if [ "$status" -eq 130 ]; then  # SIGINT / SIGTERM: last.pt written; the queue stops with its row
             echo "$(date -u +%FT%TZ) row $row interrupted; queue stopped (run the same command to continue)" >> "$log"

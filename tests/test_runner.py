@@ -405,9 +405,13 @@ def test_the_background_queue_runs_rows_in_turn_and_logs_each(tmp_path):
     assert done.returncode == 0, done.stderr
     log = (tmp_path / "runs" / "table.log").read_text()
     assert log.count(" row soft (") == 2 and "row no-such-row exited with 2" in log and "queue done" in log
+    assert log.count(", threads 1)") == 3  # one thread unless PYRO_ATTENTION_THREADS says otherwise
     assert "[soft] finished" in log  # the second time: skipped, not retrained
     assert json.loads((runs / "soft" / "result.json").read_text())["label"] == "soft"
     assert not (tmp_path / "base").exists() or not list((tmp_path / "base").glob("venv-*"))  # nothing built
+    bad = subprocess.run(["bash", str(repo / "benchmarks" / "experiment_queue.sh"), str(config), str(runs), "soft"],
+                         env={**env, "PYRO_ATTENTION_THREADS": "two"}, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "PYRO_ATTENTION_THREADS must be a whole number >= 1, got 'two'" in bad.stderr
 
 
 def test_two_queues_started_together_on_a_new_commit_build_its_venv_once(tmp_path):
