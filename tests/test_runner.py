@@ -360,7 +360,9 @@ def test_ctrl_c_during_a_row_exits_130_and_the_next_call_finishes_the_same_table
     assert re.search(r"\| step 1 \(epoch 1, batch 1/2\), \d+ s ago \|$", status_table([cut]))
     live, stale = {**cut, "s_per_step": 3.0, "logged_age_s": 2.0}, {**cut, "s_per_step": 3.0, "logged_age_s": 900.0}
     assert status_table([live]).endswith(", 2 s ago, 3 s/step, epoch ends in ~3 s |")  # one batch to go
+    assert "| marginal-product | training now; last.pt in epoch 1 at batch 1/2 | 0 / 2 |" in status_table([live])
     assert status_table([stale]).endswith(", 15 min ago, 3 s/step |")  # not training now: no estimate
+    assert "| marginal-product | resumes in epoch 1 at batch 1/2 |" in status_table([stale])
     again = run_experiment(path, runs, progress=False, log=None, bleu=False)
     assert _numbers(again) == _numbers(whole)
 

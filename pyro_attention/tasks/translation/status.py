@@ -153,6 +153,8 @@ def status_table(rows: list[dict[str, Any]]) -> str:
             state = (f"resumes in epoch {r['epochs'] + 1} at batch {r['position']}"
                      + (f"/{r['epoch_batches']}" if r["epoch_batches"] else "")
                      if r["position"] else f"resumes after epoch {r['epochs']}")
+            if _live(r):  # where its last.pt stands is where it would resume if stopped outright now
+                state = "training now; last.pt " + state.removeprefix("resumes ")
         elif state in ("trained", "finished"):
             state += " (stopped early)" if r["stopped_early"] else " (epoch limit)"
             state += ", not yet evaluated" if r["state"] == "trained" else ""
@@ -183,10 +185,17 @@ def _pace(seconds: float) -> str:
     return f"{seconds:.2g}" if seconds < 10 else f"{seconds:.1f}"
 
 
+def _live(row: dict[str, Any]) -> bool:
+    """Whether a half-trained row is training now: its last step logged within five steps' time, or two minutes."""
+    pace = row["s_per_step"]
+    return (row["logged_kind"] == "step" and pace is not None and row["logged_age_s"] is not None
+            and row["logged_age_s"] <= max(120.0, 5 * pace))
+
+
 def _epoch_end(row: dict[str, Any]) -> str:
-    """``, epoch ends in ~N min`` at the row's pace for a row training now (its last step logged within five steps'
-    time, or two minutes); validation and evaluation not counted.  Empty otherwise."""
-    pace, batch = row["s_per_step"], row["logged_batch"]
-    if pace is None or batch is None or row["logged_age_s"] > max(120.0, 5 * pace):
+    """``, epoch ends in ~N min`` at the row's pace for a row training now (:func:`_live`); validation and
+    evaluation not counted.  Empty otherwise."""
+    batch = row["logged_batch"]
+    if batch is None or not _live(row):
         return ""
-    return f", epoch ends in ~{_age((row['epoch_batches'] - batch) * pace)}"
+    return f", epoch ends in ~{_age((row['epoch_batches'] - batch) * row['s_per_step'])}"
