@@ -109,7 +109,7 @@ class CategoricalAlignmentModel(AlignmentPair):
             # outside training -- enumerated by the exact log-likelihood whatever the estimator, sampled by
             # Predictive -- so it reads the value it got (more than the two plate dims: several alignments per
             # token, enumerated or vectorised particles).
-            table = observed_table(net, enc, net.chunk_size) if z.dim() > 2 else None
+            table = observed_table(net, enc, net.chunk_size, net.keep_bytes) if z.dim() > 2 else None
             self.observe(enc, AlignedCategorical(z, net, enc, table))
 
 

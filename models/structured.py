@@ -262,7 +262,7 @@ class SegmentationMarginal(_SegmentationChain):
         net = self.network
         null = net.output_logits(enc, enc.values.new_zeros(enc.shape[:2] + enc.values.shape[-1:]))
         null = null.gather(-1, enc.target.unsqueeze(-1)) - null.logsumexp(-1, keepdim=True)
-        return torch.cat([observed_table(net, enc, net.chunk_size), null], dim=-1)
+        return torch.cat([observed_table(net, enc, net.chunk_size, net.keep_bytes), null], dim=-1)
 
     # -- the pair -------------------------------------------------------------------------------------------
     def model(self, batch: Any) -> None:

@@ -257,3 +257,21 @@ def test_prior_pull_tiny(tmp_path, capsys) -> None:
     assert "h_guide" not in marginal and "cos_dH_kl" not in marginal
     with pytest.raises(ValueError, match="needs a categorical pair.*SoftAttention"):
         prior_pull.measure(tmp_path / "soft" / "last.pt")
+
+
+def test_keep_share_counts_the_kernels_recomputed_rows(tmp_path, capsys) -> None:
+    """benchmarks/keep_share.py on a tiny synthetic row: nothing kept, everything recomputed (4 products a row);
+    a budget above the largest batch, nothing (3); in between, a share between."""
+    module = load_script("benchmarks", "keep_share")
+    config = tmp_path / "exp.toml"
+    config.write_text('[shared]\ndata = "synthetic"\ntrain_size = 40\nbatch_size = 8\nchunk_size = 2\n'
+                      '[[rows]]\nlabel = "hard"\nmodel = "hard"\n')
+    out = module.main(module.make_parser().parse_args(["--config", str(config), "--row", "hard",
+                                                       "--keep-gib", "0", "1e-4", "1"]))
+    assert [r["products_per_row"] for r in (out[0], out[2])] == [4.0, 3.0]
+    assert 0 < out[1]["recomputed_share"] < 1 and out[0]["largest_batch_gb"] * 1e9 > 1e-4 * 2**30
+    assert "| 0 | 100.0% | 4.00 |" in capsys.readouterr().out
+    timed = module.main(module.make_parser().parse_args(["--config", str(config), "--row", "hard", "--keep-gib", "0",
+                                                         "1", "--time", "1"]))
+    assert [r["timed_recomputed"] for r in timed] == [1.0, 0.0] and all(r["seconds"] > 0 for r in timed)
+    assert "timed: batch " in capsys.readouterr().out

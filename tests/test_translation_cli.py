@@ -349,6 +349,34 @@ def test_checkpoints_inside_an_epoch_by_steps_and_by_minutes(tmp_path, monkeypat
     assert [step for name, step, position in writes if name == "last.pt" and not position] == [6, 12]
 
 
+def test_keep_gib_reaches_the_enumeration_kernel_and_only_changes_memory(tmp_path, monkeypatch):
+    """``keep_gib`` is the kernel's ``keep_bytes`` (GiB of log-probabilities kept for the backward pass); everything
+    kept or everything recomputed, training gives the same weights up to float rounding."""
+    from pyro_attention.distributions import enumeration
+
+    seen = []
+    real = enumeration.observed_log_softmax
+
+    def spy(hidden, weight, bias, target, rows, keep_bytes):
+        seen.append(keep_bytes)
+        return real(hidden, weight, bias, target, rows, keep_bytes)
+
+    monkeypatch.setattr(enumeration, "observed_log_softmax", spy)
+    weights = {}
+    for keep in (0.0, 0.5):
+        config = TranslationConfig(model="hard", estimator="enum", train_size=16, val_size=8, batch_size=8,
+                                   embedding=8, encoder=8, decoder=16, attention=8, epochs=1, keep_gib=keep,
+                                   out=str(tmp_path / str(keep)))
+        train(config, progress=False, log=None)
+        assert seen and set(seen) == {round(keep * 2**30)}
+        seen.clear()
+        weights[keep] = torch.load(tmp_path / str(keep) / "last.pt", weights_only=True)["network"]
+    for name, value in weights[0.0].items():
+        assert torch.allclose(value, weights[0.5][name], atol=1e-6, rtol=0), name
+    with pytest.raises(ValueError, match=r"keep_gib must be >= 0 and finite, got -1"):
+        TranslationConfig(keep_gib=-1)
+
+
 def test_checkpoint_minutes_is_checked():
     with pytest.raises(ValueError, match=r"checkpoint_minutes must be >= 0 and finite, got -1"):
         TranslationConfig(checkpoint_minutes=-1)

@@ -32,8 +32,10 @@ Every path gives the same values and gradients (tested against each other and ag
 
 **Memory settings** are the kernel's arguments: ``chunk_size`` (source positions per chunk; ``None``: all at once)
 and ``keep_bytes`` (default :data:`KEEP_BYTES`).  The pairs pass the network's
-:attr:`~pyro_attention.networks.base.AttentionNetwork.chunk_size`, a plain attribute the network carries for them
-(``Seq2Seq(chunk_size=...)``, ``TranslationConfig.chunk_size``, ``--chunk-size``) and never reads itself.
+:attr:`~pyro_attention.networks.base.AttentionNetwork.chunk_size` and
+:attr:`~pyro_attention.networks.base.AttentionNetwork.keep_bytes`, plain attributes the network carries for them
+(``Seq2Seq(chunk_size=..., keep_bytes=...)``, ``TranslationConfig.chunk_size`` / ``keep_gib``, ``--chunk-size`` /
+``--keep-gib``) and never reads itself.
 """
 
 from __future__ import annotations
@@ -53,14 +55,15 @@ KEEP_BYTES = 2**30
 
 
 def observed_table(
-    network: AttentionNetwork, enc: Encoded, chunk_size: int | None = None, keep_bytes: int = KEEP_BYTES
+    network: AttentionNetwork, enc: Encoded, chunk_size: int | None = None, keep_bytes: int | None = None
 ) -> Tensor:
     """``log p(y_t | x, z_t = s)`` at the observed tokens ``enc.target``, ``(B, T, S)``, by the fastest path the
     network offers (the module docstring).
 
     :param chunk_size: source positions per chunk (fused path: ``chunk_size * B * T`` rows of logits at once;
         generic path: ``chunk_size`` positions per checkpointed chunk); ``None``: all at once.
-    :param keep_bytes: bytes of log-probabilities the fused path may keep for the backward pass.
+    :param keep_bytes: bytes of log-probabilities the fused path may keep for the backward pass (``None``:
+        :data:`KEEP_BYTES`); the other chunks' logits are recomputed there.
     """
     experts = network.output_experts(enc) if follows_output_logits(network, "output_experts") else None
     if experts is not None:
@@ -73,7 +76,8 @@ def observed_table(
             rows = N if chunk_size is None else max(1, chunk_size) * B * T
             target = enc.target.expand(S, B, T).reshape(N)
             layer = network.output_layer
-            ll = observed_log_softmax(hidden.reshape(N, -1), layer.weight, layer.bias, target, rows, keep_bytes)
+            keep = KEEP_BYTES if keep_bytes is None else keep_bytes
+            ll = observed_log_softmax(hidden.reshape(N, -1), layer.weight, layer.bias, target, rows, keep)
             return ll.view(S, B, T).permute(1, 2, 0)
     return gathered_table(network, enc, chunk_size)
 

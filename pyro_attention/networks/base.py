@@ -103,6 +103,9 @@ class AttentionNetwork(nn.Module):
     #: the context at once (the enumeration kernel, :func:`~pyro_attention.distributions.enumeration.observed_table`,
     #: which the pairs call with it): source positions per chunk, ``None`` all at once.  The network never reads it.
     chunk_size: int | None = None
+    #: The other memory setting of that code: bytes of the enumerated log-probabilities it may keep for the backward
+    #: pass (the rest is recomputed there: a fourth product with the output layer's weights); ``None``: its default.
+    keep_bytes: int | None = None
 
     def encode(self, batch: Any) -> Encoded:  # pragma: no cover - interface
         raise NotImplementedError

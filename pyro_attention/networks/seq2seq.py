@@ -82,6 +82,9 @@ class Seq2Seq(HeadNetwork):
         positions per chunk when the enumeration kernel evaluates the output layer at every source value
         (:mod:`pyro_attention.distributions.enumeration`; ``None`` all ``S`` at once; the ``"product"`` layer
         needs no chunks).  The network itself never reads it.
+    :param keep_bytes: the other memory setting of that kernel
+        (:attr:`~pyro_attention.networks.base.AttentionNetwork.keep_bytes`): bytes of log-probabilities kept for the
+        backward pass, the rest recomputed there (``None``: the kernel's default, 1 GiB).
     :param output: the output layer, a key of :data:`~pyro_attention.networks.output.OUTPUT_LAYERS`:
         ``"tanh"`` (default) or ``"product"``.
     :param attention: the prior's score, a key of :data:`~pyro_attention.networks.attention.ATTENTION_SCORES`:
@@ -105,6 +108,7 @@ class Seq2Seq(HeadNetwork):
         layers: int = 1,
         dropout: float = 0.0,
         chunk_size: int | None = 8,
+        keep_bytes: int | None = None,
         output: str = "tanh",
         attention: str = "mlp",
         input_feed: str = "context",
@@ -118,7 +122,7 @@ class Seq2Seq(HeadNetwork):
         self.input_feed, self.bridge = input_feed, bridge
         self.num_classes = target_vocab
         self.source_vocab = source_vocab
-        self.chunk_size = chunk_size
+        self.chunk_size, self.keep_bytes = chunk_size, keep_bytes
         D = 2 * encoder_size
         self.value_size = D
         self.dropout = nn.Dropout(dropout)

@@ -112,6 +112,9 @@ class ModelOptions:
     dropout: float = option(0.0, "dropout", interval=(0.0, 1.0, False, True))
     chunk_size: int = option(8, "source positions per chunk of the enumerated output layer ({default}; 0: all at "
                              "once)", low=0)
+    keep_gib: float = option(1.0, "GiB of the enumerated output layer's log-probabilities kept for the backward "
+                             "pass ({default}); the rest is recomputed there, a fourth product with the layer's "
+                             "weights: more memory, fewer FLOPs", interval=(0.0, math.inf, False, True))
     output: str = option("tanh", "output layer: tanh (U tanh(W[h; c]), the paper's; default) or product (product of "
                          "experts exp(u_t + v_s): exact enumeration at about the cost of a soft step)",
                          choices=tuple(OUTPUT_LAYERS))
@@ -144,7 +147,8 @@ class TranslationConfig(OptimConfig, ModelOptions, CorpusOptions):
     ``variational``: ``"enum"`` or ``"sample"``, default ``"enum"``; ``gumbel``: ``"sampled"`` or
     ``"categorical"``); ``options``: keyword options of the pair's constructor (e.g. ``{"kl_scale": 0.01}``;
     ``--option kl_scale=0.01`` on the command line).  Sizes as :class:`~pyro_attention.networks.Seq2Seq`
-    (``chunk_size=0``: no chunking of the enumerated output layer); ``output`` its output layer (``"tanh"``, the
+    (``chunk_size=0``: no chunking of the enumerated output layer; ``keep_gib``: GiB of its log-probabilities kept
+    for the backward pass, the rest recomputed there); ``output`` its output layer (``"tanh"``, the
     paper's, or ``"product"``, the product of experts whose exact enumeration costs about a soft step),
     ``attention_type`` its prior's score (``"mlp"``, the paper's; Luong's ``"general"`` or ``"dot"``) and
     ``attention`` the MLP score's size; ``input_feed`` what the decoder is fed (``"context"``, the prior's soft

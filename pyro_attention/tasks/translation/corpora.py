@@ -247,6 +247,7 @@ def build_pair(config: TranslationConfig, src_vocab: Vocab, tgt_vocab: Vocab) ->
         layers=config.layers,
         dropout=config.dropout,
         chunk_size=config.chunk_size or None,
+        keep_bytes=round(config.keep_gib * 2**30),
         output=config.output,
         attention=config.attention_type,
         input_feed=config.input_feed,
