@@ -10,8 +10,9 @@ row it implies (3 to 4) and the largest batch's log-probabilities (what would ha
 nothing).  The share is exact; what it does to a step's time depends on how much of the step the output layer
 takes: ``--time N`` also times the row's loss and gradients (``loss_and_grads`` of its ELBO, one torch thread,
 weights as initialised: the cost does not depend on them) on the training batch of median size among those the
-smallest setting recomputes part of, N times per setting, the settings interleaved, and prints the median.  It
-measures and asserts nothing; say what else ran on the cores beside it.
+smallest setting recomputes part of, N times per setting, the settings interleaved, and prints the medians of the
+wall-clock and the CPU time (with other processes on the cores the CPU time of the one thread is the steadier).
+It measures and asserts nothing; say what else ran on the cores beside it.
 
     python benchmarks/keep_share.py --config examples/configs/table1-iwslt14.toml --row va-enum --keep-gib 1 4 8
     python benchmarks/keep_share.py --config examples/configs/table1-iwslt14.toml --row va-enum --keep-gib 1 8 --time 3
@@ -33,8 +34,10 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _time(config, src_vocab, tgt_vocab, batch, settings: list[float], repeats: int) -> dict[float, float]:  # noqa: ANN001
-    """Median seconds of ``loss_and_grads`` of the row's ELBO on ``batch`` for each ``keep_gib``, interleaved."""
+def _time(config, src_vocab, tgt_vocab, batch, settings: list[float], repeats: int  # noqa: ANN001
+          ) -> dict[float, tuple[float, float]]:
+    """Median wall-clock and CPU seconds of ``loss_and_grads`` of the row's ELBO on ``batch`` for each
+    ``keep_gib``, interleaved (the CPU time of one thread is less disturbed by other processes on the cores)."""
     import statistics
     import time
 
@@ -49,16 +52,16 @@ def _time(config, src_vocab, tgt_vocab, batch, settings: list[float], repeats: i
     network, pair = build_pair(config, src_vocab, tgt_vocab)
     network.train()
     elbo = pair.elbo()
-    seconds: dict[float, list[float]] = {k: [] for k in settings}
+    seconds: dict[float, list[tuple[float, float]]] = {k: [] for k in settings}
     for _ in range(repeats):
         for keep in settings:
             network.keep_bytes = round(keep * 2**30)
-            start = time.perf_counter()
+            wall, cpu = time.perf_counter(), time.process_time()
             elbo.loss_and_grads(pair.model, pair.guide, batch)
-            seconds[keep].append(time.perf_counter() - start)
+            seconds[keep].append((time.perf_counter() - wall, time.process_time() - cpu))
             for p in network.parameters():
                 p.grad = None
-    return {k: statistics.median(v) for k, v in seconds.items()}
+    return {k: tuple(statistics.median(x) for x in zip(*v, strict=True)) for k, v in seconds.items()}
 
 
 def main(args: argparse.Namespace) -> list[dict]:
@@ -101,16 +104,18 @@ def main(args: argparse.Namespace) -> list[dict]:
             B, S, T = shapes[i]
             seconds = _time(config, src_vocab, tgt_vocab, batches[i], args.keep_gib, args.time)
             for r in out:
-                r.update(timed_batch=[B, S, T], seconds=seconds[r["keep_gib"]],
+                r.update(timed_batch=[B, S, T], seconds=seconds[r["keep_gib"]][0],
+                         cpu_seconds=seconds[r["keep_gib"]][1],
                          timed_recomputed=recomputed_rows(B, S, T, r["keep_gib"]) / (S * B * T))
             print(f"timed: batch {i} (B={B}, S={S}, T={T}), loss and gradients, one thread, median of {args.time}")
     print("| keep_gib | rows recomputed | products per row (3-4) | largest batch's log-probabilities [GB] |"
-          + (" timed batch: recomputed | seconds |" if "seconds" in out[0] else ""))
-    print("|---|---|---|---|" + ("---|---|" if "seconds" in out[0] else ""))
+          + (" timed batch: recomputed | seconds | CPU seconds |" if "seconds" in out[0] else ""))
+    print("|---|---|---|---|" + ("---|---|---|" if "seconds" in out[0] else ""))
     for r in out:
         print(f"| {r['keep_gib']:g} | {r['recomputed_share']:.1%} | {r['products_per_row']:.2f} | "
               f"{r['largest_batch_gb']:.1f} |"
-              + (f" {r['timed_recomputed']:.0%} | {r['seconds']:.2f} |" if "seconds" in r else ""))
+              + (f" {r['timed_recomputed']:.0%} | {r['seconds']:.2f} | {r['cpu_seconds']:.2f} |" if "seconds" in r
+                 else ""))
     return out
 
 

@@ -49,6 +49,25 @@ def test_values_and_gradients_match_autograd(float64, rows, bias, keep):
     assert torch.autograd.gradcheck(fn, inputs)
 
 
+@pytest.mark.parametrize("keep, recomputed", [(0, 3), (8 * 11 * 3, 2), (10**6, 0)])
+def test_kept_chunks_are_not_recomputed_in_the_backward_pass(float64, monkeypatch, keep, recomputed):
+    """Chunks of 3, 3 and 1 rows: ``keep`` bytes hold none, the first (3 rows of 11 float64) or all; the backward
+    pass recomputes the logits of the others only.  (Until 2026-12-05 the budget was read inside
+    ``Function.forward``, where grad mode is always off, so every chunk was recomputed whatever ``keep`` was.)"""
+    from pyro_attention.distributions import kernels
+
+    calls = []
+    real = kernels._logits
+    monkeypatch.setattr(kernels, "_logits", lambda *args: calls.append(1) or real(*args))
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(7, 5, generator=g, requires_grad=True)
+    w = torch.randn(11, 5, generator=g, requires_grad=True)
+    out = observed_log_softmax(h, w, None, torch.randint(11, (7,), generator=g), 3, keep)
+    assert len(calls) == 3  # the forward pass: one product per chunk
+    out.sum().backward()
+    assert len(calls) == 3 + recomputed
+
+
 def test_needs_no_grad_and_rejects_bad_rows():
     h, w, y = torch.randn(4, 3), torch.randn(6, 3), torch.randint(6, (4,))
     with torch.no_grad():

@@ -45,7 +45,7 @@ class _ObservedLogSoftmax(torch.autograd.Function):
         picked = hidden.new_empty(N)
         logits, logp = hidden.new_empty(min(rows, N), V), None  # reused buffers
         kept: list[Tensor | None] = []
-        budget = keep_bytes if torch.is_grad_enabled() else 0
+        budget = keep_bytes  # 0 when no backward pass will come (observed_log_softmax decides: grad mode is off here)
         for start in range(0, N, rows):
             stop = min(N, start + rows)
             y = target[start:stop].unsqueeze(-1)
@@ -79,14 +79,12 @@ class _ObservedLogSoftmax(torch.autograd.Function):
         grad_h = torch.empty_like(hidden) if need_h else None
         grad_w = torch.zeros_like(weight) if need_w else None
         grad_b = torch.zeros_like(bias) if need_b and bias is not None else None
-        buf = None
+        buf = hidden.new_empty(min(ctx.rows, N), V)
         for i, start in enumerate(range(0, N, ctx.rows)):
             stop = min(N, start + ctx.rows)
-            if ctx.kept[i] is not None:
-                p, ctx.kept[i] = ctx.kept[i].exp_(), None  # softmax from the kept log-probabilities
+            if ctx.kept[i] is not None:  # softmax from the kept log-probabilities (left as they are: reentrant)
+                p = torch.exp(ctx.kept[i], out=buf[: stop - start])
             else:
-                if buf is None:
-                    buf = hidden.new_empty(min(ctx.rows, N), V)
                 x = _logits(hidden[start:stop], weight, bias, buf[: stop - start])
                 p = x.sub_(lse[start:stop].unsqueeze(-1)).exp_()  # softmax, from the saved log-sum-exp
             g = grad[start:stop]
@@ -122,11 +120,14 @@ def observed_log_softmax(
     :param target: ``(N,)`` long ids in ``[0, V)``.
     :param rows: rows of logits computed at once (memory: two ``rows x V`` buffers).
     :param keep_bytes: bytes of log-probabilities that may be kept for the backward pass (whole chunks, in
-        order); kept chunks are not recomputed (3 products instead of 4), the others are.
+        order); kept chunks are not recomputed (3 products instead of 4), the others are.  Nothing is kept when no
+        backward pass will come (grad mode off, or no input that requires a gradient).
     """
     if rows < 1:
         raise ValueError(f"rows must be >= 1, got {rows}")
-    return _ObservedLogSoftmax.apply(hidden, weight, bias, target.contiguous(), rows, keep_bytes)
+    # decided here: inside Function.forward grad mode is always off (keeping there never happened before 2026-12-05)
+    backward = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (hidden, weight, bias))
+    return _ObservedLogSoftmax.apply(hidden, weight, bias, target.contiguous(), rows, keep_bytes if backward else 0)
 
 
 def product_log_normalizer(u: Tensor, v: Tensor, shifted_v: tuple[Tensor, Tensor] | None = None) -> Tensor:
