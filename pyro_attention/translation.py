@@ -85,13 +85,13 @@ from pyro_attention.tasks.translation.evaluation import (
     evaluate,
     translate_lines,
 )
+from pyro_attention.tasks.translation.rowfiles import run_lock as _run_lock
 from pyro_attention.tasks.translation.training import (
     _make_out,
     _optimiser,
     _prepare,
     _restore_rng,
     _Run,
-    _run_lock,
     _saved_state,
     _svi_step,
     _train,

@@ -237,7 +237,11 @@ def test_status_reads_where_each_row_stands_and_trains_nothing(tmp_path, capsys)
     started = experiment_status(path, runs, only=["marginal-product"])[0]
     assert (started["state"], started["logged_epoch"], started["logged_step"], started["s_per_step"]) == (
         "started", 1, 1, None)
-    assert "| marginal-product | first epoch under way, no last.pt yet | 0 / 3 |" in status_table([started])
+    assert started["busy"] is False  # nobody holds its .lock: the sitting that started it has gone
+    assert "| marginal-product | first epoch stopped before its first last.pt (starts afresh) | 0 / 3 |" in (
+        status_table([started]))
+    assert "| marginal-product | first epoch under way, no last.pt yet | 0 / 3 |" in status_table(
+        [{**started, "busy": True}])
     assert re.search(r"\| step 1 \(epoch 1\), \d+ s ago \|$", status_table([started]))
     slow = status_table([{**started, "s_per_step": 123.44}, {**started, "s_per_step": 0.6234}]).splitlines()
     assert slow[-2].endswith(" s ago, 123.4 s/step |") and slow[-1].endswith(" s ago, 0.62 s/step |")
@@ -358,13 +362,80 @@ def test_ctrl_c_during_a_row_exits_130_and_the_next_call_finishes_the_same_table
     assert "| marginal-product | resumes in epoch 1 at batch 1/2 | 0 / 2 | - |" in status_table([cut])
     assert (cut["logged_kind"], cut["logged_batch"]) == ("step", 1)  # its last line: step 1, the first of 2
     assert re.search(r"\| step 1 \(epoch 1, batch 1/2\), \d+ s ago \|$", status_table([cut]))
-    live, stale = {**cut, "s_per_step": 3.0, "logged_age_s": 2.0}, {**cut, "s_per_step": 3.0, "logged_age_s": 900.0}
+    assert cut["busy"] is False
+    # where the lock cannot be told (busy None), the age of the last step says whether the row is training now
+    live, stale = ({**cut, "s_per_step": 3.0, "logged_age_s": age, "busy": None} for age in (2.0, 900.0))
     assert status_table([live]).endswith(", 2 s ago, 3 s/step, epoch ends in ~3 s |")  # one batch to go
     assert "| marginal-product | training now; last.pt in epoch 1 at batch 1/2 | 0 / 2 |" in status_table([live])
     assert status_table([stale]).endswith(", 15 min ago, 3 s/step |")  # not training now: no estimate
     assert "| marginal-product | resumes in epoch 1 at batch 1/2 |" in status_table([stale])
     again = run_experiment(path, runs, progress=False, log=None, bleu=False)
     assert _numbers(again) == _numbers(whole)
+
+
+def test_status_tells_a_row_worked_on_now_by_its_lock_and_a_second_runner_is_refused(tmp_path):
+    """A row whose folder's .lock another process holds is "training now" (however old its last step) or "being
+    evaluated now"; once released it "resumes" / is "not yet evaluated".  The runner holds the lock for a row's
+    evaluation too, so a second runner on the same row is refused with the holder's PID."""
+    import fcntl
+
+    path = _write(tmp_path)
+    runs = tmp_path / "r"
+    run_experiment(path, runs, only=["soft"], max_epochs=1, progress=False, log=None, bleu=False)
+    folder = runs / "soft"
+    with open(folder / ".lock", "w") as holder:  # another process, as far as flock can tell: its own open file
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        holder.write("4242\n")
+        holder.flush()
+        busy = experiment_status(path, runs, only=["soft"])[0]
+        assert busy["busy"] is True and (busy["state"], busy["logged_kind"]) == ("training", "epoch")
+        assert "| soft | training now; last.pt after epoch 1 | 1 / 2 |" in status_table([busy])
+        assert "| soft | training now;" in status_table([{**busy, "logged_age_s": 86400.0}])  # the lock decides
+        with pytest.raises(FileExistsError, match=r"being written by another training process \(PID 4242"):
+            run_experiment(path, runs, only=["soft"], progress=False, log=None, bleu=False)
+    idle = experiment_status(path, runs, only=["soft"])[0]
+    assert idle["busy"] is False and "| soft | resumes after epoch 1 | 1 / 2 |" in status_table([idle])
+    run_experiment(path, runs, only=["soft"], progress=False, log=None, bleu=False)
+    (folder / "result.json").unlink()  # trained, its evaluation to come
+    with open(folder / ".lock", "w") as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        holder.write("4242\n")
+        holder.flush()
+        evaluating = experiment_status(path, runs, only=["soft"])[0]
+        assert "| soft | trained (epoch limit), being evaluated now | 2 / 2 |" in status_table([evaluating])
+        with pytest.raises(FileExistsError, match=r"\(PID 4242"):  # the evaluation is not run twice at once
+            run_experiment(path, runs, only=["soft"], progress=False, log=None, bleu=False)
+    assert not (folder / "result.json").exists()
+    run_experiment(path, runs, only=["soft"], progress=False, log=None, bleu=False)
+    assert (folder / "result.json").is_file() and experiment_status(path, runs, only=["soft"])[0]["busy"] is False
+
+
+def test_the_run_lock_is_reentrant_and_waits_out_a_brief_holder(tmp_path):
+    """Within a process the lock nests (the runner holds a row, the training it calls takes it again); a holder
+    that lets go within ``retry_s`` (--status's instant probe) is waited out; one that does not is refused."""
+    import fcntl
+    import threading
+
+    from pyro_attention.tasks.translation.rowfiles import run_busy, run_lock
+
+    folder = tmp_path / "row"
+    assert run_busy(folder) is False  # no .lock at all
+    with run_lock(folder):
+        with run_lock(folder):
+            assert run_busy(folder) is True
+        assert run_busy(folder) is True  # the outer block still holds it
+        assert (folder / ".lock").read_text() == f"{os.getpid()}\n"
+    assert run_busy(folder) is False
+    holder = open(folder / ".lock", "a")
+    fcntl.flock(holder, fcntl.LOCK_SH)  # a --status probe, held a little long
+    threading.Timer(0.3, holder.close).start()
+    with run_lock(folder, retry_s=10.0):
+        pass
+    with open(folder / ".lock", "a") as holder:
+        fcntl.flock(holder, fcntl.LOCK_SH)
+        with pytest.raises(FileExistsError, match="is being written by another training process"):
+            with run_lock(folder, retry_s=0.2):
+                pass
 
 
 def test_a_table_that_cannot_be_written_names_the_file(tmp_path, monkeypatch):

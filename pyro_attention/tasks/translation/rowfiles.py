@@ -1,16 +1,20 @@
-"""The small JSON files of an experiment row's folder -- ``result.json``, ``trained.json``, ``sittings.json``,
-``scored-*.json`` -- read with errors that name the file (one edited or cut short by hand), written atomically,
-and the accounting of the row's sittings (a sitting killed outright writes no ``sittings.json`` entry; its time is
-recovered from ``last.pt``).  A leaf module: the runner, ``--status`` and the figures all read through it."""
+"""The small files of an experiment row's folder -- ``result.json``, ``trained.json``, ``sittings.json``,
+``scored-*.json`` -- read with errors that name the file (one edited or cut short by hand), written atomically;
+the accounting of the row's sittings (a sitting killed outright writes no ``sittings.json`` entry; its time is
+recovered from ``last.pt``); and the folder's ``.lock``, held by the one process working in it.  A leaf module:
+training, the runner, ``--status`` and the figures all go through it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Iterable, Sequence
+import os
+import time
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pyro_attention.outputs import write_text
+from pyro_attention.outputs import write_error, write_text
 
 T = TypeVar("T")
 
@@ -108,3 +112,90 @@ def _unrecorded_sittings(sittings: list[dict[str, Any]], state: dict[str, Any]) 
     if lost:
         lost[-1].update(until_epoch=int(state["epoch"]), until_step=int(state["step"]))
     return lost
+
+
+#: the run folders whose ``.lock`` this process holds, and how many :func:`run_lock` blocks hold each
+_held: dict[Path, int] = {}
+
+
+@contextlib.contextmanager
+def run_lock(out: Path, retry_s: float = 1.0) -> Iterator[None]:
+    """Hold ``out/.lock`` (``flock``, released when the process ends, however it ends) while this process works in
+    ``out``; a second process is refused with the holder's PID.  Reentrant within a process: the runner holds a
+    row's folder for its training and evaluation, and the training it calls takes the same lock again.
+
+    :param retry_s: how long to keep trying while the lock is held (:func:`run_busy` of ``--status`` holds it for an
+        instant).
+    :raises FileExistsError: another process holds the lock.
+    :raises WriteError: the folder or its ``.lock`` cannot be created."""
+    key = Path(os.path.abspath(out))
+    if key in _held:
+        _held[key] += 1
+        try:
+            yield
+        finally:
+            _held[key] -= 1
+        return
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX: no lock
+        yield
+        return
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        handle = open(out / ".lock", "a+", encoding="utf-8")
+    except OSError as e:
+        raise write_error(out / ".lock", e) from None
+    try:
+        deadline = time.monotonic() + retry_s
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    handle.seek(0)
+                    holder = handle.read().strip() or "unknown"
+                    raise FileExistsError(
+                        f"{out} is being written by another training process (PID {holder}, lock {out / '.lock'}); "
+                        "wait for it to finish, stop it, or use another --out"
+                    ) from None
+                time.sleep(0.05)
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        _held[key] = 1
+        try:
+            yield
+        finally:
+            del _held[key]
+    finally:
+        handle.close()  # releases the lock
+
+
+def run_busy(out: Path) -> bool | None:
+    """Whether a process holds ``out/.lock`` now (:func:`run_lock`: training or evaluating the row): ``None`` where
+    this cannot be told (no ``flock``, an unreadable ``.lock``).  Tried with a shared lock taken and released at
+    once, which a process starting in that instant waits out (``retry_s``)."""
+    if Path(os.path.abspath(out)) in _held:
+        return True
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        return None
+    try:
+        handle = open(out / ".lock", encoding="utf-8")
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return None
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return None
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return False

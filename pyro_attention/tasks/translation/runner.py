@@ -32,6 +32,9 @@ Each row lives in ``RUNS/<label>/`` (the trainer's ``last.pt``, ``best.pt``, ``h
 * :func:`~pyro_attention.tasks.translation.status.experiment_status` (``--status``) reads where every row
   stands and trains nothing.
 
+A process training or evaluating a row holds the folder's ``.lock`` (a second process working on the same row is
+refused, naming the first one's PID; ``--status`` reads the lock to tell a row being worked on now).
+
 A trained row is evaluated from ``best.pt``: validation and test perplexity (exact where the pair allows,
 :func:`~pyro_attention.translation.evaluate`), BLEU with beam 5 (sacreBLEU on detokenised output against the
 raw references, signature stored; and ``bleu_tok_none``: the tokenised output against the tokenised reference
@@ -42,6 +45,7 @@ rewritten after every finished row.  Every file is written atomically.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import math
@@ -52,6 +56,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from pyro_attention.inference.distributed import init_from_env
 from pyro_attention.outputs import write_text, writing
 from pyro_attention.tasks.translation import (
     TrainingInterrupted,
@@ -73,6 +78,7 @@ from pyro_attention.tasks.translation.rowfiles import (
     _read_sittings,
     _unrecorded_sittings,
     _write_json,
+    run_lock,
 )
 
 Log = Callable[[str], None]
@@ -182,19 +188,8 @@ def run_experiment(
         if (folder / "result.json").is_file():
             log(f"[{row['label']}] finished: {folder / 'result.json'}")
             continue
-        if not (folder / "trained.json").is_file():
-            if evaluate_paused:
-                if (folder / "last.pt").is_file() and (folder / "best.pt").is_file():
-                    log(f"[{row['label']}] evaluating the paused row's {folder / 'best.pt'} (unfinished)")
-                    _write_json(folder / "result-paused.json",
-                                evaluate_row(config, folder, row["label"], bleu=bleu, trained=_paused(folder)))
-                else:
-                    log(f"[{row['label']}] not started: nothing to evaluate")
-                continue
-            if not _train_row(config, folder, max_epochs, progress, log, row["label"]):
-                continue
-        log(f"[{row['label']}] evaluating {folder / 'best.pt'}")
-        _write_json(folder / "result.json", evaluate_row(config, folder, row["label"], bleu=bleu))
+        with run_lock(folder) if init_from_env()[0] == 0 else contextlib.nullcontext():  # trained and evaluated
+            _work_on_row(config, folder, row["label"], max_epochs, progress, log, bleu, evaluate_paused)
     table = []
     for r in rows:  # a finished row's result, else the one evaluated while it was paused
         found = [runs / r["label"] / name for name in ("result.json", "result-paused.json")]
@@ -207,6 +202,25 @@ def run_experiment(
     log(f"{len(table)} of {len(rows)} rows finished; table: {runs / 'table.json'}, {runs / 'table.md'}"
         + (f"; curves: {figure}" if figure else ""))
     return table
+
+
+def _work_on_row(config: TranslationConfig, folder: Path, label: str, max_epochs: int | None, progress: bool,
+                 log: Log, bleu: bool, evaluate_paused: bool) -> None:
+    """Train one row not yet finished (or resume it) and evaluate it once trained; with ``evaluate_paused``,
+    evaluate a half-trained row's ``best.pt`` as it is instead."""
+    if not (folder / "trained.json").is_file():
+        if evaluate_paused:
+            if (folder / "last.pt").is_file() and (folder / "best.pt").is_file():
+                log(f"[{label}] evaluating the paused row's {folder / 'best.pt'} (unfinished)")
+                _write_json(folder / "result-paused.json",
+                            evaluate_row(config, folder, label, bleu=bleu, trained=_paused(folder)))
+            else:
+                log(f"[{label}] not started: nothing to evaluate")
+            return
+        if not _train_row(config, folder, max_epochs, progress, log, label):
+            return
+    log(f"[{label}] evaluating {folder / 'best.pt'}")
+    _write_json(folder / "result.json", evaluate_row(config, folder, label, bleu=bleu))
 
 
 def _chosen(path: str | os.PathLike, rows: list[dict[str, Any]], only: Sequence[str] | None) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ from pyro_attention.tasks.translation.rowfiles import (
     _read_record,
     _read_sittings,
     _unrecorded_sittings,
+    run_busy,
 )
 from pyro_attention.tasks.translation.runner import _chosen, read_experiment, row_config
 
@@ -53,7 +54,8 @@ def row_status(config: TranslationConfig, label: str) -> dict[str, Any]:
     line of ``history.csv``, which a running row appends after every step: ``logged_epoch`` (from 1),
     ``logged_step``, ``logged_kind`` (a ``"step"`` or an ``"epoch"`` line) and ``logged_age_s`` (seconds since the
     file was written: a few for a row training now), with ``s_per_step``, the pace of its last 50 steps, and for a
-    step line of a half-trained row ``logged_batch``, the batch of its epoch that step was.
+    step line of a half-trained row ``logged_batch``, the batch of its epoch that step was; ``busy``: whether a
+    process holds the folder's ``.lock`` now (training or evaluating the row; ``None`` where that cannot be told).
     ``None`` where a state has no such number.
     """
     folder = config.out_dir
@@ -65,6 +67,7 @@ def row_status(config: TranslationConfig, label: str) -> dict[str, Any]:
         "wall_s": sum(s["wall_s"] for s in sittings), "sittings": len(sittings),
         "paused_result": (folder / "result-paused.json").is_file(), "test_ppl": None, "ppl_exact": None,
         "bleu": None, "stopped_early": None, "logged_batch": None, **_last_logged(folder / "history.csv"),
+        "busy": run_busy(folder),
     }  # fmt: skip
     row = _read_record(folder / "result.json", RESULT_KEYS)
     trained = _read_record(folder / "trained.json", TRAINED_KEYS)
@@ -157,9 +160,11 @@ def status_table(rows: list[dict[str, Any]]) -> str:
                 state = "training now; last.pt " + state.removeprefix("resumes ")
         elif state in ("trained", "finished"):
             state += " (stopped early)" if r["stopped_early"] else " (epoch limit)"
-            state += ", not yet evaluated" if r["state"] == "trained" else ""
+            if r["state"] == "trained":
+                state += ", being evaluated now" if r["busy"] else ", not yet evaluated"
         elif state == "started":
-            state = "first epoch under way, no last.pt yet"
+            state = ("first epoch stopped before its first last.pt (starts afresh)" if r["busy"] is False
+                     else "first epoch under way, no last.pt yet")
         elif state == "unreadable":
             state = f"unreadable: {r['error']}"
         if r["paused_result"] and r["state"] != "finished":
@@ -186,7 +191,10 @@ def _pace(seconds: float) -> str:
 
 
 def _live(row: dict[str, Any]) -> bool:
-    """Whether a half-trained row is training now: its last step logged within five steps' time, or two minutes."""
+    """Whether a half-trained row is training now: a process holds its folder's lock (:func:`run_busy`), or where
+    that cannot be told, its last step was logged within five steps' time, or two minutes."""
+    if row["busy"] is not None:
+        return row["busy"]
     pace = row["s_per_step"]
     return (row["logged_kind"] == "step" and pace is not None and row["logged_age_s"] is not None
             and row["logged_age_s"] <= max(120.0, 5 * pace))

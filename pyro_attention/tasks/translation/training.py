@@ -19,7 +19,7 @@ from pyro_attention.inference.distributed import DataParallelSVI, broadcast_para
 from pyro_attention.inference.loop import CsvLogger, EarlyStopping, PlateauDecay, ProgressBar, SVIStep, Trainer
 from pyro_attention.inference.optim import FusedClippedAdam, SubsetOptim
 from pyro_attention.networks import Seq2Seq
-from pyro_attention.outputs import write_error, writing
+from pyro_attention.outputs import writing
 from pyro_attention.pair import AlignmentPair
 from pyro_attention.tasks.translation.callbacks import (
     TrainResult,
@@ -46,6 +46,7 @@ from pyro_attention.tasks.translation.checkpoints import (
 )
 from pyro_attention.tasks.translation.config import CSV_FIELDS, Log, TranslationConfig, _log, _no_bar, resolve_device
 from pyro_attention.tasks.translation.corpora import build_pair, build_vocabs, load_corpora, make_batches
+from pyro_attention.tasks.translation.rowfiles import run_lock
 
 
 def train(
@@ -77,41 +78,8 @@ def train(
         ``resume=True``.  A second signal abandons the step at once (the previous ``last.pt`` is intact).
     """
     rank = init_from_env()[0]
-    with _run_lock(config.out_dir) if rank == 0 else contextlib.nullcontext():
+    with run_lock(config.out_dir) if rank == 0 else contextlib.nullcontext():
         return _train(config, progress, resume=resume, overwrite=overwrite, log=log)
-
-
-@contextlib.contextmanager
-def _run_lock(out: Path):  # noqa: ANN202 - a context manager
-    """Hold ``out/.lock`` (``flock``, released when the process ends, however it ends) while training writes to
-    ``out``; a second writer is refused with the holder's PID."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not POSIX: no lock
-        yield
-        return
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        handle = open(out / ".lock", "a+", encoding="utf-8")
-    except OSError as e:
-        raise write_error(out / ".lock", e) from None
-    try:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "unknown"
-            raise FileExistsError(
-                f"{out} is being written by another training process (PID {holder}, lock {out / '.lock'}); wait for "
-                "it to finish, stop it, or use another --out"
-            ) from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"{os.getpid()}\n")
-        handle.flush()
-        yield
-    finally:
-        handle.close()  # releases the lock
 
 
 def _train(
