@@ -270,8 +270,16 @@ def test_keep_share_counts_the_kernels_recomputed_rows(tmp_path, capsys) -> None
                                                        "--keep-gib", "0", "1e-4", "1"]))
     assert [r["products_per_row"] for r in (out[0], out[2])] == [4.0, 3.0]
     assert 0 < out[1]["recomputed_share"] < 1 and out[0]["largest_batch_gb"] * 1e9 > 1e-4 * 2**30
-    assert "| 0 | 100.0% | 4.00 |" in capsys.readouterr().out
+    assert "| 2 | 0 | 100.0% | 4.00 |" in capsys.readouterr().out
     timed = module.main(module.make_parser().parse_args(["--config", str(config), "--row", "hard", "--keep-gib", "0",
                                                          "1", "--time", "1"]))
     assert [r["timed_recomputed"] for r in timed] == [1.0, 0.0] and all(r["seconds"] > 0 for r in timed)
     assert "timed: batch " in capsys.readouterr().out
+    # smaller chunks fill a budget more closely: never more recomputed at one budget, fewer somewhere
+    sizes = module.main(module.make_parser().parse_args(["--config", str(config), "--row", "hard", "--keep-gib",
+                                                         "1e-5", "5e-5", "--chunk-size", "0", "1", "--time", "1"]))
+    share = {(r["chunk_size"], r["keep_gib"]): r["recomputed_share"] for r in sizes}
+    assert all(share[1, k] <= share[0, k] for k in (1e-5, 5e-5)) and share[1, 1e-5] < share[0, 1e-5]
+    assert all(r["seconds"] > 0 for r in sizes) and "| all | 1e-05 |" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="--chunk-size must be >= 0"):
+        module.main(module.make_parser().parse_args(["--config", str(config), "--row", "hard", "--chunk-size", "-1"]))
