@@ -312,7 +312,7 @@ def test_toolkit_batched_beam_equals_one_sentence_at_a_time(rule):
 @pytest.mark.parametrize("toolkit", [False, True])
 def test_product_marginal_next_log_probs_equal_the_general_path(float64, toolkit):
     """``_ProductMarginal`` gives the same ``log p(y_t | x, y_<t)`` as ``step_logits`` at every source value and a
-    logsumexp over them (padded sources, several hypotheses per sentence)."""
+    logsumexp over them (padded sources, several hypotheses per sentence), for the exact marginal and K-max."""
     from pyro_attention.tasks.translation import decoding
 
     net = (_toolkit_net(output="product") if toolkit else
@@ -320,20 +320,20 @@ def test_product_marginal_next_log_probs_equal_the_general_path(float64, toolkit
     net.double().eval()
     batch = collate([([4, 5, 6, 7, 8], [5]), ([8, 9], [4]), ([10, 11, 4], [7])])
     sentences = net.encode_source(batch.source, batch.source_mask)
-    fast = decoding._product_marginal(net, sentences, "marginal", 2)
-    assert fast is not None and decoding._product_marginal(net, sentences, "soft", 2) is None
+    pair = MarginalLikelihood(net)
+    fast = {rule: decoding._step_rule(pair, rule, sentences, 2, k=2) for rule in ("marginal", "kmax")}
+    general = {rule: decoding._STEP_RULES[rule](pair, sentences, 2, k=2, experts=False) for rule in fast}
+    assert all(fast[r].product is not None and general[r].product is None for r in fast)
     src = sentences.repeat_rows(2)
     state, fed = net.initial_state(src)
-    pair = MarginalLikelihood(net)
     y = torch.tensor([1, 1, 1, 1, 1, 1])
     for _ in range(3):
         h, a, state, fed = net.decoder_step(src, y, state, fed)
-        general = decoding._next_log_probs(pair, src, h, a, "marginal", 2)
-        assert torch.allclose(decoding._next_log_probs(pair, src, h, a, "marginal", 2, fast), general, atol=1e-10)
-        kmax = decoding._next_log_probs(pair, src, h, a, "kmax", 2)
-        assert torch.allclose(decoding._next_log_probs(pair, src, h, a, "kmax", 2, fast), kmax, atol=1e-10)
-        assert torch.allclose(general.logsumexp(-1), torch.zeros(6, dtype=torch.float64), atol=1e-10)
-        y = general.argmax(-1)
+        for rule in fast:
+            assert torch.allclose(fast[rule](src, h, a), general[rule](src, h, a), atol=1e-10)
+        general_marginal = general["marginal"](src, h, a)
+        assert torch.allclose(general_marginal.logsumexp(-1), torch.zeros(6, dtype=torch.float64), atol=1e-10)
+        y = general_marginal.argmax(-1)
     tanh = _toolkit_net()
     assert tanh.source_experts(tanh.encode_source(batch.source, batch.source_mask).values) is None
 

@@ -20,6 +20,7 @@ The search sees the network only through :class:`IncrementalDecoder`, the step-b
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -154,38 +155,87 @@ class _ProductMarginal:
         return (u + M + mix.clamp_min(torch.finfo(mix.dtype).tiny).log()).view(-1, V)
 
 
-def _product_marginal(net: IncrementalDecoder, src: SourceMemory, rule: str, rows: int) -> _ProductMarginal | None:
-    """The source experts of ``src`` (one row per sentence) for ``rows`` hypotheses each, where the output layer is a
-    product of experts and the rule sums over alignments (``"marginal"``, ``"kmax"``)."""
-    v = net.source_experts(src.values) if rule in ("marginal", "kmax") else None
-    return None if v is None else _ProductMarginal(v, rows)
+class _StepRule:
+    """A prediction rule of decoding, one object per search: :meth:`__call__` turns one step's decoder states and
+    prior scores into ``log p(y_t | x, y_<t)`` over the vocabulary.  Made by :func:`_step_rule` for the
+    sentences being searched (``rows`` hypotheses each), so it may keep what those share."""
+
+    def __init__(self, pair: AlignmentPair, sentences: SourceMemory, rows: int, k: int) -> None:
+        self.pair, self.net = pair, pair.network
+
+    def __call__(self, src: SourceMemory, h: Tensor, scores: Tensor) -> Tensor:
+        """``h`` ``(N, H)`` and the prior's scores ``(N, S)`` (unmasked) of the ``N`` rows of ``src`` ->
+        ``(N, V)``."""
+        raise NotImplementedError
+
+    def select(self, sentences: Tensor) -> _StepRule:
+        """The rule for the sentences ``sentences`` ``(B',)`` long only (beam search drops those that are done)."""
+        return self
 
 
-def _next_log_probs(
-    pair: AlignmentPair, src: Any, h: Tensor, scores: Tensor, rule: str, k: int, product: _ProductMarginal | None = None
-) -> Tensor:
-    """``log p(y_t | x, y_<t)`` over the vocabulary, ``(N, V)``."""
-    net: IncrementalDecoder = pair.network
-    if rule == "soft":  # the pair's soft context (structured pairs: their own) for this one step
+class _Soft(_StepRule):
+    """``p(y_t | x, c_t = E_p[x_z])``: the pair's own soft context (structured pairs: theirs) for this one step."""
+
+    def __call__(self, src: SourceMemory, h: Tensor, scores: Tensor) -> Tensor:
         N = scores.shape[0]
         target = torch.zeros(N, 1, dtype=torch.long, device=scores.device)
         step = Encoded(src.values, src.source_mask, target, torch.ones_like(target, dtype=torch.bool), scores[:, None])
-        return net.step_logits(h, pair.soft_context(step).squeeze(1)).log_softmax(-1)
-    log_prior = mask_scores(scores.unsqueeze(1), src.source_mask).squeeze(1).log_softmax(-1)  # (N, S)
-    u = None if product is None else net.query_experts(h)
-    if rule == "kmax":
+        return self.net.step_logits(h, self.pair.soft_context(step).squeeze(1)).log_softmax(-1)
+
+
+class _Marginal(_StepRule):
+    """``sum_s p(z_t = s) p(y_t | x, z_t = s)``, exact: from :class:`_ProductMarginal` where the output layer is a
+    product of experts (the source experts computed once per sentence), else from ``step_logits`` at every source
+    value (``experts=False``: always so, the general path the fast one is checked against)."""
+
+    def __init__(self, pair: AlignmentPair, sentences: SourceMemory, rows: int, k: int, experts: bool = True) -> None:
+        super().__init__(pair, sentences, rows, k)
+        self.k = k
+        v = self.net.source_experts(sentences.values) if experts else None
+        self.product = None if v is None else _ProductMarginal(v, rows)
+
+    def select(self, sentences: Tensor) -> _Marginal:
+        if self.product is None:
+            return self
+        kept = copy.copy(self)
+        kept.product = self.product.select(sentences)
+        return kept
+
+    def __call__(self, src: SourceMemory, h: Tensor, scores: Tensor) -> Tensor:
+        log_prior = _log_prior(src, scores)
+        if self.product is not None:
+            return self.product(self.net.query_experts(h), log_prior)
+        per_alignment = self.net.step_logits(h.unsqueeze(1), src.values).log_softmax(-1)  # (N, S, V)
+        return (log_prior.unsqueeze(-1) + per_alignment).logsumexp(1)
+
+
+class _KMax(_Marginal):
+    """The same sum over the ``k`` most probable alignments, renormalised (Deng et al. 2018)."""
+
+    def __call__(self, src: SourceMemory, h: Tensor, scores: Tensor) -> Tensor:
+        u = None if self.product is None else self.net.query_experts(h)
 
         def log_probs(index: Tensor) -> Tensor:  # (N, K) -> (N, K, V)
             if u is not None:
-                return product.logits_at(u, index).log_softmax(-1)
+                return self.product.logits_at(u, index).log_softmax(-1)
             values = src.values.gather(1, index.unsqueeze(-1).expand(-1, -1, src.values.shape[-1]))  # (N, K, D)
-            return net.step_logits(h.unsqueeze(1), values).log_softmax(-1)
+            return self.net.step_logits(h.unsqueeze(1), values).log_softmax(-1)
 
-        return kmax_mixture(log_prior, k, log_probs, renormalise=True)
-    if u is not None:
-        return product(u, log_prior)
-    per_alignment = net.step_logits(h.unsqueeze(1), src.values).log_softmax(-1)  # (N, S, V)
-    return (log_prior.unsqueeze(-1) + per_alignment).logsumexp(1)
+        return kmax_mixture(_log_prior(src, scores), self.k, log_probs, renormalise=True)
+
+
+#: the rule objects of :data:`DECODE_RULES`' names
+_STEP_RULES: dict[str, type[_StepRule]] = {"soft": _Soft, "marginal": _Marginal, "kmax": _KMax}
+
+
+def _step_rule(pair: AlignmentPair, rule: str, sentences: SourceMemory, rows: int, k: int) -> _StepRule:
+    """The object of the rule named ``rule`` (checked by :func:`_check_rule`) for ``sentences``."""
+    return _STEP_RULES[rule](pair, sentences, rows, k)
+
+
+def _log_prior(src: SourceMemory, scores: Tensor) -> Tensor:
+    """``log p(z_t | x, y_<t)`` ``(N, S)`` from the prior's unmasked scores."""
+    return mask_scores(scores.unsqueeze(1), src.source_mask).squeeze(1).log_softmax(-1)
 
 
 def _check_rule(pair: AlignmentPair, rule: str) -> None:
@@ -258,7 +308,7 @@ def _beam(
     net: IncrementalDecoder = pair.network
     B, device = source.shape[0], source.device
     sentences = net.encode_source(source, mask)
-    product = _product_marginal(net, sentences, rule, beam)
+    next_log_probs = _step_rule(pair, rule, sentences, beam, k)
     src = sentences.repeat_rows(beam)
     state, fed = net.initial_state(src)
     tokens = torch.full((B * beam, 1), BOS, dtype=torch.long, device=device)
@@ -268,7 +318,7 @@ def _beam(
     live = list(range(B))
     for step in range(max(limits)):
         h, a, state, fed = net.decoder_step(src, tokens[:, -1], state, fed)
-        log_probs = _next_log_probs(pair, src, h, a, rule, k, product)  # (L * beam, V)
+        log_probs = next_log_probs(src, h, a)  # (L * beam, V)
         L, V = len(live), log_probs.shape[-1]
         total = (scores.unsqueeze(-1) + log_probs.view(L, beam, V)).view(L, beam * V)
         top, flat = total.topk(min(beam, beam * V), dim=-1)  # (L, beam)
@@ -293,7 +343,7 @@ def _beam(
         if len(going) < L:  # drop the rows of the sentences that are done
             kept = torch.tensor(going, device=device)
             src = src.select_rows((kept.unsqueeze(1) * beam + torch.arange(beam, device=device)).flatten())
-            product = None if product is None else product.select(kept)
+            next_log_probs = next_log_probs.select(kept)
             live = [live[i] for i in going]
     return [max(f, key=lambda item: item[0])[1] for f in finished]
 
@@ -334,14 +384,14 @@ def greedy(
     net.eval()
     try:
         src = net.encode_source(source, source_mask)
-        product = _product_marginal(net, src, rule, 1)
+        next_log_probs = _step_rule(pair, rule, src, 1, k)
         state, fed = net.initial_state(src)
         y = torch.full((source.shape[0],), BOS, dtype=torch.long)
         out = [[] for _ in range(source.shape[0])]
         done = torch.zeros(source.shape[0], dtype=torch.bool)
         for _ in range(max_len):
             h, a, state, fed = net.decoder_step(src, y, state, fed)
-            y = _next_log_probs(pair, src, h, a, rule, k, product).argmax(-1)
+            y = next_log_probs(src, h, a).argmax(-1)
             for i in (~done).nonzero().flatten().tolist():
                 if int(y[i]) == EOS:
                     done[i] = True
