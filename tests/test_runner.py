@@ -11,7 +11,7 @@ import pytest
 
 from pyro_attention import cli
 from pyro_attention.runner import ROW_FIELDS, read_experiment, run_experiment
-from pyro_attention.tasks.translation.runner import ExperimentFileError
+from pyro_attention.tasks.translation.runner import ExperimentFileError, merge_rows
 from pyro_attention.tasks.translation.status import experiment_status, status_table
 
 TINY = """
@@ -147,6 +147,48 @@ def test_a_merged_table_is_drawn_from_its_rows_curves(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["experiment", "--out", str(tmp_path)])
     assert e.value.code == 2 and "--config and --out are required" in capsys.readouterr().err
+
+
+def test_merge_puts_a_runs_folders_rows_into_a_table_of_several(tmp_path, capsys):
+    """--merge: a finished row replaces the table's row of its label in place (its old note dropped, --note kept),
+    a new one is added at the end, a row evaluated while paused goes in as unfinished; errors name the file."""
+    path = _write(tmp_path)
+    runs = tmp_path / "r"
+    run_experiment(path, runs, only=["soft"], progress=False, log=None, bleu=False)
+    table = tmp_path / "docs.json"
+    table.write_text(json.dumps([{"label": "first", "val_ppl": 1.0},
+                                 {"label": "soft", "val_ppl": 99.0, "note": "an older run"}]))
+    assert cli.main(["experiment", "--merge", str(table), "--out", str(runs), "--note", "CPU, one thread"]) == 0
+    assert capsys.readouterr().out.strip() == f"{table}: replaced row soft from {runs}"
+    rows = json.loads(table.read_text())
+    result = json.loads((runs / "soft" / "result.json").read_text())
+    assert [r["label"] for r in rows] == ["first", "soft"] and rows[1] == {**result, "note": "CPU, one thread"}
+    run_experiment(path, runs, only=["marginal-product"], max_epochs=1, progress=False, log=None, bleu=False)
+    run_experiment(path, runs, evaluate_paused=True, progress=False, log=None, bleu=False)
+    assert merge_rows(table, runs) == [("marginal-product", "added"), ("soft", "replaced")]
+    rows = json.loads(table.read_text())
+    assert [(r["label"], r["finished"]) for r in rows[1:]] == [("soft", True), ("marginal-product", False)]
+    assert "note" not in rows[1]  # merged again without a note: none, rather than one about another run
+    fresh = tmp_path / "new.json"  # a table that does not exist yet is started
+    assert merge_rows(fresh, runs, only=["soft"]) == [("soft", "added")]
+    assert json.loads(fresh.read_text()) == [result]
+    (runs / "late").mkdir()
+    with pytest.raises(ValueError, match=r"late: no result.json \(nor result-paused.json\): the row has not been"):
+        merge_rows(fresh, runs, only=["late"])
+    with pytest.raises(SystemExit) as e:
+        cli.main(["experiment", "--merge", str(tmp_path / "exp.toml"), "--out", str(runs)])
+    assert e.value.code == 1 and "exp.toml: not readable as JSON" in capsys.readouterr().err
+    fresh.write_text('{"rows": []}')
+    with pytest.raises(ValueError, match=r"new.json: a table is a JSON list of rows"):
+        merge_rows(fresh, runs)
+    with pytest.raises(ValueError, match=r"empty: no evaluated row"):
+        (tmp_path / "empty").mkdir()
+        merge_rows(table, tmp_path / "empty")
+    for argv, message in ((["--merge", str(table)], "--merge TABLE.json needs --out RUNS"),
+                          (["--config", str(path), "--out", str(runs), "--note", "x"], "--note goes with --merge")):
+        with pytest.raises(SystemExit) as e:
+            cli.main(["experiment", *argv])
+        assert e.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_an_unfinished_row_and_its_device_are_marked_in_the_legend():

@@ -11,7 +11,7 @@ from pyro_attention.cli.common import _fail, _int_at_least, add_command
 def _experiment(args: argparse.Namespace) -> int:
     from pyro_attention.tasks.translation import TrainingInterrupted
     from pyro_attention.tasks.translation.curves import plot_table
-    from pyro_attention.tasks.translation.runner import ExperimentFileError, markdown_table, run_experiment
+    from pyro_attention.tasks.translation.runner import ExperimentFileError, markdown_table, merge_rows, run_experiment
     from pyro_attention.tasks.translation.status import experiment_status, status_table
 
     if args.plot is not None:
@@ -22,9 +22,22 @@ def _experiment(args: argparse.Namespace) -> int:
             return 1
         print(figure if figure else f"{args.plot}: no row has a val_ppl_per_epoch curve; nothing drawn")
         return 0
+    if args.merge is not None:
+        if args.out is None:
+            args.parser.error("--merge TABLE.json needs --out RUNS: the runs folder whose evaluated rows go in")
+        try:
+            merged = merge_rows(args.merge, args.out, only=args.rows, note=args.note)
+        except (OSError, ValueError) as error:
+            _fail(args.parser, error)
+            return 1
+        for label, how in merged:
+            print(f"{args.merge}: {how} row {label} from {args.out}")
+        return 0
+    if args.note is not None:
+        args.parser.error("--note goes with --merge")
     if args.config is None or args.out is None:
         args.parser.error("the arguments --config and --out are required (or --plot TABLE.json to draw a "
-                          "finished table)")
+                          "finished table, or --merge TABLE.json --out RUNS to put a runs folder's rows in one)")
     try:
         if args.status:
             print(status_table(experiment_status(args.config, args.out, only=args.rows)))
@@ -71,5 +84,11 @@ def add_experiment(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     ex.add_argument("--plot", metavar="TABLE.json", default=None,
                     help="only draw the validation curves of a table (a runs folder's table.json, or one merged "
                          "from several, e.g. docs/results/table1-multi30k.json) and exit")
+    ex.add_argument("--merge", metavar="TABLE.json", default=None,
+                    help="only put the evaluated rows of --out (or --rows) into a table built from several runs "
+                         "folders (e.g. docs/results/table1-multi30k.json): a row replaces the one of the same "
+                         "label, else it is added; and exit")
+    ex.add_argument("--note", default=None,
+                    help="with --merge: a note kept in each merged row (where and how it was trained)")
     ex.add_argument("--figure", metavar="PNG", default=None,
                     help="with --plot: where the figure goes (default: beside the table, <name>-val_ppl.png)")

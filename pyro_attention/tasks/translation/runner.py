@@ -363,6 +363,53 @@ def _train_pairs(config: TranslationConfig) -> int | None:
         return None
 
 
+def merge_rows(table: str | os.PathLike, runs: str | os.PathLike, *, only: Sequence[str] | None = None,
+               note: str | None = None) -> list[tuple[str, str]]:
+    """Put the evaluated rows of the runs folder ``runs`` into the table file ``table`` (a JSON list of rows, such
+    as ``docs/results/table1-multi30k.json``, built from several runs folders and machines): a row replaces the
+    table's row of the same label in place, else it is added at the end.  A row is its ``result.json``, or, for
+    a row evaluated while paused, its ``result-paused.json`` (``"finished": false``).
+
+    :param only: these rows (default: every evaluated row in ``runs``).
+    :param note: kept in each merged row as ``"note"`` (where and how it was trained); without it a merged row
+        has none, since the note of the row it replaces described another run.
+    :returns: ``(label, "replaced" | "added")`` for each merged row.
+    :raises ValueError: naming the file or folder: a table that is not a list of rows, a row of ``only`` not
+        evaluated, no evaluated row at all.
+    """
+    table, runs = Path(table), Path(runs)
+    rows = _read_json(table, [])
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and "label" in r for r in rows):
+        raise ValueError(f"{table}: a table is a JSON list of rows (objects with a \"label\"), as the runner's "
+                         "table.json")
+    if not runs.is_dir():
+        raise ValueError(f"{runs}: no such runs folder")
+    labels = list(only) if only else sorted(p.name for p in runs.iterdir() if p.is_dir())
+    merged = []
+    for label in labels:
+        found = [runs / label / name for name in ("result.json", "result-paused.json")]
+        found = [f for f in found if f.is_file()]
+        if not found:
+            if only:
+                raise ValueError(f"{runs / label}: no result.json (nor result-paused.json): the row has not been "
+                                 "evaluated; --status says where it stands")
+            continue
+        row = _read_record(found[0], RESULT_KEYS)
+        row.pop("note", None)
+        if note is not None:
+            row["note"] = note
+        at = next((i for i, r in enumerate(rows) if r["label"] == row["label"]), None)
+        if at is None:
+            rows.append(row)
+        else:
+            rows[at] = row
+        merged.append((row["label"], "added" if at is None else "replaced"))
+    if not merged:
+        raise ValueError(f"{runs}: no evaluated row (a result.json in a row's folder)")
+    _write_json(table, rows)
+    return merged
+
+
 def markdown_table(rows: list[dict[str, Any]]) -> str:
     """The rows as a markdown table (``~``: a perplexity that is a bound, not exact; a row evaluated while paused
     is marked unfinished)."""
