@@ -212,6 +212,7 @@ def test_a_paused_row_is_evaluated_as_it_is_and_then_resumes(tmp_path, capsys):
                      "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "[marginal-product] not started: nothing to evaluate" in out and "| soft (unfinished) | soft |" in out
+    assert not (runs / "marginal-product").exists()  # no folder (nor .lock) made for a row with nothing to do
     assert (runs / "soft" / "last.pt").stat().st_mtime_ns == stamp  # nothing trained
     paused = json.loads((runs / "soft" / "result-paused.json").read_text())
     assert paused["finished"] is False and paused["epochs"] == 1 and paused["best_epoch"] == 1

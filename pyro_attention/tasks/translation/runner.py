@@ -188,6 +188,10 @@ def run_experiment(
         if (folder / "result.json").is_file():
             log(f"[{row['label']}] finished: {folder / 'result.json'}")
             continue
+        if evaluate_paused and not (folder / "trained.json").is_file() and not (
+                (folder / "last.pt").is_file() and (folder / "best.pt").is_file()):
+            log(f"[{row['label']}] not started: nothing to evaluate")  # and no folder made for it
+            continue
         with run_lock(folder) if init_from_env()[0] == 0 else contextlib.nullcontext():  # trained and evaluated
             _work_on_row(config, folder, row["label"], max_epochs, progress, log, bleu, evaluate_paused)
     table = []
@@ -209,13 +213,10 @@ def _work_on_row(config: TranslationConfig, folder: Path, label: str, max_epochs
     """Train one row not yet finished (or resume it) and evaluate it once trained; with ``evaluate_paused``,
     evaluate a half-trained row's ``best.pt`` as it is instead."""
     if not (folder / "trained.json").is_file():
-        if evaluate_paused:
-            if (folder / "last.pt").is_file() and (folder / "best.pt").is_file():
-                log(f"[{label}] evaluating the paused row's {folder / 'best.pt'} (unfinished)")
-                _write_json(folder / "result-paused.json",
-                            evaluate_row(config, folder, label, bleu=bleu, trained=_paused(folder)))
-            else:
-                log(f"[{label}] not started: nothing to evaluate")
+        if evaluate_paused:  # a row with last.pt and best.pt (run_experiment passes over the others)
+            log(f"[{label}] evaluating the paused row's {folder / 'best.pt'} (unfinished)")
+            _write_json(folder / "result-paused.json",
+                        evaluate_row(config, folder, label, bleu=bleu, trained=_paused(folder)))
             return
         if not _train_row(config, folder, max_epochs, progress, log, label):
             return
