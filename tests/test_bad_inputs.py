@@ -797,6 +797,15 @@ CATALOGUE: list[Mistake] = [
         "again from `last.pt` when the row resumes.",
     ),
     Mistake(
+        "experiment-merge-unevaluated", CONFIG,
+        "`pyro-attention experiment --merge TABLE.json --out RUNS --rows ROW` for a row not yet evaluated",
+        lambda: (_file("merge-runs/a/history.csv", "kind,epoch,step\n"),
+                 _cli("experiment", "--merge", _path("table.json"), "--out", _path("merge-runs"), "--rows", "a")),
+        SystemExit, r"exit status 1: .*merge-runs/a: no result\.json \(nor result-paused\.json\): the row has not "
+                    r"been evaluated; --status says where it stands",
+        "Let the row finish (or `--evaluate-paused` it), then merge it; `--status` says where it stands.",
+    ),
+    Mistake(
         "config-wrong-type", CONFIG, "a config value of the wrong type",
         lambda: TranslationConfig.from_file(_file("typed.json", json.dumps({"epochs": "ten"}))),
         ValueError, r"config key 'epochs' must be int, got 'ten'",
