@@ -5,15 +5,16 @@ trained.
 The enumeration kernel (:func:`pyro_attention.distributions.kernels.observed_log_softmax`) evaluates the `tanh`
 output layer at every source position, ``chunk_size * B * T`` rows of ``V`` logits at a time, and keeps the
 log-probabilities of the first chunks of each batch for the backward pass up to ``keep_gib``; the other chunks are
-recomputed there.  Smaller chunks fill the budget more closely (``--chunk-size``: every size against every budget;
-default the row's own).  A row kept costs three products with the layer's ``V x H`` weights (forward; the two
-gradients), a row recomputed four.  For every setting this prints the share of the epoch's rows recomputed, the
-products per row it implies (3 to 4) and the largest batch's log-probabilities (what would have to be kept to
-recompute nothing).  The share is exact; what it does to a step's time depends on how much of the step the output layer
-takes: ``--time N`` also times the row's loss and gradients (``loss_and_grads`` of its ELBO, one torch thread,
-weights as initialised: the cost does not depend on them) on the training batch of median size among those the
-smallest setting recomputes part of, N times per setting, the settings interleaved, and prints the medians of the
-wall-clock and the CPU time (with other processes on the cores the CPU time of the one thread is the steadier).
+recomputed there.  Smaller chunks fill the budget a little more closely (``--chunk-size``: every size against
+each budget; default the row's own).  A row kept costs three products with the layer's ``V x H`` weights
+(forward; the two gradients), a row recomputed four.  For every setting this prints the share of the epoch's rows
+recomputed, the products per row it implies (3 to 4) and the largest batch's log-probabilities (what would have
+to be kept to recompute nothing).  The share is exact; what it does to a step's time depends on how much of the
+step the output layer takes: ``--time N`` also times the row's loss and gradients (``loss_and_grads`` of its
+ELBO, one torch thread, weights as initialised: the cost does not depend on them) on the training batch of median
+size among those the smallest setting recomputes part of, N times per setting, the settings interleaved, and
+prints the medians of the wall-clock and the CPU time (with other processes on the cores the CPU time of the one
+thread is the steadier).
 It measures and asserts nothing; say what else ran on the cores beside it.
 
     python benchmarks/keep_share.py --config examples/configs/table1-iwslt14.toml --row va-enum --keep-gib 1 4 8
