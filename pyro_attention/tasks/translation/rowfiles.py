@@ -78,6 +78,12 @@ def _read_sittings(folder: Path) -> list[dict[str, Any]]:
     return sittings
 
 
+def evaluated_result(folder: Path) -> Path | None:
+    """The row's evaluation: its ``result.json``, else the ``result-paused.json`` of an evaluation while it was
+    paused (``"finished": false``); ``None`` when it has neither."""
+    return next((p for p in (folder / "result.json", folder / "result-paused.json") if p.is_file()), None)
+
+
 def _write_json(path: Path, value: Any) -> None:
     write_text(path, json.dumps(value, indent=1, default=str) + "\n")
 
@@ -114,8 +120,8 @@ def _unrecorded_sittings(sittings: list[dict[str, Any]], state: dict[str, Any]) 
     return lost
 
 
-#: the run folders whose ``.lock`` this process holds, and how many :func:`run_lock` blocks hold each
-_held: dict[Path, int] = {}
+#: the run folders whose ``.lock`` this process holds (an inner :func:`run_lock` block of the same folder takes nothing)
+_held: set[Path] = set()
 
 
 @contextlib.contextmanager
@@ -129,12 +135,8 @@ def run_lock(out: Path, retry_s: float = 1.0) -> Iterator[None]:
     :raises FileExistsError: another process holds the lock.
     :raises WriteError: the folder or its ``.lock`` cannot be created."""
     key = Path(os.path.abspath(out))
-    if key in _held:
-        _held[key] += 1
-        try:
-            yield
-        finally:
-            _held[key] -= 1
+    if key in _held:  # the outer block holds it and releases it
+        yield
         return
     try:
         import fcntl
@@ -165,11 +167,11 @@ def run_lock(out: Path, retry_s: float = 1.0) -> Iterator[None]:
         handle.truncate()
         handle.write(f"{os.getpid()}\n")
         handle.flush()
-        _held[key] = 1
+        _held.add(key)
         try:
             yield
         finally:
-            del _held[key]
+            _held.discard(key)
     finally:
         handle.close()  # releases the lock
 

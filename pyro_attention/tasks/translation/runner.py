@@ -78,6 +78,7 @@ from pyro_attention.tasks.translation.rowfiles import (
     _read_sittings,
     _unrecorded_sittings,
     _write_json,
+    evaluated_result,
     run_lock,
 )
 
@@ -196,10 +197,9 @@ def run_experiment(
             _work_on_row(config, folder, row["label"], max_epochs, progress, log, bleu, evaluate_paused)
     table = []
     for r in rows:  # a finished row's result, else the one evaluated while it was paused
-        found = [runs / r["label"] / name for name in ("result.json", "result-paused.json")]
-        found = [f for f in found if f.is_file()]
-        if found:
-            table.append(_read_record(found[0], RESULT_KEYS))
+        found = evaluated_result(runs / r["label"])
+        if found is not None:
+            table.append(_read_record(found, RESULT_KEYS))
     _write_json(runs / "table.json", table)
     write_text(runs / "table.md", markdown_table(table) + "\n")
     figure = plot_curves(runs, [r["label"] for r in rows], runs / "val_ppl.png")
@@ -388,14 +388,13 @@ def merge_rows(table: str | os.PathLike, runs: str | os.PathLike, *, only: Seque
     labels = list(only) if only else sorted(p.name for p in runs.iterdir() if p.is_dir())
     merged = []
     for label in labels:
-        found = [runs / label / name for name in ("result.json", "result-paused.json")]
-        found = [f for f in found if f.is_file()]
-        if not found:
+        found = evaluated_result(runs / label)
+        if found is None:
             if only:
                 raise ValueError(f"{runs / label}: no result.json (nor result-paused.json): the row has not been "
                                  "evaluated; --status says where it stands")
             continue
-        row = _read_record(found[0], RESULT_KEYS)
+        row = _read_record(found, RESULT_KEYS)
         row.pop("note", None)
         if note is not None:
             row["note"] = note
