@@ -278,7 +278,7 @@ def test_toolkit_attentional_state_is_the_output_layers_hidden_vector():
     weights = torch.softmax(a, -1)
     context = weights @ src.values[0]
     assert torch.allclose(fed, net.head.hidden(net.head.query(h), context), atol=1e-6)
-    assert net.feed_proj is None and _toolkit_net("product").feed_proj is not None
+    assert net.feed.proj is None and _toolkit_net("product").feed.proj is not None
 
 
 def test_toolkit_uniform_init_and_errors():

@@ -531,7 +531,7 @@ def test_toolkit_decoder_options_checkpoint_round_trip(tmp_path):
     assert _train(out, *extra) == 0
     ckpt = load_checkpoint(out / "last.pt")
     assert (ckpt.config.input_feed, ckpt.config.bridge, ckpt.config.init) == ("attentional", "final", 0.1)
-    assert (ckpt.network.input_feed, ckpt.network.bridge) == ("attentional", "final")
+    assert (ckpt.network.feed.name, ckpt.network.bridge.name) == ("attentional", "final")
     res = evaluate(out / "last.pt", "val", kmax=0, bleu=False)
     state = torch.load(out / "last.pt", weights_only=True)
     assert res["ppl"] == pytest.approx(state["val"]["ppl"], rel=1e-5)
@@ -545,20 +545,57 @@ def test_toolkit_decoder_options_checkpoint_round_trip(tmp_path):
 
 
 def test_old_checkpoint_parameter_names_still_load():
-    """Weights saved before the score and output layer were objects (``att_h.*``, ``out.*``) load unchanged."""
+    """Weights saved before the score, the output layer, the bridge and the input feed were objects (``att_h.*``,
+    ``out.*``, ``init_h.*``, ``feed_proj.*``) load unchanged."""
     from pyro_attention.networks import RegionQA, Seq2Seq
 
-    torch.manual_seed(0)
-    net = Seq2Seq(6, 7, embedding_size=4, encoder_size=3, decoder_size=5, attention_size=4)
-    legacy = {k.replace("score.", "").replace("head.", ""): v for k, v in net.state_dict().items()}
-    assert "att_h.weight" in legacy and "out.weight" in legacy
-    fresh = Seq2Seq(6, 7, embedding_size=4, encoder_size=3, decoder_size=5, attention_size=4)
-    fresh.load_state_dict(legacy)
-    assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), net.state_dict().values(), strict=True))
+    for kw in ({}, {"output": "product", "input_feed": "attentional"}):
+        torch.manual_seed(0)
+        net = Seq2Seq(6, 7, embedding_size=4, encoder_size=3, decoder_size=5, attention_size=4, **kw)
+        legacy = {k.replace("score.", "").replace("head.out", "out").replace("bridge.", "").replace("feed.", "feed_"): v
+                  for k, v in net.state_dict().items()}
+        assert "att_h.weight" in legacy and "init_h.weight" in legacy
+        assert ("out.weight" if not kw else "feed_proj.weight") in legacy
+        fresh = Seq2Seq(6, 7, embedding_size=4, encoder_size=3, decoder_size=5, attention_size=4, **kw)
+        fresh.load_state_dict(legacy)
+        assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), net.state_dict().values(),
+                                                     strict=True))
     qa = RegionQA(4, 3, question_size=2, hidden_size=5)
     legacy = {k.replace("head.", ""): v for k, v in qa.state_dict().items()}
     assert "out_hidden.weight" in legacy
     RegionQA(4, 3, question_size=2, hidden_size=5).load_state_dict(legacy)
+
+
+def test_a_run_saved_under_older_parameter_names_resumes_exactly(tmp_path):
+    """A ``last.pt`` written before the score, the output layer, the bridge and the input feed were objects (its
+    weights, Pyro param store and Adam state under ``att_h.*``, ``out.*``, ``init_h.*``, ``feed_proj.*``) resumes
+    as if nothing had been renamed: 1 epoch + resume == 2 epochs, Adam state included."""
+    from pyro_attention.networks.seq2seq import _LEGACY_KEYS
+
+    def old_name(name: str) -> str:
+        return next((o + name[len(n):] for o, n in _LEGACY_KEYS.items() if name.startswith(n)), name)
+
+    opts = ["--model", "marginal", "--output", "product", "--input-feed", "attentional", "--dropout", "0.2",
+            "--train-size", "24", "--lr", "0.05"]
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert _train(a, *opts, "--epochs", "1") == 0
+    state = torch.load(a / "last.pt", weights_only=True)
+    state["network"] = {old_name(k): v for k, v in state["network"].items()}
+    for store in ("param_store", "optim"):  # Pyro's names: "network$$$score.att_h.weight"
+        state[store] = {"$$$".join(old_name(part) for part in k.split("$$$")): v for k, v in state[store].items()}
+    assert {"init_h.weight", "feed_proj.weight", "att_h.weight"} <= set(state["network"])
+    assert "network$$$feed_proj.weight" in state["optim"] and "network$$$init_h.bias" in state["param_store"]
+    torch.save(state, a / "last.pt")
+    assert cli.main(["train", "--out", str(a), "--resume", "--epochs", "2", "--quiet"]) == 0
+    assert _train(b, *opts, "--epochs", "2") == 0
+    sa, sb = (torch.load(p / "last.pt", weights_only=True) for p in (a, b))
+    assert sa["network"].keys() == sb["network"].keys() and sa["optim"].keys() == sb["optim"].keys()
+    for key in sa["network"]:
+        assert torch.equal(sa["network"][key], sb["network"][key]), key
+    assert sa["optim"]["network$$$feed.proj.weight"]["state"][0]["step"] == 6  # the Adam state of epoch 1 went on
+    for name in sa["optim"]:
+        for k, v in sa["optim"][name]["state"].get(0, {}).items():
+            assert torch.equal(torch.as_tensor(v), torch.as_tensor(sb["optim"][name]["state"][0][k])), (name, k)
 
 
 def _signal_on_step(monkeypatch, signum: int, at: int, times: int = 1) -> None:

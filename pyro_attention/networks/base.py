@@ -176,7 +176,10 @@ class HeadNetwork(AttentionNetwork):
 
 def rename_legacy_keys(module: nn.Module, renames: dict[str, str]) -> None:
     """Let ``module.load_state_dict`` read weights saved under older parameter names: a key whose name below the
-    module starts with an old prefix (``"att_h."``) is loaded as the new one (``"score.att_h."``)."""
+    module starts with an old prefix (``"att_h."``) is loaded as the new one (``"score.att_h."``).  The renames are
+    kept as ``module.legacy_keys`` for what is keyed by parameter name outside the state dict (a checkpoint's Pyro
+    param store and optimiser state: :func:`~pyro_attention.tasks.translation.checkpoints.rename_legacy_params`)."""
+    module.legacy_keys = dict(renames)
 
     def hook(state_dict: dict, prefix: str, *args: Any) -> None:
         for key in list(state_dict):

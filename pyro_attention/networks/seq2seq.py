@@ -1,10 +1,11 @@
 """``Seq2Seq``: an attentional encoder-decoder whose decoder is fed the *prior's soft context*.
 
 * encoder: embeddings and a bidirectional LSTM -> values ``x_s`` ``(B, S, D)`` with ``D = 2 * encoder_size``;
-* decoder: an LSTM whose input at step ``t`` is ``[e(y_{t-1}); f_{t-1}]`` (input feeding).  With
-  ``input_feed="context"`` (default) ``f_{t-1} = c_{t-1} = sum_s p(z_{t-1} = s) x_s`` is the prior's soft
-  context; with ``input_feed="attentional"`` it is Luong et al.'s (2015) attentional state, the output layer's
-  hidden vector at the soft context, ``tanh(W_o [h_{t-1}; c_{t-1}] + b)`` (OpenNMT-py's ``input_feed 1``).
+* decoder: an LSTM whose input at step ``t`` is ``[e(y_{t-1}); f_{t-1}]`` (input feeding; ``input_feed=``,
+  :mod:`~pyro_attention.networks.recurrence`).  With ``"context"`` (default) ``f_{t-1} = c_{t-1} =
+  sum_s p(z_{t-1} = s) x_s`` is the prior's soft context; with ``"attentional"`` it is Luong et al.'s (2015)
+  attentional state, the output layer's hidden vector at the soft context, ``tanh(W_o [h_{t-1}; c_{t-1}] + b)``
+  (OpenNMT-py's ``input_feed 1``).
   Either way the recurrence never depends on a *sampled* alignment, so the target positions stay conditionally
   independent given ``(x, y_<t)`` -- a Pyro plate -- and the alignment can be enumerated per token (Deng et al.
   2018, Section 5).  Its initial state (``bridge=``) is ``tanh(W mean_s x_s)`` with cell 0 (``"mean"``, default)
@@ -36,14 +37,13 @@ from pyro_attention.data.translation import PAD, SPECIALS, TranslationBatch
 from pyro_attention.networks.attention import ATTENTION_SCORES
 from pyro_attention.networks.base import Encoded, HeadNetwork, mask_scores, rename_legacy_keys
 from pyro_attention.networks.output import OUTPUT_LAYERS, OutputLayer, TanhOutput, check_output
+from pyro_attention.networks.recurrence import BRIDGES, INPUT_FEEDS, Bridge, InputFeed, States
 
-#: ``input_feed=`` values: what the decoder is fed besides the previous word
-INPUT_FEEDS = ("context", "attentional")
-#: ``bridge=`` values: the decoder's initial state
-BRIDGES = ("mean", "final")
-#: parameter names before the attention score and the output layer became objects -> their names now
+#: parameter names before the attention score, the output layer, the bridge and the input feed became objects ->
+#: their names now
 _LEGACY_KEYS = {"att_h.": "score.att_h.", "att_x.": "score.att_x.", "att_v.": "score.att_v.",
-                "out_h.": "head.out_h.", "out_c.": "head.out_c.", "out.": "head.out."}
+                "out_h.": "head.out_h.", "out_c.": "head.out_c.", "out.": "head.out.",
+                "init_h.": "bridge.init_h.", "feed_proj.": "feed.proj."}
 
 
 @dataclass
@@ -89,10 +89,12 @@ class Seq2Seq(HeadNetwork):
         ``"tanh"`` (default) or ``"product"``.
     :param attention: the prior's score, a key of :data:`~pyro_attention.networks.attention.ATTENTION_SCORES`:
         ``"mlp"`` (default), ``"general"`` or ``"dot"``.
-    :param input_feed: what the decoder is fed besides the previous word, a key of :data:`INPUT_FEEDS`:
-        ``"context"`` (the prior's soft context, default) or ``"attentional"`` (Luong's attentional state).
-    :param bridge: the decoder's initial state, a key of :data:`BRIDGES`: ``"mean"`` (default) or ``"final"``
-        (the encoder's final states; needs ``decoder_size == 2 * encoder_size``).
+    :param input_feed: what the decoder is fed besides the previous word, a key of
+        :data:`~pyro_attention.networks.recurrence.INPUT_FEEDS`: ``"context"`` (the prior's soft context, default)
+        or ``"attentional"`` (Luong's attentional state).
+    :param bridge: the decoder's initial state, a key of :data:`~pyro_attention.networks.recurrence.BRIDGES`:
+        ``"mean"`` (default) or ``"final"`` (the encoder's final states; needs ``decoder_size == 2 *
+        encoder_size``).
     :param init: ``> 0``: every parameter uniform in ``[-init, init]`` (padding embeddings zero); ``0`` (default):
         torch's default initialisation.
     """
@@ -119,7 +121,6 @@ class Seq2Seq(HeadNetwork):
         self._check_args(source_vocab, target_vocab, embedding_size, encoder_size, decoder_size, attention_size,
                          layers, dropout, output, attention, input_feed, bridge, init)
         self.output, self.attention = output, attention
-        self.input_feed, self.bridge = input_feed, bridge
         self.num_classes = target_vocab
         self.source_vocab = source_vocab
         self.chunk_size, self.keep_bytes = chunk_size, keep_bytes
@@ -136,12 +137,12 @@ class Seq2Seq(HeadNetwork):
             bidirectional=True,
             dropout=dropout if layers > 1 else 0.0,
         )
-        fed_size = D if input_feed == "context" else decoder_size
+        fed_size = INPUT_FEEDS[input_feed].size(D, decoder_size)
         self.decoder = nn.ModuleList(
             nn.LSTMCell(embedding_size + fed_size if i == 0 else decoder_size, decoder_size) for i in range(layers)
         )
-        if bridge == "mean":
-            self.init_h = nn.Linear(D, decoder_size * layers)
+        # built where ``init_h`` was before bridges were objects: the same random draws and parameter order
+        self.bridge: Bridge = BRIDGES[bridge](D, decoder_size, layers)
         try:
             self.score = ATTENTION_SCORES[attention](decoder_size, D, attention_size)
         except ValueError as e:
@@ -150,10 +151,7 @@ class Seq2Seq(HeadNetwork):
             self.head: OutputLayer = TanhOutput(decoder_size, D, decoder_size, target_vocab, dropout)
         else:
             self.head = OUTPUT_LAYERS[output](decoder_size, D, target_vocab, dropout)
-        self.feed_proj: nn.Linear | None = None
-        if input_feed == "attentional" and self.head.layer is None:
-            # an output layer without a hidden vector (the product of experts): the state gets its own layer
-            self.feed_proj = nn.Linear(decoder_size + D, decoder_size)
+        self.feed: InputFeed = INPUT_FEEDS[input_feed](D, decoder_size, self.head, dropout)
         # inference network q(z | x, y)
         self.q_src_embed = nn.Embedding(source_vocab, embedding_size, padding_idx=PAD)
         self.q_tgt_embed = nn.Embedding(target_vocab, embedding_size, padding_idx=PAD)
@@ -187,12 +185,11 @@ class Seq2Seq(HeadNetwork):
             raise ValueError(f"Seq2Seq: attention must be one of {tuple(ATTENTION_SCORES)}, got {attention!r}")
         for name, value, allowed in (("input_feed", input_feed, INPUT_FEEDS), ("bridge", bridge, BRIDGES)):
             if value not in allowed:
-                raise ValueError(f"Seq2Seq: {name} must be one of {allowed}, got {value!r}")
-        if bridge == "final" and decoder_size != 2 * encoder_size:
-            raise ValueError(
-                f"Seq2Seq: bridge 'final' needs decoder_size = 2 x encoder_size (the encoder's final states, both "
-                f"directions), got decoder_size {decoder_size} and encoder_size {encoder_size}; use bridge 'mean'"
-            )
+                raise ValueError(f"Seq2Seq: {name} must be one of {tuple(allowed)}, got {value!r}")
+        try:
+            BRIDGES[bridge].check_sizes(2 * encoder_size, decoder_size)
+        except ValueError as e:
+            raise ValueError(f"Seq2Seq: {e}") from None
         if not 0.0 <= init < float("inf"):
             raise ValueError(f"Seq2Seq: init must be >= 0 (0: torch's defaults), got {init}")
 
@@ -215,30 +212,25 @@ class Seq2Seq(HeadNetwork):
     def encode_source(self, source: Tensor, source_mask: Tensor) -> SourceEncoding:
         values, (final_h, final_c) = self._bilstm_states(self.encoder, self.dropout(self.src_embed(source)),
                                                          source_mask)
-        if self.bridge != "final":
+        if not self.bridge.uses_final_states:
             final_h = final_c = None
         return SourceEncoding(values, self.score.keys(values), source_mask, final_h, final_c)
 
     # -- decoder ----------------------------------------------------------------------------------------------
-    def initial_state(self, src: SourceEncoding) -> tuple[list[tuple[Tensor, Tensor]], Tensor]:
-        """Decoder LSTM states (``bridge``) and the first fed vector (zeros)."""
+    def initial_state(self, src: SourceEncoding) -> tuple[States, Tensor]:
+        """Decoder LSTM states (the :attr:`bridge`'s) and the first fed vector (zeros)."""
         B = src.values.shape[0]
         fed = src.values.new_zeros(B, self.decoder[0].input_size - self.tgt_embed.embedding_dim)
-        if self.bridge == "final":
-            return [(src.final_h[:, i], src.final_c[:, i]) for i in range(len(self.decoder))], fed
-        mask = src.source_mask.unsqueeze(-1).to(src.values.dtype)
-        mean = (src.values * mask).sum(1) / mask.sum(1)
-        h0 = torch.tanh(self.init_h(mean)).chunk(len(self.decoder), dim=-1)
-        return [(h, torch.zeros_like(h)) for h in h0], fed
+        return self.bridge.initial(src.values, src.source_mask, src.final_h, src.final_c), fed
 
     def decoder_step(
-        self, src: SourceEncoding, y_prev: Tensor, state: list[tuple[Tensor, Tensor]], fed: Tensor
-    ) -> tuple[Tensor, Tensor, list[tuple[Tensor, Tensor]], Tensor]:
+        self, src: SourceEncoding, y_prev: Tensor, state: States, fed: Tensor
+    ) -> tuple[Tensor, Tensor, States, Tensor]:
         """One decoder step.
 
         :returns: ``h_t`` ``(N, H)``, prior scores ``a_t`` ``(N, S)`` (unmasked), the new LSTM states, and the
-            vector to feed to the next step: the prior's soft context ``c_t`` ``(N, D)`` or, with
-            ``input_feed="attentional"``, the attentional state ``(N, H)``.
+            vector to feed to the next step (the :attr:`feed`'s, from the prior's soft context ``c_t``): ``c_t``
+            itself ``(N, D)`` or the attentional state ``(N, H)``.
         """
         inp = torch.cat([self.dropout(self.tgt_embed(y_prev)), fed], dim=-1)
         new_state = []
@@ -250,15 +242,7 @@ class Seq2Seq(HeadNetwork):
         scores = self.score.scores(h, src.keys)
         weights = torch.softmax(mask_scores(scores.unsqueeze(1), src.source_mask).squeeze(1), dim=-1)
         context = torch.einsum("ns,nsd->nd", weights, src.values)
-        if self.input_feed == "attentional":
-            context = self._attentional_state(h, context)
-        return h, scores, new_state, context
-
-    def _attentional_state(self, h: Tensor, context: Tensor) -> Tensor:
-        """``tanh(W_o [h; c] + b)``: the output layer's hidden vector, or its own layer when the head has none."""
-        if self.feed_proj is not None:
-            return torch.tanh(self.feed_proj(torch.cat([self.dropout(h), self.dropout(context)], dim=-1)))
-        return self.head.hidden(self.head.query(h), context)
+        return h, scores, new_state, self.feed(h, context, self.head)
 
     def encode(self, batch: TranslationBatch) -> Encoded:
         if not isinstance(batch, TranslationBatch):

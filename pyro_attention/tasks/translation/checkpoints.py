@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pyro
 import torch
+from pyro.params.param_store import param_with_module_name
 
 from pyro_attention import __version__
 from pyro_attention.data.text import Vocab
@@ -213,6 +214,30 @@ def warm_start(
     if len(fresh) == len(names):
         raise ValueError(f"{path}: init_from: no weight in common with this network ({type(pair.network).__name__})")
     return [n for n in names if n not in fresh], fresh
+
+
+def rename_legacy_params(state: dict[str, Any], pair: AlignmentPair) -> None:
+    """Rename, in place, the Pyro parameters of a checkpoint's param store and optimiser state that its modules now
+    call otherwise (their ``legacy_keys``, :func:`~pyro_attention.networks.base.rename_legacy_keys`; e.g.
+    ``network$$$init_h.weight`` -> ``network$$$bridge.init_h.weight``), so that a run saved before a part of the network
+    became an object resumes with its parameters checked and its Adam state (which is keyed by these names)."""
+    stores = [state.get("param_store", {}), state.get("optim", {})]
+    for module_name, module in pair.modules().items():
+        for path, sub in module.named_modules():
+            renames = getattr(sub, "legacy_keys", None)
+            if not renames:
+                continue
+            prefix = f"{path}." if path else ""
+            for store in stores:
+                for key in list(store):
+                    owner, _, name = key.partition("$$$")
+                    if owner != module_name or not name.startswith(prefix):
+                        continue
+                    rest = name[len(prefix):]
+                    old = next((o for o in renames if rest.startswith(o)), None)
+                    if old is not None:
+                        new = prefix + renames[old] + rest[len(old):]
+                        store[param_with_module_name(module_name, new)] = store.pop(key)
 
 
 def _check_param_store(state: dict[str, Any]) -> None:

@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from pyro_attention.data.text import IWSLT14_LANGUAGES, MULTI30K_LANGUAGES, MULTI30K_SPLITS, require_file
 from pyro_attention.networks.attention import ATTENTION_SCORES
 from pyro_attention.networks.output import OUTPUT_LAYERS
-from pyro_attention.networks.seq2seq import BRIDGES, INPUT_FEEDS
+from pyro_attention.networks.recurrence import BRIDGES, INPUT_FEEDS
 from pyro_attention.registry import ALL_PAIRS, PAIR_ESTIMATORS, check_options
 from pyro_attention.tasks.common import OptimConfig, option, with_default
 
@@ -122,9 +122,9 @@ class ModelOptions:
                                  "(Luong; dot needs --decoder = 2 x --encoder)", choices=tuple(ATTENTION_SCORES))
     input_feed: str = option("context", "what the decoder is fed with the previous word: context (the prior's soft "
                              "context; default) or attentional (Luong's attentional state tanh(W[h; c]), as "
-                             "OpenNMT-py)", choices=INPUT_FEEDS)
+                             "OpenNMT-py)", choices=tuple(INPUT_FEEDS))
     bridge: str = option("mean", "decoder initial state: mean (tanh(W mean_s x_s); default) or final (the encoder's "
-                         "final states, as OpenNMT-py; needs --decoder = 2 x --encoder)", choices=BRIDGES)
+                         "final states, as OpenNMT-py; needs --decoder = 2 x --encoder)", choices=tuple(BRIDGES))
     init: float = option(0.0, "0: torch's default initialisation (default); e.g. 0.1: every parameter uniform in "
                          "+-0.1 (OpenNMT-py)", interval=(0.0, 1.0, False, False),
                          note=" (0: torch's defaults; 0.1: OpenNMT-py's)")

@@ -42,6 +42,7 @@ from pyro_attention.tasks.translation.checkpoints import (
     _read_checkpoint,
     _set_rng_state,
     check_compatible,
+    rename_legacy_params,
     warm_start,
 )
 from pyro_attention.tasks.translation.config import CSV_FIELDS, Log, TranslationConfig, _log, _no_bar, resolve_device
@@ -198,6 +199,7 @@ def _prepare(
     start = dict(epoch=0, step=0, best=math.inf, best_epoch=-1, bad=0, lr=config.lr, position=0, epoch_loss=0.0,
                  epoch_tokens=0)
     if saved is not None:
+        rename_legacy_params(saved, pair)  # a run saved under older parameter names keeps its Adam state
         _load_weights(pair, saved)
         _check_param_store(saved)
         start.update(epoch=saved["epoch"], step=saved["step"], best=saved["best_metric"],
