@@ -19,6 +19,47 @@ from pyro_attention.networks.base import Encoded
 from pyro_attention.pair import AlignmentPair
 
 
+class GuideScores:
+    """Which attention scores an amortised guide is built on (``guide_scores=`` / ``guide_mean=`` of the pairs that
+    choose): :class:`PriorScores` or :class:`PosteriorScores`; :data:`GUIDE_SCORES` maps the names to them."""
+
+    #: the name the pairs accept
+    name: ClassVar[str] = ""
+    #: whether the guide sees the observed target ``y_t`` (otherwise exactly what the prior scores see)
+    sees_target: ClassVar[bool] = False
+
+    def logits(self, pair: AlignmentPair, enc: Encoded) -> Tensor:  # pragma: no cover - interface
+        """The scores as logits ``(B, T, S)``, ``-inf`` at padded sources."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class PriorScores(GuideScores):
+    """The prior's scores :meth:`~pyro_attention.pair.AlignmentPair.prior_logits`: the guide sees the source and the
+    target prefix, as deterministic attention does."""
+
+    name = "prior"
+
+    def logits(self, pair: AlignmentPair, enc: Encoded) -> Tensor:
+        return pair.prior_logits(enc)
+
+
+class PosteriorScores(GuideScores):
+    """The inference network's scores :meth:`~pyro_attention.pair.AlignmentPair.posterior_logits`, which also see
+    ``y_t``."""
+
+    name = "posterior"
+    sees_target = True
+
+    def logits(self, pair: AlignmentPair, enc: Encoded) -> Tensor:
+        return pair.posterior_logits(enc)
+
+
+GUIDE_SCORES: dict[str, GuideScores] = {"prior": PriorScores(), "posterior": PosteriorScores()}
+
+
 class ContinuousAlignment(AlignmentPair):
     """Base of the continuous-alignment pairs: subclasses supply ``prior(enc)`` (the law of the value site
     ``"align"`` takes) and, where the value is not a weight vector, ``sample_context``."""

@@ -89,12 +89,9 @@ from pyro_attention.distributions import MaskedDirichlet
 from pyro_attention.distributions.aligned import OutputCategorical
 from pyro_attention.distributions.weibull_gamma import MaskedVector
 from pyro_attention.inference.estimators import Estimator, KLAnnealing, MeanField
-from pyro_attention.models._continuous import ContinuousAlignment
+from pyro_attention.models._continuous import GUIDE_SCORES, ContinuousAlignment, GuideScores
 from pyro_attention.networks.base import AttentionNetwork, Encoded, expected_context, mask_scores
 
-FAMILIES = ("weibull", "lognormal")
-PRIORS = ("constant", "learned", "contextual")
-GUIDE_SCORES = ("posterior", "prior")
 #: lower bound of the contextual prior's shapes
 MIN_ALPHA = 1e-8
 #: lower bound of the guide's log-means (``exp(-50) = 2e-22``: a weight that small is never drawn as exactly 0)
@@ -110,6 +107,105 @@ class PositiveScalar(nn.Module):
 
     def forward(self) -> Tensor:
         return self.log_value.exp()
+
+
+class PriorShape:
+    """The prior's Gamma shapes ``alpha_{t,s}`` (``prior=``): :class:`ConstantShape`, :class:`LearnedShape` or
+    :class:`ContextualShape`; each is built from the pair's ``alpha`` and ``beta`` and takes what it needs."""
+
+    #: the name the pair accepts (``prior=``)
+    name: ClassVar[str] = ""
+
+    def __init__(self, alpha: float, beta: float) -> None:
+        self.alpha, self.beta = alpha, beta
+
+    def shapes(self, enc: Encoded) -> Tensor:  # pragma: no cover - interface
+        """``alpha`` ``(B, T, S)`` (any value at padded sources: the pair puts 1 there)."""
+        raise NotImplementedError
+
+    def modules(self) -> dict[str, nn.Module]:
+        """The modules it owns, by their ``pyro.module`` names."""
+        return {}
+
+
+class ConstantShape(PriorShape):
+    """``alpha_{t,s} = alpha``: the prior sees nothing."""
+
+    name = "constant"
+
+    def shapes(self, enc: Encoded) -> Tensor:
+        return torch.full_like(enc.prior_scores, self.alpha)
+
+
+class LearnedShape(PriorShape):
+    """One learned positive ``alpha`` for every weight (a :class:`PositiveScalar` started at ``alpha``, registered as
+    ``pyro.module("bam_prior", ...)``): the prior sees nothing."""
+
+    name = "learned"
+
+    def __init__(self, alpha: float, beta: float) -> None:
+        super().__init__(alpha, beta)
+        self.scalar = PositiveScalar(alpha)
+
+    def shapes(self, enc: Encoded) -> Tensor:
+        scores = enc.prior_scores
+        return pyro.module("bam_prior", self.scalar)().to(scores).expand(scores.shape)
+
+    def modules(self) -> dict[str, nn.Module]:
+        return {"bam_prior": self.scalar}
+
+
+class ContextualShape(PriorShape):
+    """``alpha_t = beta softmax_s(a_t)`` (clamped below at :data:`MIN_ALPHA`): the prior sees the network's prior
+    scores, and ``E_p[w_t]`` follows its attention distribution."""
+
+    name = "contextual"
+
+    def shapes(self, enc: Encoded) -> Tensor:
+        return self.beta * torch.softmax(mask_scores(enc.prior_scores, enc.source_mask), -1).clamp(min=MIN_ALPHA)
+
+
+PRIORS: dict[str, type[PriorShape]] = {"constant": ConstantShape, "learned": LearnedShape,
+                                       "contextual": ContextualShape}
+
+
+class WeightGuide:
+    """The guide's family for a weight of mean ``exp(phi)`` (``family=``): :class:`WeibullWeights` or
+    :class:`LogNormalWeights`."""
+
+    #: the name the pair accepts (``family=``)
+    name: ClassVar[str] = ""
+
+    def distribution(self, phi: Tensor) -> dist.Distribution:  # pragma: no cover - interface
+        """Independent reparameterisable weights with ``E[w] = exp(phi)``, shaped like ``phi``."""
+        raise NotImplementedError
+
+
+class WeibullWeights(WeightGuide):
+    """``Weibull(k, exp(phi) / Gamma(1 + 1/k))`` (larger shape ``k``: less noise)."""
+
+    name = "weibull"
+
+    def __init__(self, k: float) -> None:
+        self.k = k
+
+    def distribution(self, phi: Tensor) -> dist.Distribution:
+        return dist.Weibull((phi - math.lgamma(1.0 + 1.0 / self.k)).exp(), torch.full_like(phi, self.k))
+
+
+class LogNormalWeights(WeightGuide):
+    """``LogNormal(phi - sigma^2 / 2, sigma)``."""
+
+    name = "lognormal"
+
+    def __init__(self, sigma: float) -> None:
+        self.sigma = sigma
+
+    def distribution(self, phi: Tensor) -> dist.Distribution:
+        return dist.LogNormal(phi - 0.5 * self.sigma**2, torch.full_like(phi, self.sigma))
+
+
+FAMILIES = ("weibull", "lognormal")
 
 
 def normalise(w: Tensor, mask: Tensor) -> Tensor:
@@ -163,27 +259,26 @@ class BayesianAttention(KLAnnealing, ContinuousAlignment):
     ) -> None:
         super().__init__(network)
         name = type(self).__name__
-        if family not in FAMILIES:
-            raise ValueError(f"{name}: family must be one of {FAMILIES}, got {family!r}")
-        if prior not in PRIORS:
-            raise ValueError(f"{name}: prior must be one of {PRIORS}, got {prior!r}")
-        if guide_scores not in GUIDE_SCORES:
-            raise ValueError(f"{name}: guide_scores must be one of {GUIDE_SCORES}, got {guide_scores!r}")
+        for option, value, allowed in (("family", family, FAMILIES), ("prior", prior, PRIORS),
+                                       ("guide_scores", guide_scores, GUIDE_SCORES)):
+            if value not in allowed:
+                raise ValueError(f"{name}: {option} must be one of {tuple(allowed)}, got {value!r}")
         if min(k, sigma, alpha, beta) <= 0:
             raise ValueError(f"{name}: k, sigma, alpha and beta must be > 0, got {k}, {sigma}, {alpha}, {beta}")
-        self.family, self.prior_type, self.guide_scores = family, prior, guide_scores
         self.k, self.sigma, self.alpha, self.beta = float(k), float(sigma), float(alpha), float(beta)
-        self.learned_alpha = PositiveScalar(self.alpha) if prior == "learned" else None
+        self.shape: PriorShape = PRIORS[prior](self.alpha, self.beta)
+        self.weights: WeightGuide = WeibullWeights(self.k) if family == "weibull" else LogNormalWeights(self.sigma)
+        self.guide_scores: GuideScores = GUIDE_SCORES[guide_scores]
         self._init_annealing(anneal_steps, schedule, kl_scale)
 
     def __repr__(self) -> str:
         return (
-            f"BayesianAttention(family={self.family!r}, prior={self.prior_type!r}, "
-            f"guide_scores={self.guide_scores!r})"
+            f"BayesianAttention(family={self.weights.name!r}, prior={self.shape.name!r}, "
+            f"guide_scores={self.guide_scores.name!r})"
         )
 
     def owned_modules(self) -> dict[str, nn.Module]:
-        return {} if self.learned_alpha is None else {"bam_prior": self.learned_alpha}
+        return self.shape.modules()
 
     # -- distributions ----------------------------------------------------------------------------------------
     @staticmethod
@@ -193,14 +288,7 @@ class BayesianAttention(KLAnnealing, ContinuousAlignment):
 
     def prior_alpha(self, enc: Encoded) -> Tensor:
         """The Gamma shapes ``alpha`` ``(B, T, S)`` (1 at padded sources, where they are never used)."""
-        scores = enc.prior_scores
-        if self.prior_type == "constant":
-            alpha = torch.full_like(scores, self.alpha)
-        elif self.prior_type == "learned":
-            a = pyro.module("bam_prior", self.learned_alpha)()
-            alpha = a.to(scores).expand(scores.shape)
-        else:
-            alpha = self.beta * torch.softmax(mask_scores(scores, enc.source_mask), -1).clamp(min=MIN_ALPHA)
+        alpha = self.shape.shapes(enc)
         return torch.where(enc.source_mask.unsqueeze(-2), alpha, torch.ones_like(alpha))
 
     def weight_prior(self, enc: Encoded) -> MaskedVector:
@@ -210,22 +298,12 @@ class BayesianAttention(KLAnnealing, ContinuousAlignment):
 
     def guide_log_mean(self, enc: Encoded) -> Tensor:
         """``phi_t = log softmax(b_t)`` over real sources, clamped below at -50 (0 at padded sources), ``(B, T, S)``."""
-        if self.guide_scores == "posterior":
-            logits = self.posterior_logits(enc)
-        else:
-            logits = self.prior_logits(enc)
-        phi = torch.log_softmax(logits, -1).clamp(min=MIN_LOG_MEAN)
+        phi = torch.log_softmax(self.guide_scores.logits(self, enc), -1).clamp(min=MIN_LOG_MEAN)
         return torch.where(enc.source_mask.unsqueeze(-2), phi, torch.zeros_like(phi))
 
     def weight_guide(self, enc: Encoded) -> MaskedVector:
-        """``q(w_t | x, y)``: masked Weibull or lognormal with ``E_q[w_{t,s}] = exp(phi_{t,s})``."""
-        phi = self.guide_log_mean(enc)
-        if self.family == "weibull":
-            k = torch.full_like(phi, self.k)
-            base = dist.Weibull((phi - math.lgamma(1.0 + 1.0 / self.k)).exp(), k)
-        else:
-            base = dist.LogNormal(phi - 0.5 * self.sigma**2, torch.full_like(phi, self.sigma))
-        return MaskedVector(base, self.site_mask(enc))
+        """``q(w_t | x, y)``: masked Weibull or lognormal (:attr:`weights`) with ``E_q[w_{t,s}] = exp(phi_{t,s})``."""
+        return MaskedVector(self.weights.distribution(self.guide_log_mean(enc)), self.site_mask(enc))
 
     def prior(self, enc: Encoded) -> MaskedDirichlet:
         """The law of the normalised prior weights ``z_t``: ``Dirichlet(alpha_t)`` over real sources."""
@@ -242,7 +320,7 @@ class BayesianAttention(KLAnnealing, ContinuousAlignment):
 
     def attention_prior(self, enc: Encoded) -> Tensor:
         """The mean weights used at test time, ``(B, T, S)`` (see the module docstring)."""
-        if self.guide_scores == "prior":
+        if not self.guide_scores.sees_target:  # q's normalised mean, softmax(b_t): the prior's scores
             return torch.softmax(self.prior_logits(enc), -1)
         return self.prior(enc).mean
 

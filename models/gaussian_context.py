@@ -90,11 +90,49 @@ from pyro_attention.inference.estimators import (  # noqa: F401
     KLSchedule,
     MeanField,
 )
-from pyro_attention.models._continuous import ContinuousAlignment
+from pyro_attention.models._continuous import GUIDE_SCORES, ContinuousAlignment, GuideScores
 from pyro_attention.networks.base import AttentionNetwork, Encoded, expected_context
 
-PRIORS = ("standard", "mean")
-GUIDE_MEANS = ("prior", "posterior")
+
+class ContextPriorMean:
+    """The prior's mean ``m(x)`` (``prior=``): :class:`StandardPrior` or :class:`SourceMeanPrior`."""
+
+    #: the name the pair accepts (``prior=``)
+    name: ClassVar[str] = ""
+
+    def loc(self, enc: Encoded) -> Tensor:  # pragma: no cover - interface
+        """``m(x)`` for every target position, ``(B, T, D)``."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class StandardPrior(ContextPriorMean):
+    """``m(x) = 0`` (the paper's): the prior sees nothing."""
+
+    name = "standard"
+
+    def loc(self, enc: Encoded) -> Tensor:
+        B, T, _ = enc.shape
+        return enc.values.new_zeros(B, T, enc.values.shape[-1])
+
+
+class SourceMeanPrior(ContextPriorMean):
+    """``m(x) = mean_s x_s`` over the real source positions: the prior sees the source values."""
+
+    name = "mean"
+
+    def loc(self, enc: Encoded) -> Tensor:
+        B, T, _ = enc.shape
+        real = enc.source_mask.unsqueeze(-1).to(enc.values.dtype)
+        mean = (enc.values * real).sum(1) / real.sum(1).clamp(min=1.0)  # (B, D)
+        return mean.unsqueeze(1).expand(B, T, -1)
+
+
+PRIORS: dict[str, ContextPriorMean] = {"standard": StandardPrior(), "mean": SourceMeanPrior()}
+#: ``guide_mean=``: whose attention weights centre the guide (:data:`~pyro_attention.models._continuous.GUIDE_SCORES`)
+GUIDE_MEANS = GUIDE_SCORES
 
 
 class ContextScale(nn.Module):
@@ -146,14 +184,13 @@ class GaussianContextAttention(KLAnnealing, ContinuousAlignment):
         kl_scale: float = 1.0,
     ) -> None:
         super().__init__(network)
-        if prior not in PRIORS:
-            raise ValueError(f"GaussianContextAttention: prior must be one of {PRIORS}, got {prior!r}")
-        if guide_mean not in GUIDE_MEANS:
-            raise ValueError(f"GaussianContextAttention: guide_mean must be one of {GUIDE_MEANS}, got {guide_mean!r}")
+        for option, value, allowed in (("prior", prior, PRIORS), ("guide_mean", guide_mean, GUIDE_MEANS)):
+            if value not in allowed:
+                raise ValueError(f"GaussianContextAttention: {option} must be one of {tuple(allowed)}, got {value!r}")
         if min_scale <= 0:
             raise ValueError(f"GaussianContextAttention: min_scale must be > 0, got {min_scale}")
-        self.prior_type = prior
-        self.guide_mean = guide_mean
+        self.prior_mean: ContextPriorMean = PRIORS[prior]
+        self.guide_mean: GuideScores = GUIDE_MEANS[guide_mean]
         self.min_scale = min_scale
         self.scale_head: ContextScale | None = None
         if context_size is not None:
@@ -161,22 +198,15 @@ class GaussianContextAttention(KLAnnealing, ContinuousAlignment):
         self._init_annealing(anneal_steps, schedule, kl_scale)
 
     def __repr__(self) -> str:
-        return f"GaussianContextAttention(prior={self.prior_type!r}, guide_mean={self.guide_mean!r})"
+        return f"GaussianContextAttention(prior={self.prior_mean.name!r}, guide_mean={self.guide_mean.name!r})"
 
     def owned_modules(self) -> dict[str, nn.Module]:
         return {} if self.scale_head is None else {"context_scale": self.scale_head}
 
     # -- distributions ----------------------------------------------------------------------------------------
     def context_prior(self, enc: Encoded) -> dist.Distribution:
-        """``p(c_t | x)``: a ``(B, T)`` batch of ``D``-dimensional unit-variance Gaussians."""
-        B, T, _ = enc.shape
-        D = enc.values.shape[-1]
-        if self.prior_type == "standard":
-            loc = enc.values.new_zeros(B, T, D)
-        else:
-            real = enc.source_mask.unsqueeze(-1).to(enc.values.dtype)
-            mean = (enc.values * real).sum(1) / real.sum(1).clamp(min=1.0)  # (B, D)
-            loc = mean.unsqueeze(1).expand(B, T, D)
+        """``p(c_t | x)``: a ``(B, T)`` batch of ``D``-dimensional unit-variance Gaussians around :attr:`prior_mean`."""
+        loc = self.prior_mean.loc(enc)
         return dist.Normal(loc, torch.ones_like(loc)).to_event(1)
 
     def prior(self, enc: Encoded) -> dist.Distribution:
@@ -188,12 +218,9 @@ class GaussianContextAttention(KLAnnealing, ContinuousAlignment):
         return z
 
     def context_mean(self, enc: Encoded) -> Tensor:
-        """The guide's mean ``mu_t = sum_s a_{t,s} x_s``, ``(B, T, D)``."""
-        if self.guide_mean == "prior":
-            weights = self.attention_prior(enc)
-        else:
-            weights = torch.softmax(self.posterior_logits(enc), dim=-1)
-        return expected_context(weights, enc.values)
+        """The guide's mean ``mu_t = sum_s a_{t,s} x_s``, ``(B, T, D)``, with ``a_t`` the softmax of
+        :attr:`guide_mean`'s scores."""
+        return expected_context(torch.softmax(self.guide_mean.logits(self, enc), dim=-1), enc.values)
 
     def _scale_head(self, enc: Encoded) -> ContextScale:
         if self.scale_head is None:

@@ -8,6 +8,7 @@ targets; the annealing schedule; the masked Concrete density and its gradients u
 from __future__ import annotations
 
 import math
+import re
 
 import pyro
 import pyro.distributions as dist
@@ -266,6 +267,37 @@ def test_bayesian_weights_normalise_over_real_sources(float64):
     assert torch.allclose(pair.weight_prior(enc).mean[0], torch.softmax(pair.prior_logits(enc), -1)[0])
     # the guide's mean weights sum to one over real sources: E_q[w] = exp(phi) = softmax(b)
     assert torch.allclose(pair.weight_guide(enc).mean.sum(-1), enc.target_mask.to(torch.float64))
+
+
+def test_the_choices_of_the_continuous_pairs_are_objects_and_bad_names_are_refused():
+    """Each string option becomes an object of the pair (its behaviour there, not a string compared in every method);
+    a bad one is a ValueError naming the option and the allowed names."""
+    from pyro_attention.models._continuous import PosteriorScores, PriorScores
+    from pyro_attention.models.bayesian import ContextualShape, LearnedShape, LogNormalWeights, WeibullWeights
+    from pyro_attention.models.gaussian_context import SourceMeanPrior, StandardPrior
+
+    net, batch = ToyNetwork(), make_toy_batch(B=3, S=4, T=3)
+    enc = net.encode(batch)
+    bam = BayesianAttention(net, family="lognormal", prior="learned", guide_scores="prior", alpha=2.0)
+    assert isinstance(bam.weights, LogNormalWeights) and isinstance(bam.shape, LearnedShape)
+    assert isinstance(bam.guide_scores, PriorScores) and not bam.guide_scores.sees_target
+    assert list(bam.owned_modules()) == ["bam_prior"] and torch.allclose(bam.shape.shapes(enc), torch.tensor(2.0))
+    assert repr(bam) == "BayesianAttention(family='lognormal', prior='learned', guide_scores='prior')"
+    bam = BayesianAttention(net)
+    assert isinstance(bam.weights, WeibullWeights) and isinstance(bam.shape, ContextualShape)
+    assert bam.guide_scores.sees_target and bam.owned_modules() == {}
+    gauss = GaussianContextAttention(net, prior="mean", guide_mean="posterior")
+    assert isinstance(gauss.prior_mean, SourceMeanPrior) and isinstance(gauss.guide_mean, PosteriorScores)
+    assert isinstance(GaussianContextAttention(net).prior_mean, StandardPrior)
+    for make, option, allowed in (
+        (lambda v: BayesianAttention(net, family=v), "family", "('weibull', 'lognormal')"),
+        (lambda v: BayesianAttention(net, prior=v), "prior", "('constant', 'learned', 'contextual')"),
+        (lambda v: BayesianAttention(net, guide_scores=v), "guide_scores", "('prior', 'posterior')"),
+        (lambda v: GaussianContextAttention(net, prior=v), "prior", "('standard', 'mean')"),
+        (lambda v: GaussianContextAttention(net, guide_mean=v), "guide_mean", "('prior', 'posterior')"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(f"{option} must be one of {allowed}, got 'gamma'")):
+            make("gamma")
 
 
 def test_gaussian_context_scale_head_is_registered_and_prediction_is_the_mean_context(float64):
