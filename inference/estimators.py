@@ -38,7 +38,7 @@ The ELBO classes themselves are in :mod:`pyro_attention.inference.elbo`.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -59,9 +59,24 @@ if TYPE_CHECKING:
     from pyro_attention.networks.base import Encoded
     from pyro_attention.pair import AlignmentPair
 
-SCHEDULES = ("linear", "tanh")
 #: steepness of the tanh schedule (its weight goes from exactly 0 to exactly 1 over ``anneal_steps``)
 TANH_STEEPNESS = 3.0
+
+
+def linear_ramp(u: float) -> float:
+    """The ``"linear"`` schedule's share of the final KL weight at fraction ``u`` of the annealing steps."""
+    return u
+
+
+def tanh_ramp(u: float) -> float:
+    """The ``"tanh"`` schedule's share: an S-curve of steepness :data:`TANH_STEEPNESS`, exactly 0 at ``u = 0`` and
+    exactly 1 at ``u = 1``."""
+    a = TANH_STEEPNESS
+    return (math.tanh(a * (2.0 * u - 1.0)) + math.tanh(a)) / (2.0 * math.tanh(a))
+
+
+#: KL annealing schedules by the names the pairs accept: fraction of the annealing steps done -> share of the weight
+SCHEDULES: dict[str, Callable[[float], float]] = {"linear": linear_ramp, "tanh": tanh_ramp}
 #: baselines of :class:`ScoreFunction`: the soft-attention log-likelihood of each token (the paper's), or none
 BASELINES = ("soft", None)
 
@@ -197,11 +212,12 @@ class KLSchedule:
         if anneal_steps < 0:
             raise ValueError(f"{owner}: anneal_steps must be >= 0, got {anneal_steps}")
         if schedule not in SCHEDULES:
-            raise ValueError(f"{owner}: schedule must be one of {SCHEDULES}, got {schedule!r}")
+            raise ValueError(f"{owner}: schedule must be one of {tuple(SCHEDULES)}, got {schedule!r}")
         if not kl_scale > 0:
             raise ValueError(f"{owner}: kl_scale must be > 0, got {kl_scale}")
         self.anneal_steps = int(anneal_steps)
         self.schedule = schedule
+        self.ramp = SCHEDULES[schedule]  # share of the final weight at a fraction of the annealing steps
         self.kl_scale = float(kl_scale)
         self.step = 0
         self._annealing = False
@@ -221,11 +237,7 @@ class KLSchedule:
         step = self.step if step is None else step
         if self.anneal_steps == 0:
             return self.kl_scale
-        u = min(1.0, max(0.0, step / self.anneal_steps))
-        if self.schedule == "linear":
-            return self.kl_scale * u
-        a = TANH_STEEPNESS
-        return self.kl_scale * (math.tanh(a * (2.0 * u - 1.0)) + math.tanh(a)) / (2.0 * math.tanh(a))
+        return self.kl_scale * self.ramp(min(1.0, max(0.0, step / self.anneal_steps)))
 
     def set_step(self, step: int) -> None:
         """Set the step counter (e.g. when resuming)."""
