@@ -49,6 +49,36 @@ def test_values_and_gradients_match_autograd(float64, rows, bias, keep):
     assert torch.autograd.gradcheck(fn, inputs)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("keep", [0, 10**7])
+def test_peaked_rows_far_below_the_smallest_normal_number_keep_exact_values_and_gradients(dtype, keep):
+    """A trained layer puts most of a row's probabilities below the smallest normal number (log p < -87 in float32);
+    the backward pass raises them to a floor before ``exp``: the values (an observed id far down included) are untouched
+    and the gradients still equal autograd's to the dtype's precision."""
+    from pyro_attention.distributions.kernels import probability_floor
+
+    g = torch.Generator().manual_seed(1)
+    N, H, V = 6, 4, 50
+    scale = 30.0 if dtype == torch.float32 else 300.0
+    h = (scale * torch.randn(N, H, generator=g)).to(dtype).requires_grad_()
+    w = torch.randn(V, H, generator=g).to(dtype).requires_grad_()
+    b = torch.randn(V, generator=g).to(dtype).requires_grad_()
+    y = torch.randint(V, (N,), generator=g)
+    ref = _reference(h, w, b, y)
+    logp = torch.log_softmax(h @ w.T + b, -1)
+    floor = probability_floor(dtype)
+    assert (logp < floor).float().mean() > 0.3 and ref.min() < floor  # the case at hand
+    assert torch.exp(torch.tensor(floor, dtype=dtype)) >= torch.finfo(dtype).tiny  # exp of the floor is normal
+    mine = observed_log_softmax(h, w, b, y, 4, keep)
+    assert torch.equal(mine, observed_log_softmax(h, w, b, y, 4, 0)) and torch.allclose(mine, ref, rtol=1e-6)
+    upstream = torch.randn(N, generator=g).to(dtype)
+    g_mine = torch.autograd.grad((mine * upstream).sum(), [h, w, b])
+    g_ref = torch.autograd.grad((ref * upstream).sum(), [h, w, b])
+    tol = 1e-5 if dtype == torch.float32 else 1e-12
+    for a, r in zip(g_mine, g_ref, strict=True):
+        assert torch.allclose(a, r, rtol=tol, atol=tol * r.abs().max().item())
+
+
 @pytest.mark.parametrize("keep, recomputed", [(0, 3), (8 * 11 * 3, 2), (10**6, 0)])
 def test_kept_chunks_are_not_recomputed_in_the_backward_pass(float64, monkeypatch, keep, recomputed):
     """Chunks of 3, 3 and 1 rows: ``keep`` bytes hold none, the first (3 rows of 11 float64) or all; the backward
