@@ -52,9 +52,10 @@ def test_values_and_gradients_match_autograd(float64, rows, bias, keep):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("keep", [0, 10**7])
 def test_peaked_rows_far_below_the_smallest_normal_number_keep_exact_values_and_gradients(dtype, keep):
-    """A trained layer puts most of a row's probabilities below the smallest normal number (log p < -87 in float32);
-    the backward pass raises them to a floor before ``exp``: the values (an observed id far down included) are untouched
-    and the gradients still equal autograd's to the dtype's precision."""
+    """A trained layer puts most of a row's probabilities below the smallest normal number (log p < -87 in float32),
+    and some upstream gradients too; the backward pass raises the first to a floor before ``exp`` and sets the
+    second to 0: the values (an observed id far down included) are untouched and the gradients still equal
+    autograd's to the dtype's precision."""
     from pyro_attention.distributions.kernels import probability_floor
 
     g = torch.Generator().manual_seed(1)
@@ -72,6 +73,7 @@ def test_peaked_rows_far_below_the_smallest_normal_number_keep_exact_values_and_
     mine = observed_log_softmax(h, w, b, y, 4, keep)
     assert torch.equal(mine, observed_log_softmax(h, w, b, y, 4, 0)) and torch.allclose(mine, ref, rtol=1e-6)
     upstream = torch.randn(N, generator=g).to(dtype)
+    upstream[::2] = torch.finfo(dtype).tiny / 16  # subnormal: rows whose alignment the posterior rules out
     g_mine = torch.autograd.grad((mine * upstream).sum(), [h, w, b])
     g_ref = torch.autograd.grad((ref * upstream).sum(), [h, w, b])
     tol = 1e-5 if dtype == torch.float32 else 1e-12

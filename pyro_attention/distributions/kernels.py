@@ -23,13 +23,15 @@ reused across chunks (fresh large allocations cost page faults).  Within a budge
 log-probabilities of the first chunks are kept instead, and those chunks skip the recomputation.  Values and
 gradients equal autograd's (tested against it in float64).
 
-Before ``exp`` the backward pass raises every log-probability to at least :func:`probability_floor` (one nat
-above ``log`` of the dtype's smallest normal number: -86.34 in float32).  Below ``log`` of that number ``exp``
-gives a subnormal or 0; torch's vectorised ``exp`` takes a path about 100 times slower for such lanes, and the two
-products with the softmax run some 20 times slower on subnormal entries (measured on this project's CPU, torch
-2.13: in a trained model most of the ``V`` probabilities of a row are that small, and the backward pass took most
-of a Multi30k ``hard-enum`` step).  Each probability then differs from its exact value by less than ``e`` times
-the smallest normal number (3.2e-38 in float32), far below the rounding of any gradient it enters.
+The backward pass keeps subnormal numbers out of its products: on this project's CPU (torch 2.13) a matrix product
+with subnormal entries in an operand runs 20-100 times slower, and so does torch's vectorised ``exp`` on lanes
+whose result is subnormal.  A trained model has both: most of the ``V`` probabilities of a row are below the
+dtype's smallest normal number, and so are the upstream gradients of alignments the posterior rules out (an
+exact marginal's ``g_n`` is the posterior weight of the row's alignment).  So every log-probability is raised to
+:func:`probability_floor` (one nat above ``log`` of the smallest normal number: -86.34 in float32) before
+``exp``, and upstream gradients ``g_n`` and products ``g_n h_n`` below the smallest normal number are set to 0.
+Each probability moves by less than ``e`` times the smallest normal number (3.2e-38 in float32), each gradient
+term by less than that number: far below the rounding of any gradient they enter.
 
 :func:`product_log_normalizer` is the normaliser of a product of experts for every (target, source) pair at once.
 """
@@ -84,12 +86,13 @@ class _ObservedLogSoftmax(torch.autograd.Function):
         hidden, weight, bias, target, lse = ctx.saved_tensors
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
         N, V = hidden.shape[0], weight.shape[0]
-        gh = hidden * grad.unsqueeze(-1)  # g_n h_n
+        grad = _flush_subnormal(grad)  # no subnormal operand in the products (module docstring)
+        gh = _flush_subnormal(hidden * grad.unsqueeze(-1))  # g_n h_n
         grad_h = torch.empty_like(hidden) if need_h else None
         grad_w = torch.zeros_like(weight) if need_w else None
         grad_b = torch.zeros_like(bias) if need_b and bias is not None else None
         buf = hidden.new_empty(min(ctx.rows, N), V)
-        floor = probability_floor(hidden.dtype)  # exp and the products stay on their fast paths (module docstring)
+        floor = probability_floor(hidden.dtype)  # nor in exp's results
         for i, start in enumerate(range(0, N, ctx.rows)):
             stop = min(N, start + ctx.rows)
             if ctx.kept[i] is not None:  # softmax from the kept log-probabilities (left as they are: reentrant)
@@ -118,6 +121,11 @@ def probability_floor(dtype: torch.dtype) -> float:
     number of ``dtype`` (-86.34 for float32, -707.40 for float64), so that ``exp`` of it, rounded to ``dtype``, is a
     normal number (``log`` itself, rounded to float32, falls just below: its ``exp`` is subnormal)."""
     return math.log(torch.finfo(dtype).tiny) + 1.0
+
+
+def _flush_subnormal(t: Tensor) -> Tensor:
+    """``t`` with its entries of magnitude below the dtype's smallest normal number set to 0 (a copy)."""
+    return t.masked_fill(t.abs() < torch.finfo(t.dtype).tiny, 0.0)
 
 
 def _logits(h: Tensor, weight: Tensor, bias: Tensor | None, out: Tensor) -> Tensor:
