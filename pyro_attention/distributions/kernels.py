@@ -123,6 +123,14 @@ def probability_floor(dtype: torch.dtype) -> float:
     return math.log(torch.finfo(dtype).tiny) + 1.0
 
 
+def shifted_exp(x: Tensor, shift: Tensor) -> Tensor:
+    """``exp(max(x - shift, floor))`` with ``floor`` :func:`probability_floor`: ``exp(x - shift)`` where that is at
+    least ``e`` times the dtype's smallest normal number, that number elsewhere (where ``exp`` would give a
+    subnormal number or nearly one).  No entry is subnormal, so the products that take it stay on the CPU's fast
+    path (module docstring); each entry moves by less than ``e * tiny``; differentiable."""
+    return (x - shift).clamp_min_(probability_floor(x.dtype)).exp()
+
+
 def _flush_subnormal(t: Tensor) -> Tensor:
     """``t`` with its entries of magnitude below the dtype's smallest normal number set to 0 (a copy)."""
     return t.masked_fill(t.abs() < torch.finfo(t.dtype).tiny, 0.0)
@@ -166,16 +174,18 @@ def product_log_normalizer(u: Tensor, v: Tensor, shifted_v: tuple[Tensor, Tensor
         \log \sum_y e^{u_t[y] + v_s[y]} = m_t + n_s + \log \big[(e^{u - m})(e^{v - n})^\top\big]_{ts},
 
     one ``(T x V) (V x S)`` product per example (``S T V`` multiply-adds).  Every factor is at most 1, so nothing
-    overflows; where the experts disagree (their peaks ~100 nats apart) the shifted product may underflow.  The
-    terms lost to underflow are each below the smallest normal number, so an entry whose product is at least
-    ``V * tiny / eps`` is exact to the dtype's precision; the others (typically none, a few where experts are
-    confident and disagree) are recomputed exactly as a ``logsumexp`` over ``V`` (memory: ``V`` floats each).
+    overflows.  The factors are :func:`shifted_exp`'s: those below ``e`` times the smallest normal number are raised
+    to it (a confident expert has many; as subnormal numbers they would slow the product and its gradient 20-100
+    times, see the module docstring), so each term moves by less than ``e * tiny``, and an entry whose product is
+    at least ``e * V * tiny / eps`` is exact to the dtype's precision.  The others (typically none, a few where
+    experts are confident and disagree: their peaks ~100 nats apart) are recomputed exactly as a ``logsumexp`` over
+    ``V`` (memory: ``V`` floats each).
     The maxima are constants of the gradient (as in ``torch.logsumexp``); gradients flow through whichever
     branch produced an entry and are finite everywhere.
 
     :param u: ``(B, T, V)``.
     :param v: ``(B, S, V)``.
-    :param shifted_v: ``(n, exp(v - n))`` with ``n = v.amax(-1, keepdim=True)``, when the caller keeps them for
+    :param shifted_v: ``(n, shifted_exp(v, n))`` with ``n = v.amax(-1, keepdim=True)``, when the caller keeps them for
         many ``u`` (decoding: one ``v`` per sentence, a new ``u`` every step); computed here otherwise.
     """
     if u.dim() != 3 or v.dim() != 3 or u.shape[0] != v.shape[0] or u.shape[-1] != v.shape[-1]:
@@ -184,11 +194,11 @@ def product_log_normalizer(u: Tensor, v: Tensor, shifted_v: tuple[Tensor, Tensor
     m = u.detach().amax(-1, keepdim=True)  # (B, T, 1)
     if shifted_v is None:
         n = v.detach().amax(-1, keepdim=True)  # (B, S, 1)
-        shifted_v = n, (v - n).exp()
+        shifted_v = n, shifted_exp(v, n)
     n, exp_v = shifted_v
-    prod = torch.bmm((u - m).exp(), exp_v.transpose(1, 2))  # (B, T, S), each entry in (0, V]
+    prod = torch.bmm(shifted_exp(u, m), exp_v.transpose(1, 2))  # (B, T, S), each entry in (0, V]
     info = torch.finfo(prod.dtype)
-    floor = u.shape[-1] * info.tiny / info.eps
+    floor = math.e * u.shape[-1] * info.tiny / info.eps
     ok = prod >= floor
     out = torch.where(ok, prod.clamp_min(floor).log(), 0.0) + m + n.transpose(1, 2)
     if not bool(ok.all()):

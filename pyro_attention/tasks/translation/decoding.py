@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from pyro_attention.data.translation import BOS, EOS, TranslationBatch
-from pyro_attention.distributions.kernels import product_log_normalizer
+from pyro_attention.distributions.kernels import product_log_normalizer, shifted_exp
 from pyro_attention.networks.base import Encoded, mask_scores
 from pyro_attention.pair import DECODE_RULES, AlignmentPair, kmax_mixture
 
@@ -122,9 +122,10 @@ class _ProductMarginal:
         \qquad w_s = \log p(s) + n_s - Z_s,\; M = \max_s w_s,
 
     two ``(R x V)(V x S)`` / ``(R x S)(S x V)`` products per sentence and step instead of ``R S V`` exponentials
-    twice and ``v`` recomputed for every row.  Exact, except that a token whose mixture underflows (every
-    alignment gives it less than the dtype's smallest normal number, ``1.2e-38`` in float32, relative to the best
-    token of that alignment) gets the floor value instead of a lower one; such a token is never among the best
+    twice and ``v`` recomputed for every row.  Exact, except that a token that every alignment gives less than ``e``
+    times the dtype's smallest normal number (``3.2e-38`` in float32) relative to the best token of that alignment
+    (terms :func:`~pyro_attention.distributions.kernels.shifted_exp` raises to that, which keeps subnormal numbers
+    out of the products) gets about the floor value instead of a lower one; such a token is never among the best
     continuations.  K-max reads ``u + v_s`` at its ``K`` alignments from the kept ``v`` (:meth:`logits_at`).
     """
 
@@ -132,7 +133,7 @@ class _ProductMarginal:
         self.v, self.rows = v, rows
         if shifted is None:
             n = v.amax(-1, keepdim=True)  # (B, S, 1)
-            shifted = n, (v - n).exp()
+            shifted = n, shifted_exp(v, n)
         self.n, self.E = shifted  # (B, S, 1), (B, S, V)
 
     def select(self, sentences: Tensor) -> _ProductMarginal:
@@ -151,7 +152,7 @@ class _ProductMarginal:
         Z = product_log_normalizer(u, self.v, (self.n, self.E))  # (B, R, S)
         w = log_prior.view(B, self.rows, S) + self.n.transpose(1, 2) - Z
         M = w.amax(-1, keepdim=True)
-        mix = torch.bmm((w - M).exp(), self.E)  # (B, R, V)
+        mix = torch.bmm(shifted_exp(w, M), self.E)  # (B, R, V)
         return (u + M + mix.clamp_min(torch.finfo(mix.dtype).tiny).log()).view(-1, V)
 
 
