@@ -92,7 +92,7 @@ class _ObservedLogSoftmax(torch.autograd.Function):
         grad_w = torch.zeros_like(weight) if need_w else None
         grad_b = torch.zeros_like(bias) if need_b and bias is not None else None
         buf = hidden.new_empty(min(ctx.rows, N), V)
-        floor = probability_floor(hidden.dtype)  # nor in exp's results
+        floor = probability_floor(hidden.dtype)  # and no subnormal softmax either
         for i, start in enumerate(range(0, N, ctx.rows)):
             stop = min(N, start + ctx.rows)
             if ctx.kept[i] is not None:  # softmax from the kept log-probabilities (left as they are: reentrant)

@@ -21,6 +21,7 @@ The search sees the network only through :class:`IncrementalDecoder`, the step-b
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -152,7 +153,8 @@ class _ProductMarginal:
         Z = product_log_normalizer(u, self.v, (self.n, self.E))  # (B, R, S)
         w = log_prior.view(B, self.rows, S) + self.n.transpose(1, 2) - Z
         M = w.amax(-1, keepdim=True)
-        mix = torch.bmm(shifted_exp(w, M), self.E)  # (B, R, V)
+        weights = shifted_exp(w, M).masked_fill_(w == -math.inf, 0.0)  # padded sources stay out exactly
+        mix = torch.bmm(weights, self.E)  # (B, R, V)
         return (u + M + mix.clamp_min(torch.finfo(mix.dtype).tiny).log()).view(-1, V)
 
 
