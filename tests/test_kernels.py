@@ -81,6 +81,44 @@ def test_peaked_rows_far_below_the_smallest_normal_number_keep_exact_values_and_
         assert torch.allclose(a, r, rtol=tol, atol=tol * r.abs().max().item())
 
 
+@pytest.mark.parametrize("keep", [0, 10**7])
+def test_the_backward_products_and_exps_never_see_a_subnormal_number(keep):
+    """Subnormal operands slow a product 20-100 times on the CPU (docs/performance.md): on peaked rows with subnormal
+    upstream gradients, no product of the backward pass takes one and no ``exp`` makes one."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    tiny = torch.finfo(torch.float32).tiny
+    seen: list[str] = []
+
+    def subnormal(t: object) -> bool:
+        return isinstance(t, torch.Tensor) and t.is_floating_point() and bool(((t != 0) & (t.abs() < tiny)).any())
+
+    class Watch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            out = func(*args, **(kwargs or {}))
+            name = func.overloadpacket.__name__
+            if name in ("mm", "addmm", "addmm_", "addmv", "addmv_", "bmm") and any(map(subnormal, args)):
+                seen.append(f"{name} operand")
+            if name in ("exp", "exp_") and subnormal(out):
+                seen.append(f"{name} result")
+            return out
+
+    g = torch.Generator().manual_seed(2)
+    N, H, V = 12, 4, 60
+    h = (30.0 * torch.randn(N, H, generator=g)).requires_grad_()
+    w = torch.randn(V, H, generator=g).requires_grad_()
+    b = torch.randn(V, generator=g).requires_grad_()
+    y = torch.randint(V, (N,), generator=g)
+    upstream = torch.randn(N, generator=g)
+    upstream[::3] = tiny / 16
+    out = observed_log_softmax(h, w, b, y, 5, keep)
+    logp = torch.log_softmax(h.detach() @ w.detach().T + b.detach(), -1)
+    assert bool(((logp.exp() != 0) & (logp.exp() < tiny)).any())  # plain exp would make subnormal probabilities
+    with Watch():
+        torch.autograd.grad((out * upstream).sum(), [h, w, b])
+    assert seen == []
+
+
 @pytest.mark.parametrize("keep, recomputed", [(0, 3), (8 * 11 * 3, 2), (10**6, 0)])
 def test_kept_chunks_are_not_recomputed_in_the_backward_pass(float64, monkeypatch, keep, recomputed):
     """Chunks of 3, 3 and 1 rows: ``keep`` bytes hold none, the first (3 rows of 11 float64) or all; the backward
