@@ -171,10 +171,13 @@ PRIORS: dict[str, type[PriorShape]] = {"constant": ConstantShape, "learned": Lea
 
 class WeightGuide:
     """The guide's family for a weight of mean ``exp(phi)`` (``family=``): :class:`WeibullWeights` or
-    :class:`LogNormalWeights`."""
+    :class:`LogNormalWeights`; each is built from the pair's ``k`` and ``sigma`` and takes what it needs."""
 
     #: the name the pair accepts (``family=``)
     name: ClassVar[str] = ""
+
+    def __init__(self, k: float, sigma: float) -> None:
+        self.k, self.sigma = k, sigma
 
     def distribution(self, phi: Tensor) -> dist.Distribution:  # pragma: no cover - interface
         """Independent reparameterisable weights with ``E[w] = exp(phi)``, shaped like ``phi``."""
@@ -186,9 +189,6 @@ class WeibullWeights(WeightGuide):
 
     name = "weibull"
 
-    def __init__(self, k: float) -> None:
-        self.k = k
-
     def distribution(self, phi: Tensor) -> dist.Distribution:
         return dist.Weibull((phi - math.lgamma(1.0 + 1.0 / self.k)).exp(), torch.full_like(phi, self.k))
 
@@ -198,14 +198,11 @@ class LogNormalWeights(WeightGuide):
 
     name = "lognormal"
 
-    def __init__(self, sigma: float) -> None:
-        self.sigma = sigma
-
     def distribution(self, phi: Tensor) -> dist.Distribution:
         return dist.LogNormal(phi - 0.5 * self.sigma**2, torch.full_like(phi, self.sigma))
 
 
-FAMILIES = ("weibull", "lognormal")
+FAMILIES: dict[str, type[WeightGuide]] = {"weibull": WeibullWeights, "lognormal": LogNormalWeights}
 
 
 def normalise(w: Tensor, mask: Tensor) -> Tensor:
@@ -267,7 +264,7 @@ class BayesianAttention(KLAnnealing, ContinuousAlignment):
             raise ValueError(f"{name}: k, sigma, alpha and beta must be > 0, got {k}, {sigma}, {alpha}, {beta}")
         self.k, self.sigma, self.alpha, self.beta = float(k), float(sigma), float(alpha), float(beta)
         self.shape: PriorShape = PRIORS[prior](self.alpha, self.beta)
-        self.weights: WeightGuide = WeibullWeights(self.k) if family == "weibull" else LogNormalWeights(self.sigma)
+        self.weights: WeightGuide = FAMILIES[family](self.k, self.sigma)
         self.guide_scores: GuideScores = GUIDE_SCORES[guide_scores]
         self._init_annealing(anneal_steps, schedule, kl_scale)
 
