@@ -283,3 +283,14 @@ def test_keep_share_counts_the_kernels_recomputed_rows(tmp_path, capsys) -> None
     assert all(r["seconds"] > 0 for r in sizes) and "| all | 1e-05 |" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="--chunk-size must be >= 0"):
         module.main(module.make_parser().parse_args(["--config", str(config), "--row", "hard", "--chunk-size", "-1"]))
+
+
+def test_subnormal_tiny(capsys) -> None:
+    """benchmarks/subnormal.py at tiny sizes: every case of every kind timed, one table row each."""
+    module = load_script("benchmarks", "subnormal")
+    args = module.make_parser().parse_args(["--rows", "16", "--hidden", "4", "--vocab", "30", "--shape", "2", "3", "4",
+                                            "--scales", "1", "30", "--repeats", "1"])
+    module.main(args)
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert len(rows) == 2 + 3 + 2
+    assert all(float(row.rsplit("|", 2)[1]) >= 0 for row in rows)
