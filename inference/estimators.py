@@ -217,7 +217,6 @@ class KLSchedule:
             raise ValueError(f"{owner}: kl_scale must be > 0, got {kl_scale}")
         self.anneal_steps = int(anneal_steps)
         self.schedule = schedule
-        self.ramp = SCHEDULES[schedule]  # share of the final weight at a fraction of the annealing steps
         self.kl_scale = float(kl_scale)
         self.step = 0
         self._annealing = False
@@ -237,7 +236,7 @@ class KLSchedule:
         step = self.step if step is None else step
         if self.anneal_steps == 0:
             return self.kl_scale
-        return self.kl_scale * self.ramp(min(1.0, max(0.0, step / self.anneal_steps)))
+        return self.kl_scale * SCHEDULES[self.schedule](min(1.0, max(0.0, step / self.anneal_steps)))
 
     def set_step(self, step: int) -> None:
         """Set the step counter (e.g. when resuming)."""
