@@ -13,7 +13,9 @@
 # --config'`) writes its last.pt and stops the queue.  PYRO_ATTENTION_RUNS (default ~/runs) moves the copies;
 # PYRO_ATTENTION_EXE names a pyro-attention command to use instead of building one; PYRO_ATTENTION_THREADS (default
 # 1) gives the rows more threads, e.g. 2 for the last row left on a 2-core machine (a row resumed at another thread
-# count goes on from its checkpoint but sums in another order: not bit-identical to an uninterrupted run).
+# count goes on from its checkpoint but sums in another order: not bit-identical to an uninterrupted run);
+# PYRO_ATTENTION_MATMUL_PRECISION (highest, high or medium; default: the file's) sets the rows' training products'
+# `--matmul-precision` (medium: bfloat16 products, faster on a CPU with AMX; evaluation keeps float32).
 set -euo pipefail
 
 # the whole queue is one function, read before it runs: editing this file while a queue runs cannot change it
@@ -29,6 +31,11 @@ main() {
     threads=${PYRO_ATTENTION_THREADS:-1}
     if ! [[ "$threads" =~ ^[1-9][0-9]*$ ]]; then
         echo "$0: PYRO_ATTENTION_THREADS must be a whole number >= 1, got '$threads'" >&2
+        exit 2
+    fi
+    precision=${PYRO_ATTENTION_MATMUL_PRECISION:-}
+    if [ -n "$precision" ] && ! [[ "$precision" =~ ^(highest|high|medium)$ ]]; then
+        echo "$0: PYRO_ATTENTION_MATMUL_PRECISION must be highest, high or medium, got '$precision'" >&2
         exit 2
     fi
     base=${PYRO_ATTENTION_RUNS:-$HOME/runs}
@@ -55,9 +62,10 @@ main() {
         exec 9>&-
     fi
     for row in "$@"; do
-        echo "$(date -u +%FT%TZ) row $row ($commit, threads $threads)" >> "$log"
+        echo "$(date -u +%FT%TZ) row $row ($commit, threads $threads${precision:+, matmul precision $precision})" >> "$log"
         status=0
         "$exe" experiment --config "$config" --out "$out" --rows "$row" --threads "$threads" --quiet \
+            ${precision:+--matmul-precision "$precision"} \
             >> "$log" 2>&1 || status=$?
         if [ "$status" -eq 130 ]; then  # SIGINT / SIGTERM: last.pt written; the queue stops with its row
             echo "$(date -u +%FT%TZ) row $row interrupted; queue stopped (run the same command to continue)" >> "$log"

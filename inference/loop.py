@@ -18,7 +18,8 @@ A callback stops training with :meth:`Trainer.stop`: in ``on_step_end`` the loop
 left unfinished, ``on_epoch_end`` not called); in ``on_epoch_start`` before the epoch; in ``on_epoch_end`` after the
 epoch.  A callback may also raise (a stop request that must not look like a finished run, a diverged loss).
 
-Generic pieces live here: :class:`SVIStep` (one SVI step per batch, the warm-up guide first), :class:`ProgressBar`,
+Generic pieces live here: :class:`SVIStep` (one SVI step per batch, the warm-up guide first, at a float32 matrix
+product precision of its own: :func:`float32_matmul_precision`), :class:`ProgressBar`,
 :class:`CsvLogger`, :class:`PlateauDecay` (learning rate times a factor when a metric did not improve, through the
 Pyro optimiser), :class:`EarlyStopping` and :func:`stop_requests` (SIGINT / SIGTERM as a flag).  Task-specific
 callbacks (translation's checkpoints, for instance) live with the task.
@@ -37,6 +38,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from typing import Any
 
+import torch
 from tqdm.auto import tqdm
 
 from pyro_attention.inference.optim import set_lr
@@ -167,6 +169,10 @@ class SVIStep:
         (:class:`~pyro_attention.inference.optim.SubsetOptim`), taken ``guide_steps`` times on each batch before its
         step while ``trainer.step < guide_steps_for`` (``0``: always) -- the inference network trained ahead of
         the model, as He et al. (ICLR 2019) train a lagging one.
+    :param matmul_precision: ``torch.set_float32_matmul_precision`` while the steps run (``"highest"``, ``"high"``
+        or ``"medium"``; ``None``: the process's own), restored after each: the training steps may multiply in a
+        lower precision while validation and evaluation, which run between them, keep the process's
+        (:func:`float32_matmul_precision`).
     """
 
     def __init__(
@@ -180,22 +186,60 @@ class SVIStep:
         guide_only: Any = None,
         guide_steps: int = 0,
         guide_steps_for: int = 0,
+        matmul_precision: str | None = None,
     ) -> None:
+        if matmul_precision is not None:
+            check_matmul_precision(matmul_precision)
         self.svi, self.tokens, self.diverged = svi, tokens, diverged
         self.warmup, self.warmup_steps, self.shard = warmup, warmup_steps, shard
         self.guide_only, self.guide_steps, self.guide_steps_for = guide_only, guide_steps, guide_steps_for
+        self.matmul_precision = matmul_precision
 
     def __call__(self, trainer: Trainer, batch: Any) -> tuple[float, int]:
         tokens = self.tokens(batch)
         part = batch if self.shard is None else self.shard(batch)
-        if self.guide_only is not None and (not self.guide_steps_for or trainer.step < self.guide_steps_for):
-            for _ in range(self.guide_steps):
-                self.guide_only.step(part)
-        runner = self.warmup if self.warmup is not None and trainer.step < self.warmup_steps else self.svi
-        loss = runner.step(part) / max(tokens, 1)
+        with float32_matmul_precision(self.matmul_precision):
+            if self.guide_only is not None and (not self.guide_steps_for or trainer.step < self.guide_steps_for):
+                for _ in range(self.guide_steps):
+                    self.guide_only.step(part)
+            runner = self.warmup if self.warmup is not None and trainer.step < self.warmup_steps else self.svi
+            loss = runner.step(part) / max(tokens, 1)
         if not math.isfinite(loss):
             raise FloatingPointError(self.diverged(loss, trainer))
         return loss, tokens
+
+
+#: the values of ``torch.set_float32_matmul_precision``, from the most exact
+MATMUL_PRECISIONS = ("highest", "high", "medium")
+
+
+def check_matmul_precision(precision: str, name: str = "matmul_precision") -> str:
+    """``precision`` when it is one of :data:`MATMUL_PRECISIONS`, else a ``ValueError`` naming ``name``, the value
+    and the allowed ones."""
+    if precision not in MATMUL_PRECISIONS:
+        raise ValueError(f"{name} must be one of {', '.join(MATMUL_PRECISIONS)}, got {precision!r}")
+    return precision
+
+
+@contextlib.contextmanager
+def float32_matmul_precision(precision: str | None) -> Iterator[None]:
+    """Run the block at ``torch.set_float32_matmul_precision(precision)`` and restore the process's afterwards (also
+    when the block raises); ``None`` changes nothing.
+
+    ``"highest"`` multiplies float32 in float32.  ``"medium"`` lets a float32 product be computed in bfloat16 with
+    float32 accumulation and results: on a CPU through oneDNN (fast where the CPU has AMX or AVX512-BF16) and on a
+    GPU; ``"high"`` allows TF32 (a GPU's; torch 2.13 on this project's CPU runs it at float32 speed).  Tensors stay
+    float32 either way; only the products' inputs are rounded (to 8 significant bits for bfloat16).
+    """
+    if precision is None:
+        yield
+        return
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(check_matmul_precision(precision))
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
 
 
 class ProgressBar(Callback):

@@ -22,7 +22,7 @@ import torch
 
 from pyro_attention.inference.distributed import DataParallelSVI
 from pyro_attention.inference.evaluate import log_likelihood
-from pyro_attention.inference.loop import Callback, CsvLogger, ProgressBar, SVIStep, Trainer
+from pyro_attention.inference.loop import Callback, CsvLogger, ProgressBar, SVIStep, Trainer, check_matmul_precision
 from pyro_attention.inference.optim import FusedClippedAdam, check_lr
 from pyro_attention.pair import AlignmentPair
 
@@ -82,6 +82,7 @@ def fit(
     progress: bool = True,
     num_samples: int = 20,
     log_csv: str | os.PathLike | None = None,
+    matmul_precision: str | None = None,
 ) -> FitResult:
     """Train ``pair`` by SVI on ``pair.elbo()``.
 
@@ -95,6 +96,9 @@ def fit(
     :param num_samples: importance samples for validation of pairs without an exact likelihood.
     :param log_csv: also write one CSV row per step (``kind=step``: epoch, step, loss per token, tokens, seconds)
         and per validation (``kind=val``: ``val_nll``) to this file, flushed as it goes.
+    :param matmul_precision: ``torch.set_float32_matmul_precision`` for the training steps alone (``"medium"``:
+        bfloat16 products, about twice as fast on a CPU with AMX); validation keeps the process's
+        (:func:`~pyro_attention.inference.loop.float32_matmul_precision`); ``None``: the process's throughout.
     """
     if num_epochs < 0 or batch_size < 1 or warmup_steps < 0:
         raise ValueError(
@@ -103,6 +107,8 @@ def fit(
         )
     try:
         lr = check_lr(lr)
+        if matmul_precision is not None:
+            check_matmul_precision(matmul_precision)
         rates = {prefix: check_lr(rate, f"param_lr[{prefix!r}]") for prefix, rate in (param_lr or {}).items()}
     except ValueError as e:
         raise ValueError(f"fit: {e}") from None
@@ -120,6 +126,7 @@ def fit(
                                         f"(epoch {trainer.epoch + 1}); lower lr (it is {lr:g})"),
         warmup=DataParallelSVI(pair.model, pair.warmup_guide, optim, elbo, distributed=False) if warmup_steps else None,
         warmup_steps=warmup_steps,
+        matmul_precision=matmul_precision,
     )
     result = FitResult()
     bar = ProgressBar(type(pair).__name__, disable=None if progress else True, leave=False)

@@ -294,3 +294,14 @@ def test_subnormal_tiny(capsys) -> None:
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "---" not in line][1:]
     assert len(rows) == 2 + 3 + 2
     assert all(float(row.rsplit("|", 2)[1]) >= 0 for row in rows)
+
+
+def test_matmul_precision_tiny(capsys) -> None:
+    """benchmarks/matmul_precision.py on a fresh synthetic run: both precisions on each batch, gradients that agree
+    to bfloat16 rounding, the process's precision restored."""
+    module = load_script("benchmarks", "matmul_precision")
+    rows = module.main(module.make_parser().parse_args(["--model", "marginal", "--batches", "2"]))
+    assert len(rows) == 2 and all(r["highest_s"] > 0 and r["medium_s"] > 0 for r in rows)
+    assert all(abs(r["diff"]) < 0.05 and r["rel"] < 0.05 and r["cos"] > 0.99 for r in rows)
+    assert torch.get_float32_matmul_precision() == "highest"
+    assert "fresh marginal on synthetic data; 2 batches" in capsys.readouterr().out

@@ -13,7 +13,7 @@ from pyro_attention.distributions.enumeration import (
     logits_at_values,
     observed_table,
 )
-from pyro_attention.distributions.kernels import observed_log_softmax
+from pyro_attention.distributions.kernels import observed_log_softmax, probability_floor
 from pyro_attention.networks import Seq2Seq
 
 
@@ -47,6 +47,36 @@ def test_values_and_gradients_match_autograd(float64, rows, bias, keep):
         return observed_log_softmax(x[0], x[1], x[2] if bias else None, y, rows, keep)
 
     assert torch.autograd.gradcheck(fn, inputs)
+
+
+@pytest.mark.parametrize("keep", [0, 10**7])
+def test_medium_matmul_precision_stays_within_bfloat16_rounding_of_float64(keep):
+    """Training at ``torch.set_float32_matmul_precision("medium")`` (bfloat16 products where the CPU has them): the
+    forward and backward products round alike, so values and gradients stay within bfloat16's rounding of the
+    float64 ones (8 significant bits: ~0.4 % of each product's terms), peaked rows included."""
+    from pyro_attention.inference.loop import float32_matmul_precision
+
+    g = torch.Generator().manual_seed(0)
+    N, H, V = 600, 64, 500
+    h = torch.randn(N, H, generator=g, dtype=torch.float64)
+    w = torch.randn(V, H, generator=g, dtype=torch.float64) * 2.0
+    b = torch.randn(V, generator=g, dtype=torch.float64)
+    y = torch.randint(V, (N,), generator=g)
+    upstream = torch.rand(N, generator=g, dtype=torch.float64)
+    ref_in = [t.clone().requires_grad_() for t in (h, w, b)]
+    ref = _reference(*ref_in, y)
+    ref_grads = torch.autograd.grad((ref * upstream).sum(), ref_in)
+    mine_in = [t.float().requires_grad_() for t in (h, w, b)]
+    with float32_matmul_precision("medium"):
+        mine = observed_log_softmax(*mine_in, y, 128, keep)
+        grads = torch.autograd.grad((mine * upstream.float()).sum(), mine_in)
+    assert torch.get_float32_matmul_precision() == "highest"
+    logits = h @ w.T + b
+    assert ref.min() < probability_floor(torch.float32)  # peaked rows: some observed tokens below float32's floor
+    # each product's inputs rounded to 8 significant bits: errors of a few tenths of a percent of the logits
+    assert (mine.double() - ref).abs().max() < 0.01 * logits.abs().max()
+    for a, r in zip(grads, ref_grads, strict=True):
+        assert ((a.double() - r).norm() / r.norm()) < 0.02
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -19,6 +19,7 @@ from pyro_attention.inference.loop import (
     PlateauDecay,
     SVIStep,
     Trainer,
+    float32_matmul_precision,
     stop_requests,
 )
 from pyro_attention.inference.optim import FusedClippedAdam
@@ -143,6 +144,59 @@ def test_svi_step_uses_the_warmup_first_and_refuses_a_non_finite_loss():
     with pytest.raises(FloatingPointError, match="diverged at 0"):
         Trainer(SVIStep(svi, tokens=lambda b: 1, diverged=lambda loss, t: f"diverged at {t.step}"),
                 lambda epoch: [0], 1).fit()
+
+
+def test_svi_step_trains_at_its_matmul_precision_and_restores_the_process_one():
+    """Every SVI call of a step (guide-only, warm-up, main) runs at the step's precision; callbacks between steps
+    (validation) see the process's, also after a step that raised."""
+    seen: list = []
+
+    class Fake:
+        def step(self, batch):  # noqa: ANN001, ANN202
+            seen.append(torch.get_float32_matmul_precision())
+            if batch == "boom":
+                raise RuntimeError("boom")
+            return 1.0
+
+    class Between(Callback):
+        def on_step_end(self, trainer):
+            seen.append(("between", torch.get_float32_matmul_precision()))
+
+    assert torch.get_float32_matmul_precision() == "highest"
+    step = SVIStep(Fake(), tokens=lambda b: 1, diverged=str, warmup=Fake(), warmup_steps=1, guide_only=Fake(),
+                   guide_steps=1, matmul_precision="medium")
+    Trainer(step, lambda epoch: [0, 0], 1, [Between()]).fit()
+    assert seen == ["medium", "medium", ("between", "highest"), "medium", "medium", ("between", "highest")]
+    with pytest.raises(RuntimeError, match="boom"):
+        Trainer(step, lambda epoch: ["boom"], 1).fit()
+    assert torch.get_float32_matmul_precision() == "highest"
+    with pytest.raises(ValueError, match="matmul_precision must be one of highest, high, medium, got 'low'"):
+        SVIStep(Fake(), tokens=lambda b: 1, diverged=str, matmul_precision="low")
+    with float32_matmul_precision(None):  # None: the process's, untouched
+        assert torch.get_float32_matmul_precision() == "highest"
+
+
+def test_fit_at_medium_precision_trains_and_validates_at_highest(monkeypatch):
+    from pyro_attention.data import make_region_qa
+    from pyro_attention.inference import train as train_module
+    from pyro_attention.models import SoftAttention
+    from pyro_attention.networks import RegionQA
+
+    data = make_region_qa(32, seed=0)
+    net = RegionQA(data.feature_size, len(data.answers), vocab_size=len(data.vocab), hidden_size=8)
+    validated = []
+    evaluate = train_module.evaluate_nll
+
+    def spy(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        validated.append(torch.get_float32_matmul_precision())
+        return evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(train_module, "evaluate_nll", spy)
+    result = fit(SoftAttention(net), data, data, num_epochs=2, batch_size=16, progress=False,
+                 matmul_precision="medium")
+    assert result.steps == 4 and all(math.isfinite(x) for x in result.val_nll) and validated == ["highest"] * 2
+    with pytest.raises(ValueError, match="fit: matmul_precision must be one of highest, high, medium, got 'bf16'"):
+        fit(SoftAttention(net), data, matmul_precision="bf16", progress=False)
 
 
 def test_plateau_decay_and_early_stopping():

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 from pyro_attention import cli
 from pyro_attention.runner import ROW_FIELDS, read_experiment, run_experiment
@@ -225,11 +226,19 @@ def test_a_paused_row_is_evaluated_as_it_is_and_then_resumes(tmp_path, capsys):
 def test_only_some_rows_and_the_cli(tmp_path, capsys):
     path = _write(tmp_path)
     assert cli.main(["experiment", "--config", str(path), "--out", str(tmp_path / "r"), "--rows", "soft",
-                     "--no-bleu", "--quiet", "--device", "cpu", "--threads", "1"]) == 0
+                     "--no-bleu", "--quiet", "--device", "cpu", "--threads", "1", "--matmul-precision", "medium"]) == 0
     printed = capsys.readouterr().out
     assert "| soft | soft |" in printed and "marginal-product" not in printed
     row = json.loads((tmp_path / "r" / "soft" / "result.json").read_text())
     assert row["device"] == "cpu" and row["threads"] == 1
+    sittings = json.loads((tmp_path / "r" / "soft" / "sittings.json").read_text())
+    assert [s["matmul_precision"] for s in sittings] == ["medium"]  # each sitting says how it multiplied
+    assert torch.get_float32_matmul_precision() == "highest"  # the process's, restored
+    with pytest.raises(SystemExit) as e:
+        cli.main(["experiment", "--config", str(path), "--out", str(tmp_path / "r2"), "--rows", "soft", "--no-bleu",
+                  "--quiet", "--matmul-precision", "bf16"])
+    assert e.value.code == 1
+    assert "matmul_precision must be one of highest, high, medium; got 'bf16'" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:
         cli.main(["experiment", "--config", str(path), "--out", str(tmp_path / "r"), "--rows", "hard"])
     assert e.value.code == 2  # an error of the call, as train --config's
@@ -528,6 +537,10 @@ def test_the_background_queue_runs_rows_in_turn_and_logs_each(tmp_path):
     bad = subprocess.run(["bash", str(repo / "benchmarks" / "experiment_queue.sh"), str(config), str(runs), "soft"],
                          env={**env, "PYRO_ATTENTION_THREADS": "two"}, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "PYRO_ATTENTION_THREADS must be a whole number >= 1, got 'two'" in bad.stderr
+    bad = subprocess.run(["bash", str(repo / "benchmarks" / "experiment_queue.sh"), str(config), str(runs), "soft"],
+                         env={**env, "PYRO_ATTENTION_MATMUL_PRECISION": "low"}, capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2 and "MATMUL_PRECISION must be highest, high or medium, got 'low'" in bad.stderr
 
 
 def test_two_queues_started_together_on_a_new_commit_build_its_venv_once(tmp_path):

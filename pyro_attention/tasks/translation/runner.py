@@ -259,13 +259,14 @@ def _train_row(config: TranslationConfig, folder: Path, max_epochs: int | None, 
     except TrainingInterrupted as stop:  # the sitting's time still counts
         sittings = _read_sittings(folder)
         sittings.append({"wall_s": time.perf_counter() - start, "until_epoch": stop.epoch, "until_step": stop.step,
-                         "threads": config.threads, "interrupted": stop.signal_name})
+                         "threads": config.threads, "matmul_precision": config.matmul_precision,
+                         "interrupted": stop.signal_name})
         _write_json(folder / "sittings.json", sittings)
         raise
     sittings = _read_sittings(folder)
     steps = result.history["steps"]
     sittings.append({"wall_s": time.perf_counter() - start, "until_epoch": result.epoch, "until_step": result.step,
-                     "threads": config.threads})
+                     "threads": config.threads, "matmul_precision": config.matmul_precision})
     _write_json(folder / "sittings.json", sittings)
     finished = result.stopped_early or result.epoch >= config.epochs
     if finished:

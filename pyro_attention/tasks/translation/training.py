@@ -293,6 +293,7 @@ def _svi_step(run: _Run, plateau: PlateauDecay) -> SVIStep:
         guide_only=_guide_only(run, elbo),
         guide_steps=config.guide_steps,
         guide_steps_for=config.guide_steps_for,
+        matmul_precision=config.matmul_precision,
     )
 
 
