@@ -305,3 +305,17 @@ def test_matmul_precision_tiny(capsys) -> None:
     assert all(abs(r["diff"]) < 0.05 and r["rel"] < 0.05 and r["cos"] > 0.99 for r in rows)
     assert torch.get_float32_matmul_precision() == "highest"
     assert "fresh marginal on synthetic data; 2 batches" in capsys.readouterr().out
+
+
+def test_marginal_decoding_tiny(capsys) -> None:
+    """benchmarks/marginal_decoding.py on a fresh synthetic network: both formulas decode every sentence, give the
+    same translations, and the package's formula is back in place afterwards."""
+    from pyro_attention.tasks.translation import decoding
+
+    keep = decoding._Marginal.__call__
+    module = load_script("benchmarks", "marginal_decoding")
+    result = module.main(module.make_parser().parse_args(["--limit", "6", "--rounds", "1"]))
+    assert result["sentences"] == 6 and result["differ"] == 0
+    assert all(len(v) == 1 and v[0] > 0 for v in result["seconds"].values())
+    assert decoding._Marginal.__call__ is keep
+    assert "translations that differ: 0 of 6" in capsys.readouterr().out

@@ -4,6 +4,8 @@ nothing of alignments."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -13,7 +15,7 @@ from pyro_attention.distributions.enumeration import (
     logits_at_values,
     observed_table,
 )
-from pyro_attention.distributions.kernels import observed_log_softmax, probability_floor
+from pyro_attention.distributions.kernels import log_mixture_of_softmaxes, observed_log_softmax, probability_floor
 from pyro_attention.networks import Seq2Seq
 
 
@@ -77,6 +79,32 @@ def test_medium_matmul_precision_stays_within_bfloat16_rounding_of_float64(keep)
     assert (mine.double() - ref).abs().max() < 0.01 * logits.abs().max()
     for a, r in zip(grads, ref_grads, strict=True):
         assert ((a.double() - r).norm() / r.norm()) < 0.02
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("scale", [1.0, 20.0])
+def test_log_mixture_of_softmaxes_equals_logsumexp_of_log_softmaxes(dtype, scale):
+    """Against ``(log w + log_softmax(l)).logsumexp(s)`` in float64: absent components (``-inf`` weights) stay out,
+    peaked logits (scale 20: most log-probabilities far below float32's floor) keep every token that matters
+    exact, and the input logits are consumed (overwritten), not the weights."""
+    g = torch.Generator().manual_seed(1)
+    N, S, V = 6, 5, 40
+    logits = torch.randn(N, S, V, generator=g, dtype=torch.float64) * scale
+    log_w = torch.randn(N, S, generator=g, dtype=torch.float64).log_softmax(-1)
+    log_w[0, 2:] = -math.inf  # padded source positions
+    log_w[1, :4] = -math.inf
+    ref = (log_w.unsqueeze(-1) + logits.log_softmax(-1)).logsumexp(1)
+    weights = log_w.to(dtype)
+    mine = log_mixture_of_softmaxes(logits.to(dtype, copy=True), weights).double()
+    assert torch.equal(weights, log_w.to(dtype))
+    one = log_w[1, 4] + logits[1, 4].log_softmax(-1)  # one component present: its weighted log-softmax
+    assert torch.allclose(mine[1][one > one.max() - 30], one[one > one.max() - 30], atol=1e-5, rtol=0)
+    floor = probability_floor(dtype)
+    tol = 1e-12 if dtype == torch.float64 else 2e-5 * max(1.0, float(ref.abs().max()))
+    matters = ref > ref.amax(-1, keepdim=True) + floor + 10  # tokens above the floor relative to the best
+    assert matters.float().mean() > 0.1 and torch.allclose(mine[matters], ref[matters], atol=tol, rtol=0)
+    assert (mine >= ref - tol).all()  # below the floor: raised towards it, never lowered
+    assert torch.isfinite(mine).all()
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import pyro
 import pytest
@@ -336,6 +337,29 @@ def test_product_marginal_next_log_probs_equal_the_general_path(float64, toolkit
         y = general_marginal.argmax(-1)
     tanh = _toolkit_net()
     assert tanh.source_experts(tanh.encode_source(batch.source, batch.source_mask).values) is None
+
+
+def test_tanh_marginal_next_log_probs_equal_logsumexp_of_the_log_softmaxes(float64):
+    """The ``tanh`` layer's exact marginal in decoding (:func:`log_mixture_of_softmaxes`) equals ``logsumexp_s (log
+    p(s) + log_softmax(step_logits(h, x_s)))``, padded sources and several hypotheses per sentence included."""
+    from pyro_attention.tasks.translation import decoding
+
+    net = _toolkit_net()
+    net.double().eval()
+    batch = collate([([4, 5, 6, 7, 8], [5]), ([8, 9], [4]), ([10, 11, 4], [7])])
+    sentences = net.encode_source(batch.source, batch.source_mask)
+    rule = decoding._step_rule(MarginalLikelihood(net), "marginal", sentences, 2, k=2)
+    src = sentences.repeat_rows(2)
+    state, fed = net.initial_state(src)
+    y = torch.tensor([1, 1, 1, 1, 1, 1])
+    for _ in range(3):
+        h, a, state, fed = net.decoder_step(src, y, state, fed)
+        log_prior = decoding._log_prior(src, a)
+        assert (log_prior == -math.inf).any()  # padded sources
+        expected = (log_prior.unsqueeze(-1) + net.step_logits(h.unsqueeze(1), src.values).log_softmax(-1)).logsumexp(1)
+        got = rule(src, h, a)
+        assert torch.allclose(got, expected, atol=1e-10)
+        y = got.argmax(-1)
 
 
 def test_product_marginal_beam_equals_the_general_path(monkeypatch):

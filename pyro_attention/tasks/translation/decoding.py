@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from pyro_attention.data.translation import BOS, EOS, TranslationBatch
-from pyro_attention.distributions.kernels import product_log_normalizer, shifted_exp
+from pyro_attention.distributions.kernels import log_mixture_of_softmaxes, product_log_normalizer, shifted_exp
 from pyro_attention.networks.base import Encoded, mask_scores
 from pyro_attention.pair import DECODE_RULES, AlignmentPair, kmax_mixture
 
@@ -189,7 +189,8 @@ class _Soft(_StepRule):
 class _Marginal(_StepRule):
     """``sum_s p(z_t = s) p(y_t | x, z_t = s)``, exact: from :class:`_ProductMarginal` where the output layer is a
     product of experts (the source experts computed once per sentence), else from ``step_logits`` at every source
-    value (``experts=False``: always so, the general path the fast one is checked against)."""
+    value (:func:`~pyro_attention.distributions.kernels.log_mixture_of_softmaxes`; ``experts=False``: always so, the
+    general path the fast one is checked against)."""
 
     def __init__(self, pair: AlignmentPair, sentences: SourceMemory, rows: int, k: int, experts: bool = True) -> None:
         super().__init__(pair, sentences, rows, k)
@@ -208,8 +209,7 @@ class _Marginal(_StepRule):
         log_prior = _log_prior(src, scores)
         if self.product is not None:
             return self.product(self.net.query_experts(h), log_prior)
-        per_alignment = self.net.step_logits(h.unsqueeze(1), src.values).log_softmax(-1)  # (N, S, V)
-        return (log_prior.unsqueeze(-1) + per_alignment).logsumexp(1)
+        return log_mixture_of_softmaxes(self.net.step_logits(h.unsqueeze(1), src.values), log_prior)  # (N, S, V)
 
 
 class _KMax(_Marginal):
