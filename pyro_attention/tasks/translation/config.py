@@ -163,8 +163,8 @@ class TranslationConfig(OptimConfig, ModelOptions, CorpusOptions):
     improvement before stopping; 0: never stop early), ``warmup_steps`` (Dirichlet pair: steps with the prior as
     guide), ``num_samples`` (importance samples of the Dirichlet pair's validation bound), ``seed``, ``threads``
     (torch threads; 0 leaves torch's choice), ``matmul_precision`` (``torch.set_float32_matmul_precision`` while
-training steps run: ``"highest"``, ``"high"`` or ``"medium"``, bfloat16 products; validation, evaluation and
-decoding keep float32), ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``: where
+    training steps run: ``"highest"``, ``"high"`` or ``"medium"``, bfloat16 products; validation, evaluation and
+    decoding keep float32), ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``: where
     the network, its optimiser state and the batches live; checkpoints are stored device-free, so a run trained on
     a GPU resumes or evaluates on a CPU and back; several processes under torchrun each take ``cuda:LOCAL_RANK``)
     and ``out`` (default ``runs/<model>-<estimator>``).  ``init_from`` starts a fresh run from another run's network

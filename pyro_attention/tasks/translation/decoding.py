@@ -209,7 +209,7 @@ class _Marginal(_StepRule):
         log_prior = _log_prior(src, scores)
         if self.product is not None:
             return self.product(self.net.query_experts(h), log_prior)
-        return log_mixture_of_softmaxes(self.net.step_logits(h.unsqueeze(1), src.values), log_prior)  # (N, S, V)
+        return log_mixture_of_softmaxes(self.net.step_logits(h.unsqueeze(1), src.values), log_prior)  # logits (N, S, V)
 
 
 class _KMax(_Marginal):
