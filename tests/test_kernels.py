@@ -105,6 +105,9 @@ def test_log_mixture_of_softmaxes_equals_logsumexp_of_log_softmaxes(dtype, scale
     assert matters.float().mean() > 0.1 and torch.allclose(mine[matters], ref[matters], atol=tol, rtol=0)
     assert (mine >= ref - tol).all()  # below the floor: raised towards it, never lowered
     assert torch.isfinite(mine).all()
+    with pytest.raises(ValueError, match=r"need logits \(N, S, V\) and log_weights \(N, S\); got logits "
+                       r"\(6, 5, 40\) and log_weights \(6, 4\)"):
+        log_mixture_of_softmaxes(logits.to(dtype, copy=True), weights[:, :4])
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -114,7 +117,6 @@ def test_peaked_rows_far_below_the_smallest_normal_number_keep_exact_values_and_
     and some upstream gradients too; the backward pass raises the first to a floor before ``exp`` and sets the
     second to 0: the values (an observed id far down included) are untouched and the gradients still equal
     autograd's to the dtype's precision."""
-    from pyro_attention.distributions.kernels import probability_floor
 
     g = torch.Generator().manual_seed(1)
     N, H, V = 6, 4, 50

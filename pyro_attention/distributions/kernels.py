@@ -152,6 +152,9 @@ def log_mixture_of_softmaxes(logits: Tensor, log_weights: Tensor) -> Tensor:
     subnormal numbers out of the product) gets about the floor value instead of a lower one: such a token is never
     among the best continuations.  Not differentiable (decoding).
     """
+    if logits.dim() != 3 or log_weights.shape != logits.shape[:2]:
+        raise ValueError(f"log_mixture_of_softmaxes: need logits (N, S, V) and log_weights (N, S); got logits "
+                         f"{tuple(logits.shape)} and log_weights {tuple(log_weights.shape)}")
     m = logits.amax(-1, keepdim=True)  # (N, S, 1)
     E = logits.sub_(m).clamp_min_(probability_floor(logits.dtype)).exp_()  # in place: no subnormal entry
     c = log_weights - E.sum(-1).log()  # (N, S)
