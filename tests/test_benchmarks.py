@@ -319,3 +319,21 @@ def test_marginal_decoding_tiny(capsys) -> None:
     assert all(len(v) == 1 and v[0] > 0 for v in result["seconds"].values())
     assert decoding._Marginal.__call__ is keep
     assert "translations that differ: 0 of 6" in capsys.readouterr().out
+
+
+def test_padding_skip_tiny(capsys) -> None:
+    """benchmarks/padding_skip.py on a fresh synthetic run: both ways timed on each batch, the table alone and the
+    whole step; skipping the padded pairs changes neither the loss nor the gradients; the pairs' table and the
+    process's precision are back in place afterwards."""
+    import pyro_attention.models._categorical as categorical
+    from pyro_attention.distributions.enumeration import observed_table
+
+    module = load_script("benchmarks", "padding_skip")
+    for extra in ([], ["--step"]):
+        rows = module.main(module.make_parser().parse_args(["--batches", "2", *extra]))
+        assert len(rows) == 2 and all(r["cpu_skipped"] >= 0 and r["wall_computed"] > 0 for r in rows)
+        assert all(0 <= r["padded"] < 1 for r in rows) and any(r["padded"] > 0 for r in rows)
+    assert all(abs(r["loss_diff"]) < 1e-3 and r["grad_rel"] < 1e-2 for r in rows)  # the step's, bfloat16 products
+    assert categorical.observed_table is observed_table
+    assert torch.get_float32_matmul_precision() == "highest"
+    assert "fresh marginal on synthetic data; 2 batches; timed: the training step" in capsys.readouterr().out

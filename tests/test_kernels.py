@@ -221,11 +221,14 @@ def test_seq2seq_table_uses_the_kernel_and_equals_the_generic_path(float64, chun
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Seq2Seq, "output_layer", None)
         plain = observed_table(net, net.encode(batch), chunk_size, keep)
+    padding = ~(enc.target_mask.unsqueeze(-1) & enc.source_mask.unsqueeze(-2))  # (B, T, S)
+    assert padding.any() and (fused[padding] == 0).all()  # padded pairs are 0 (the fused path skips them)
     assert torch.allclose(fused, plain, atol=1e-10)
-    assert torch.allclose(gathered_table(net, net.encode(batch), chunk_size), plain, atol=1e-12)
+    assert torch.allclose(gathered_table(net, net.encode(batch), chunk_size).masked_fill(padding, 0), plain,
+                          atol=1e-12)
     weights = torch.randn(fused.shape, dtype=fused.dtype)
     g1 = torch.autograd.grad((fused * weights).sum(), list(net.parameters()), allow_unused=True)
-    plain = gathered_table(net, net.encode(batch), chunk_size)
+    plain = gathered_table(net, net.encode(batch), chunk_size).masked_fill(padding, 0)
     g2 = torch.autograd.grad((plain * weights).sum(), list(net.parameters()), allow_unused=True)
     for a, b in zip(g1, g2, strict=True):
         assert (a is None) == (b is None)
@@ -288,3 +291,40 @@ def test_networks_say_nothing_of_alignments():
     assert not [n for n in named if "align" in n.rsplit(".", 1)[-1].lower()]
     for attr in ("keep_logits_bytes", "aligned_log_likelihood", "aligned_logits", "aligned_hidden"):
         assert not hasattr(Seq2Seq, attr), attr
+
+
+@pytest.mark.parametrize("name", ["marginal", "hard", "variational", "segmentation-marginal"])
+def test_no_pair_reads_the_table_at_padded_pairs(float64, monkeypatch, name):
+    """``observed_table`` is 0 at a padded source or target position and the fused path skips those rows, which is
+    exact only if no pair reads them: the ELBO's value and gradients are the same with any number there."""
+    import pyro
+    from test_seq2seq import _tiny
+
+    import pyro_attention.models._categorical as categorical
+    import pyro_attention.models.structured as structured
+    from pyro_attention.registry import make_pair
+
+    net, batch = _tiny()
+    net = net.double()
+    pair = make_pair(name, net)
+    calls = []
+
+    def run(fill: float) -> list[torch.Tensor]:
+        def table(network, enc, *args):  # noqa: ANN001, ANN202
+            calls.append(fill)
+            padding = ~(enc.target_mask.unsqueeze(-1) & enc.source_mask.unsqueeze(-2))
+            return observed_table(network, enc, *args).masked_fill(padding, fill)
+
+        for module in (categorical, structured):
+            monkeypatch.setattr(module, "observed_table", table)
+        pyro.set_rng_seed(0)
+        params = list(net.parameters())
+        loss = pair.elbo().differentiable_loss(pair.model, pair.guide, batch)
+        return [loss, *torch.autograd.grad(loss, params, allow_unused=True)]
+
+    zero, garbage = run(0.0), run(7.0)
+    assert 0.0 in calls and 7.0 in calls  # the pair reads the table
+    for a, b in zip(zero, garbage, strict=True):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert torch.allclose(a, b, atol=1e-12)

@@ -58,8 +58,10 @@ MAKER_IDS = ["seq2seq", "region-qa"]
 
 
 def _generic(net: AttentionNetwork, enc) -> torch.Tensor:  # noqa: ANN001
-    """The generic path: gather every x_s, full logits, log_softmax at the observed token."""
-    return gathered_table(net, enc)
+    """The generic path: gather every x_s, full logits, log_softmax at the observed token; 0 at a padded (target,
+    source) pair, as :func:`observed_table` gives it."""
+    padding = ~(enc.target_mask.unsqueeze(-1) & enc.source_mask.unsqueeze(-2))
+    return gathered_table(net, enc).masked_fill(padding, 0.0)
 
 
 # -- the kernel ------------------------------------------------------------------------------------------------

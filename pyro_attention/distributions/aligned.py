@@ -27,7 +27,10 @@ class AlignedCategorical(TorchDistribution):
     :param network: the task network whose output layer gives the logits (``output_logits``, ``num_classes``).
     :param enc: the batch's encoding: the observed targets ``enc.target`` ``(B, T)``, the contexts ``enc.values``.
     :param table: ``(B, T, S)`` ``log p(observed_t | x, z_t = s)``, or ``None`` to always compute the logits
-        (cheaper when ``index`` holds a single alignment ``(B, T)`` rather than all ``S`` of them).
+        (cheaper when ``index`` holds a single alignment ``(B, T)`` rather than all ``S`` of them).  Read as it is:
+        :func:`~pyro_attention.distributions.enumeration.observed_table`'s is 0 at a padded target position and at
+        a padded source position, where the logits would give a number; the observation site masks padded targets
+        and the prior gives padded sources probability 0, so neither is ever read.
     :param values: ``(B, S, D)`` the contexts the positions pick (default ``enc.values``; the segmentation pair
         appends the zero context of "nothing selected").
     """

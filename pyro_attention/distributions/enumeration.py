@@ -20,7 +20,9 @@ network's output layer alone -- the public methods of
    source values (``output_hidden_at_values(enc)`` where the network computes it faster, else on gathered
    contexts), then the fused observed-token log-softmax
    (:func:`~pyro_attention.distributions.kernels.observed_log_softmax`) ``chunk_size * B * T`` rows of logits at a
-   time, up to ``keep_bytes`` of log-probabilities kept for the backward pass, the other chunks recomputed there.
+   time, up to ``keep_bytes`` of log-probabilities kept for the backward pass, the other chunks recomputed there;
+   only the pairs of a real target token and a real source position are computed (a padded pair's entry is 0 on
+   every path, and no pair reads it).
 3. ``output_logits`` alone -- :func:`gathered_table`: the context ``x_s`` of every source position gathered, the
    full logits, ``log_softmax`` at the observed token; ``chunk_size`` source positions at a time, each chunk
    recomputed in the backward pass (activation checkpointing), so at most ``chunk_size * B * T * V`` logits are
@@ -58,16 +60,18 @@ def observed_table(
     network: AttentionNetwork, enc: Encoded, chunk_size: int | None = None, keep_bytes: int | None = None
 ) -> Tensor:
     """``log p(y_t | x, z_t = s)`` at the observed tokens ``enc.target``, ``(B, T, S)``, by the fastest path the
-    network offers (the module docstring).
+    network offers (the module docstring); 0 where ``t`` or ``s`` is padding (the fused path does not compute
+    those: in a length-bucketed IWSLT14 batch they are a fifth of the table).
 
     :param chunk_size: source positions per chunk (fused path: ``chunk_size * B * T`` rows of logits at once;
         generic path: ``chunk_size`` positions per checkpointed chunk); ``None``: all at once.
     :param keep_bytes: bytes of log-probabilities the fused path may keep for the backward pass (``None``:
         :data:`KEEP_BYTES`); the other chunks' logits are recomputed there.
     """
+    padding = ~(enc.target_mask.unsqueeze(-1) & enc.source_mask.unsqueeze(-2))  # (B, T, S)
     experts = network.output_experts(enc) if follows_output_logits(network, "output_experts") else None
     if experts is not None:
-        return experts_table(experts, enc.target)
+        return experts_table(experts, enc.target).masked_fill(padding, 0.0)
     if network.output_layer is not None and follows_output_logits(network, "output_hidden"):
         hidden = _hidden_at_values(network, enc)
         if hidden is not None:  # (S, B, T, H)
@@ -75,11 +79,18 @@ def observed_table(
             N = S * B * T
             rows = N if chunk_size is None else max(1, chunk_size) * B * T
             target = enc.target.expand(S, B, T).reshape(N)
+            hidden = hidden.reshape(N, -1)
+            real = (~padding).permute(2, 0, 1).reshape(N)  # (S, B, T) order, as hidden's rows
+            index = None if bool(real.all()) else real.nonzero().squeeze(-1)
+            if index is not None:  # the output layer at real (target, source) pairs only
+                hidden, target = hidden.index_select(0, index), target.index_select(0, index)
             layer = network.output_layer
             keep = KEEP_BYTES if keep_bytes is None else keep_bytes
-            ll = observed_log_softmax(hidden.reshape(N, -1), layer.weight, layer.bias, target, rows, keep)
+            ll = observed_log_softmax(hidden, layer.weight, layer.bias, target, rows, keep)
+            if index is not None:
+                ll = ll.new_zeros(N).index_copy(0, index, ll)
             return ll.view(S, B, T).permute(1, 2, 0)
-    return gathered_table(network, enc, chunk_size)
+    return gathered_table(network, enc, chunk_size).masked_fill(padding, 0.0)
 
 
 def gathered_table(network: AttentionNetwork, enc: Encoded, chunk_size: int | None = None) -> Tensor:
