@@ -3,7 +3,8 @@ file and a few ``keep_gib`` (and ``chunk_size``) settings: counted from the trai
 trained.
 
 The enumeration kernel (:func:`pyro_attention.distributions.kernels.observed_log_softmax`) evaluates the `tanh`
-output layer at every source position, ``chunk_size * B * T`` rows of ``V`` logits at a time, and keeps the
+output layer at every pair of a real target token and a real source position (padded pairs are left out since
+2026-12-06: ``benchmarks/padding_skip.py``), ``chunk_size * B * T`` rows of ``V`` logits at a time, and keeps the
 log-probabilities of the first chunks of each batch for the backward pass up to ``keep_gib``; the other chunks are
 recomputed there.  Smaller chunks fill the budget a little more closely (``--chunk-size``: every size against
 each budget; default the row's own).  A row kept costs three products with the layer's ``V x H`` weights
@@ -83,11 +84,13 @@ def main(args: argparse.Namespace) -> list[dict]:
     src_vocab, tgt_vocab = build_vocabs(config, corpora.train)
     batches = make_batches(corpora.train, src_vocab, tgt_vocab, config.batch_size)
     V, element = len(tgt_vocab), 4  # float32 log-probabilities
-    shapes = [(b.source.shape[0], b.source.shape[1], b.target.shape[1]) for b in batches]  # (B, S, T)
+    # (B, S, T, R): R the pairs of a real target token and a real source position, the rows the kernel computes
+    shapes = [(b.source.shape[0], b.source.shape[1], b.target.shape[1],
+               int((b.source_mask.sum(1) * b.target_mask.sum(1)).sum())) for b in batches]
 
-    def recomputed_rows(B: int, S: int, T: int, chunk: int, keep_gib: float) -> int:
+    def recomputed_rows(B: int, S: int, T: int, R: int, chunk: int, keep_gib: float) -> int:
         """The kernel's own rule, chunk by chunk: a chunk is kept while it fits what is left of the budget."""
-        left, rows_all, step, out = round(keep_gib * 2**30), S * B * T, max(1, chunk or S) * B * T, 0
+        left, rows_all, step, out = round(keep_gib * 2**30), R, max(1, chunk or S) * B * T, 0
         for start in range(0, rows_all, step):
             size = (min(rows_all, start + step) - start) * V * element
             if size <= left:
@@ -96,7 +99,7 @@ def main(args: argparse.Namespace) -> list[dict]:
                 out += size // (V * element)
         return out
 
-    total = sum(S * B * T for B, S, T in shapes)
+    total = sum(R for *_, R in shapes)
     chunks = args.chunk_size if args.chunk_size is not None else [config.chunk_size]
     if any(c < 0 for c in chunks):
         raise SystemExit(f"--chunk-size must be >= 0 (0: all source positions at once), not {min(chunks)}")
@@ -106,20 +109,20 @@ def main(args: argparse.Namespace) -> list[dict]:
         share = sum(recomputed_rows(*shape, chunk, keep_gib) for shape in shapes) / total
         out.append({"chunk_size": chunk, "keep_gib": keep_gib, "recomputed_share": share,
                     "products_per_row": 3 + share,
-                    "largest_batch_gb": max(S * B * T for B, S, T in shapes) * V * element / 1e9})
+                    "largest_batch_gb": max(R for *_, R in shapes) * V * element / 1e9})
     print(f"{args.config} row {args.row}: {len(batches)} batches, target vocabulary {V}, the row's chunks: "
           f"{config.chunk_size or 'all'} source positions")
     if args.time:
-        touched = sorted((S * B * T, i) for i, (B, S, T) in enumerate(shapes)
-                         if recomputed_rows(B, S, T, chunks[0], min(args.keep_gib)))
+        touched = sorted((R, i) for i, (B, S, T, R) in enumerate(shapes)
+                         if recomputed_rows(B, S, T, R, chunks[0], min(args.keep_gib)))
         if touched:
             i = touched[len(touched) // 2][1]
-            B, S, T = shapes[i]
+            B, S, T, R = shapes[i]
             seconds = _time(config, src_vocab, tgt_vocab, batches[i], settings, args.time)
             for r in out:
                 key = r["chunk_size"], r["keep_gib"]
                 r.update(timed_batch=[B, S, T], seconds=seconds[key][0], cpu_seconds=seconds[key][1],
-                         timed_recomputed=recomputed_rows(B, S, T, *key) / (S * B * T))
+                         timed_recomputed=recomputed_rows(B, S, T, R, *key) / R)
             print(f"timed: batch {i} (B={B}, S={S}, T={T}), loss and gradients, one thread, median of {args.time}")
     print("| chunk_size | keep_gib | rows recomputed | products per row (3-4) | largest batch's log-probabilities "
           "[GB] |" + (" timed batch: recomputed | seconds | CPU seconds |" if "seconds" in out[0] else ""))
