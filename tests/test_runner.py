@@ -13,7 +13,7 @@ import torch
 from pyro_attention import cli
 from pyro_attention.runner import ROW_FIELDS, read_experiment, run_experiment
 from pyro_attention.tasks.translation.runner import ExperimentFileError, merge_rows
-from pyro_attention.tasks.translation.status import experiment_status, status_table
+from pyro_attention.tasks.translation.status import experiment_curves, experiment_status, status_table
 
 TINY = """
 [shared]
@@ -670,3 +670,30 @@ def test_a_gpu_sitting_trains_rows_at_once_then_evaluates_the_paused_ones(tmp_pa
     assert not any(n.endswith(".pt") for n in names) and "exp/long/history.csv" in names
     assert finished["finished"] is True and finished["epochs"] == 1
     assert paused["finished"] is False and paused["epochs"] >= 1 and paused["bleu"] is not None
+
+
+def test_curves_print_each_rows_validation_per_epoch_and_train_nothing(tmp_path, capsys):
+    """--curves: one markdown table per row from its history.csv (validation PPL, new bests in bold, learning rate,
+    the entropies the pair records, the clock), a row not started said so, nothing written."""
+    path = _write(tmp_path, TINY.replace("epochs = 2", "epochs = 3"))
+    runs = tmp_path / "r"
+    run_experiment(path, runs, only=["marginal-product"], max_epochs=2, progress=False, log=None, bleu=False)
+    stamp = (runs / "marginal-product" / "last.pt").stat().st_mtime_ns
+    assert cli.main(["experiment", "--config", str(path), "--out", str(runs), "--curves"]) == 0
+    printed = capsys.readouterr().out
+    assert (runs / "marginal-product" / "last.pt").stat().st_mtime_ns == stamp
+    epochs = [line.split(",") for line in (runs / "marginal-product" / "history.csv").read_text().splitlines()
+              if line.startswith("epoch,")]
+    assert len(epochs) == 2
+    assert "soft:\n\nnot started" in printed
+    table = printed.split("marginal-product:\n\n")[1].splitlines()
+    assert table[0] == ("| epoch | step | lr | val PPL | H(prior) | H(exact posterior) | clock [h] |")
+    for line, rec in zip(table[2:4], epochs, strict=True):
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[:3] == [rec[1], rec[2], f"{float(rec[5]):.3g}"]
+        assert cells[3].strip("*") == f"{float(rec[7]):.3f}" and cells[4] == f"{float(rec[9]):.3f}"
+    assert table[2].split("|")[4].strip().startswith("**")  # the first epoch is a new best
+    (runs / "soft").mkdir()
+    (runs / "soft" / "history.csv").write_text((runs / "marginal-product" / "history.csv").read_text().split(
+        "\nepoch,")[0])  # steps of a first epoch, no epoch line yet
+    assert "soft:\n\nno epoch finished yet" in experiment_curves(path, runs, only=["soft"])

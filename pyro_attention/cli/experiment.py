@@ -12,7 +12,7 @@ def _experiment(args: argparse.Namespace) -> int:
     from pyro_attention.tasks.translation import TrainingInterrupted
     from pyro_attention.tasks.translation.curves import plot_table
     from pyro_attention.tasks.translation.runner import ExperimentFileError, markdown_table, merge_rows, run_experiment
-    from pyro_attention.tasks.translation.status import experiment_status, status_table
+    from pyro_attention.tasks.translation.status import experiment_curves, experiment_status, status_table
 
     if args.plot is not None:
         try:
@@ -41,6 +41,9 @@ def _experiment(args: argparse.Namespace) -> int:
     try:
         if args.status:
             print(status_table(experiment_status(args.config, args.out, only=args.rows)))
+            return 0
+        if args.curves:
+            print(experiment_curves(args.config, args.out, only=args.rows))
             return 0
         overrides = {k: v for k, v in (("device", args.device), ("threads", args.threads),
                                        ("matmul_precision", args.matmul_precision)) if v is not None}
@@ -76,6 +79,10 @@ def add_experiment(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
                     help="train nothing: print where each row stands (epochs, where it resumes, best and last "
                     "validation PPL, learning rate, early-stopping count, wall time, last step logged and when; "
                     "test PPL and BLEU once finished), read from its files, and exit (safe while rows train)")
+    ex.add_argument("--curves", action="store_true",
+                    help="train nothing: print each row's validation after every epoch so far (step, learning "
+                    "rate, validation PPL, alignment entropies, clock), read from its history.csv, and exit (safe "
+                    "while rows train)")
     ex.add_argument("--no-bleu", action="store_true", help="skip decoding (perplexities and entropies only)")
     ex.add_argument("--device", default=None,
                     help="train and evaluate every row here: cpu, cuda, cuda:N or mps (default: the file's, else cpu)")

@@ -40,6 +40,34 @@ def entropy_curve(history_csv: Path) -> list[float | None]:
     return epoch_curves(history_csv)["val_prior_entropy_per_epoch"]
 
 
+#: the validation columns :func:`curve_table` prints where a row recorded them, and their headers
+CURVE_COLUMNS = {"val_prior_entropy": "H(prior)", "val_posterior_entropy": "H(exact posterior)",
+                 "val_guide_entropy": "H(guide)", "val_guide_kl": "KL(guide ‖ posterior)"}
+
+
+def curve_table(history_csv: Path) -> str | None:
+    """A row's validation after every epoch of its ``history.csv`` as a markdown table: epoch, step, learning
+    rate, validation perplexity (``**`` a new best; ``~`` a bound, not exact), the alignment entropies and the
+    guide's KL in nats per target token where the row recorded them, and the training clock in hours, summed over
+    sittings (:func:`epoch_curves`).  ``None`` when no epoch has finished."""
+    epochs = _epoch_records(history_csv)
+    if not epochs:
+        return None
+    shown = [key for key in CURVE_COLUMNS if any(rec.get(key) for _, rec in epochs)]
+    lines = ["| epoch | step | lr | val PPL | " + "".join(f"{CURVE_COLUMNS[k]} | " for k in shown) + "clock [h] |",
+             "|---|---|---|---|" + "---|" * len(shown) + "---|"]
+    best = float("inf")
+    for clock, rec in epochs:
+        ppl = float(rec["val_ppl"])
+        text = ("" if rec.get("val_exact", "True") == "True" else "~") + f"{ppl:.3f}"
+        if ppl < best:
+            best, text = ppl, f"**{text}**"
+        cells = "".join(f"{float(rec[k]):.3f} | " if rec.get(k) else "- | " for k in shown)
+        lines.append(f"| {rec['epoch']} | {rec['step']} | {float(rec['lr']):.3g} | {text} | {cells}"
+                     f"{clock / 3600:.2f} |")
+    return "\n".join(lines)
+
+
 def _epoch_records(history_csv: Path) -> list[tuple[float, dict[str, str]]]:
     """``(clock, row)`` for every epoch row of ``history.csv``, the clock summed over sittings."""
     import csv

@@ -12,6 +12,7 @@ from typing import Any
 
 from pyro_attention.tasks.translation import TranslationConfig
 from pyro_attention.tasks.translation.checkpoints import _read_checkpoint
+from pyro_attention.tasks.translation.curves import curve_table
 from pyro_attention.tasks.translation.rowfiles import (
     RESULT_KEYS,
     TRAINED_KEYS,
@@ -22,7 +23,7 @@ from pyro_attention.tasks.translation.rowfiles import (
 )
 from pyro_attention.tasks.translation.runner import _chosen, read_experiment, row_config
 
-__all__ = ["experiment_status", "row_status", "status_table"]
+__all__ = ["experiment_curves", "experiment_status", "row_status", "status_table"]
 
 
 def experiment_status(
@@ -36,6 +37,25 @@ def experiment_status(
     if not Path(runs).is_dir():  # most likely a mistyped --out: said, rather than every row "not started"
         raise ValueError(f"{runs}: no such runs folder (no row of {path} has started there)")
     return [row_status(row_config(shared, row, Path(runs)), row["label"]) for row in chosen]
+
+
+def experiment_curves(
+    path: str | os.PathLike, runs: str | os.PathLike, *, only: Sequence[str] | None = None
+) -> str:
+    """Every row's validation after each epoch so far (:func:`~pyro_attention.tasks.translation.curves.curve_table`
+    of its ``history.csv``), one markdown table per row under its label, read from its files alone (safe while
+    rows train); a row without a finished epoch, or not started, says so."""
+    shared, rows = read_experiment(path)
+    chosen = _chosen(path, rows, only)
+    if not Path(runs).is_dir():
+        raise ValueError(f"{runs}: no such runs folder (no row of {path} has started there)")
+    parts = []
+    for row in chosen:
+        history = row_config(shared, row, Path(runs)).out_dir / "history.csv"
+        table = curve_table(history) if history.is_file() else None
+        parts.append(f"{row['label']}:\n\n" + (table or ("no epoch finished yet" if history.is_file()
+                                                         else "not started")))
+    return "\n\n".join(parts)
 
 
 def row_status(config: TranslationConfig, label: str) -> dict[str, Any]:
