@@ -245,14 +245,20 @@ def test_only_some_rows_and_the_cli(tmp_path, capsys):
     assert "no row labelled ['hard']; the rows are ['soft', 'marginal-product']" in capsys.readouterr().err
 
 
+def _two_epochs_of(tmp_path: Path, row: str) -> tuple[Path, Path, int]:
+    """A three-epoch experiment file with ``row`` trained for two epochs: the file, the runs folder and the
+    modification time of the row's ``last.pt`` (to show that what follows writes nothing)."""
+    path = _write(tmp_path, TINY.replace("epochs = 2", "epochs = 3"))
+    runs = tmp_path / "r"
+    run_experiment(path, runs, only=[row], max_epochs=2, progress=False, log=None, bleu=False)
+    return path, runs, (runs / row / "last.pt").stat().st_mtime_ns
+
+
 def test_status_reads_where_each_row_stands_and_trains_nothing(tmp_path, capsys):
     """--status: not started, half-trained (where it resumes, best and last validation, patience used), trained
     but not evaluated, finished (test PPL), a first epoch under way, a damaged last.pt said in its row, and the
     CLI's errors for an unknown row and a runs folder that is not there."""
-    path = _write(tmp_path, TINY.replace("epochs = 2", "epochs = 3"))
-    runs = tmp_path / "r"
-    run_experiment(path, runs, only=["soft"], max_epochs=2, progress=False, log=None, bleu=False)
-    stamp = (runs / "soft" / "last.pt").stat().st_mtime_ns
+    path, runs, stamp = _two_epochs_of(tmp_path, "soft")
     assert cli.main(["experiment", "--config", str(path), "--out", str(runs), "--status"]) == 0
     printed = capsys.readouterr().out
     assert (runs / "soft" / "last.pt").stat().st_mtime_ns == stamp and not (runs / "marginal-product").exists()
@@ -675,10 +681,7 @@ def test_a_gpu_sitting_trains_rows_at_once_then_evaluates_the_paused_ones(tmp_pa
 def test_curves_print_each_rows_validation_per_epoch_and_train_nothing(tmp_path, capsys):
     """--curves: one markdown table per row from its history.csv (validation PPL, new bests in bold, learning rate,
     the entropies the pair records, the clock), a row not started said so, nothing written."""
-    path = _write(tmp_path, TINY.replace("epochs = 2", "epochs = 3"))
-    runs = tmp_path / "r"
-    run_experiment(path, runs, only=["marginal-product"], max_epochs=2, progress=False, log=None, bleu=False)
-    stamp = (runs / "marginal-product" / "last.pt").stat().st_mtime_ns
+    path, runs, stamp = _two_epochs_of(tmp_path, "marginal-product")
     assert cli.main(["experiment", "--config", str(path), "--out", str(runs), "--curves"]) == 0
     printed = capsys.readouterr().out
     assert (runs / "marginal-product" / "last.pt").stat().st_mtime_ns == stamp
