@@ -32,11 +32,18 @@ def experiment_status(
     """Where every row of the experiment file ``path`` stands in ``runs``, read from its files alone (nothing is
     trained or evaluated, so it is safe while rows train): one :func:`row_status` per row (``only``: these); a
     ``runs`` folder that does not exist is an error."""
+    return [row_status(config, label) for config, label in _row_configs(path, runs, only)]
+
+
+def _row_configs(
+    path: str | os.PathLike, runs: str | os.PathLike, only: Sequence[str] | None
+) -> list[tuple[TranslationConfig, str]]:
+    """``(config, label)`` of every chosen row of the experiment file ``path`` in ``runs``, which must exist."""
     shared, rows = read_experiment(path)
     chosen = _chosen(path, rows, only)
     if not Path(runs).is_dir():  # most likely a mistyped --out: said, rather than every row "not started"
         raise ValueError(f"{runs}: no such runs folder (no row of {path} has started there)")
-    return [row_status(row_config(shared, row, Path(runs)), row["label"]) for row in chosen]
+    return [(row_config(shared, row, Path(runs)), row["label"]) for row in chosen]
 
 
 def experiment_curves(
@@ -45,16 +52,11 @@ def experiment_curves(
     """Every row's validation after each epoch so far (:func:`~pyro_attention.tasks.translation.curves.curve_table`
     of its ``history.csv``), one markdown table per row under its label, read from its files alone (safe while
     rows train); a row without a finished epoch, or not started, says so."""
-    shared, rows = read_experiment(path)
-    chosen = _chosen(path, rows, only)
-    if not Path(runs).is_dir():
-        raise ValueError(f"{runs}: no such runs folder (no row of {path} has started there)")
     parts = []
-    for row in chosen:
-        history = row_config(shared, row, Path(runs)).out_dir / "history.csv"
+    for config, label in _row_configs(path, runs, only):
+        history = config.out_dir / "history.csv"
         table = curve_table(history) if history.is_file() else None
-        parts.append(f"{row['label']}:\n\n" + (table or ("no epoch finished yet" if history.is_file()
-                                                         else "not started")))
+        parts.append(f"{label}:\n\n" + (table or ("no epoch finished yet" if history.is_file() else "not started")))
     return "\n\n".join(parts)
 
 
