@@ -28,7 +28,7 @@ from pyro_attention.align import (
 from pyro_attention.data import make_synthetic_translation
 from pyro_attention.data.text import Vocab
 from pyro_attention.data.translation import collate
-from pyro_attention.distributions.enumeration import gathered_table, observed_table
+from pyro_attention.distributions.enumeration import gathered_table, observed_table, padded_pairs
 from pyro_attention.inference import alignment_posterior, fit, log_likelihood
 from pyro_attention.networks.distortion import DistortionNetwork
 from pyro_attention.networks.lexical import IBM1Network
@@ -123,7 +123,7 @@ def test_lexical_expert_kernel_and_the_ibm1_posterior(network):
     enc = net.encode(batch)
     table = observed_table(net, enc, net.chunk_size)
     assert net.output_experts(enc) is not None  # the lexical expert's path is what runs
-    padding = ~(enc.target_mask.unsqueeze(-1) & enc.source_mask.unsqueeze(-2))  # (B, T, S): 0 there
+    padding = padded_pairs(enc)  # (B, T, S): 0 there
     assert torch.allclose(table, gathered_table(net, enc, net.chunk_size).masked_fill(padding, 0), atol=1e-6)
     pair = make_pair("marginal", net)
     probs = alignment_posterior(pair, batch)

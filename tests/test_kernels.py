@@ -14,6 +14,7 @@ from pyro_attention.distributions.enumeration import (
     gathered_table,
     logits_at_values,
     observed_table,
+    padded_pairs,
 )
 from pyro_attention.distributions.kernels import log_mixture_of_softmaxes, observed_log_softmax, probability_floor
 from pyro_attention.networks import Seq2Seq
@@ -221,7 +222,7 @@ def test_seq2seq_table_uses_the_kernel_and_equals_the_generic_path(float64, chun
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Seq2Seq, "output_layer", None)
         plain = observed_table(net, net.encode(batch), chunk_size, keep)
-    padding = ~(enc.target_mask.unsqueeze(-1) & enc.source_mask.unsqueeze(-2))  # (B, T, S)
+    padding = padded_pairs(enc)  # (B, T, S)
     assert padding.any() and (fused[padding] == 0).all()  # padded pairs are 0 (the fused path skips them)
     assert torch.allclose(fused, plain, atol=1e-10)
     assert torch.allclose(gathered_table(net, net.encode(batch), chunk_size).masked_fill(padding, 0), plain,
@@ -312,8 +313,7 @@ def test_no_pair_reads_the_table_at_padded_pairs(float64, monkeypatch, name):
     def run(fill: float) -> list[torch.Tensor]:
         def table(network, enc, *args):  # noqa: ANN001, ANN202
             calls.append(fill)
-            padding = ~(enc.target_mask.unsqueeze(-1) & enc.source_mask.unsqueeze(-2))
-            return observed_table(network, enc, *args).masked_fill(padding, fill)
+            return observed_table(network, enc, *args).masked_fill(padded_pairs(enc), fill)
 
         for module in (categorical, structured):
             monkeypatch.setattr(module, "observed_table", table)

@@ -55,8 +55,8 @@ def experiment_curves(
     parts = []
     for config, label in _row_configs(path, runs, only):
         history = config.out_dir / "history.csv"
-        table = curve_table(history) if history.is_file() else None
-        parts.append(f"{label}:\n\n" + (table or ("no epoch finished yet" if history.is_file() else "not started")))
+        said = (curve_table(history) or "no epoch finished yet") if history.is_file() else "not started"
+        parts.append(f"{label}:\n\n{said}")
     return "\n\n".join(parts)
 
 
