@@ -61,7 +61,7 @@ import pyro
 import pyro.optim
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
+from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakIdKeyDictionary
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -141,7 +141,7 @@ class TensorMemory(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204 - torch's signature
         out = func(*args, **(kwargs or {}))
         inputs = None
-        for t in tree_leaves(out):
+        for t in tree_flatten(out)[0]:
             if not isinstance(t, torch.Tensor) or t.device.type == "meta":
                 continue
             storage = t.untyped_storage()
@@ -149,7 +149,7 @@ class TensorMemory(TorchDispatchMode):
             old = self.sizes.get(storage)
             if old is None:
                 if inputs is None:
-                    leaves = tree_leaves((args, kwargs))
+                    leaves = tree_flatten((args, kwargs))[0]
                     inputs = {x.untyped_storage().data_ptr() for x in leaves if isinstance(x, torch.Tensor)}
                 self.sizes[storage] = nbytes
                 if storage.data_ptr() in inputs:  # a view of something that was already there

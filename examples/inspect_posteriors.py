@@ -1,6 +1,7 @@
 """Inspect alignment posteriors with ArviZ: train pairs on synthetic region QA, write NetCDF, print diagnostics.
 
-For each pair, :func:`pyro_attention.inference.to_inference_data` builds an ArviZ ``InferenceData`` with prior
+For each pair, :func:`pyro_attention.inference.to_inference_data` builds ArviZ data (an ``InferenceData`` on
+ArviZ 0.2x, an ``xarray.DataTree`` on ArviZ >= 1) with prior
 and posterior alignment draws, the exact per-token log-likelihood and per-example ELBO, KL and PSIS k-hat of q;
 :func:`~pyro_attention.inference.diagnostics` summarises them in one table (k-hat of q against the exact
 posterior, the ELBO gap = KL, entropies of prior / posterior / q and how often their argmaxes agree).  For the
@@ -19,8 +20,6 @@ References:
 from __future__ import annotations
 
 import argparse
-import warnings
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -33,8 +32,10 @@ from pyro_attention.inference import (
     fit,
     format_diagnostics,
     nuts_alignment,
+    save_netcdf,
     to_inference_data,
 )
+from pyro_attention.inference.arviz_generation import forest_figure, summary
 from pyro_attention.networks import RegionQA
 from pyro_attention.plots import khat_plot
 
@@ -42,8 +43,6 @@ ROWS = [("marginal", None), ("hard", "enum"), ("variational", "enum"), ("variati
 
 
 def main(args: argparse.Namespace) -> dict:
-    warnings.filterwarnings("ignore", category=FutureWarning, module="arviz")
-    import arviz as az
     import matplotlib
 
     matplotlib.use("Agg")
@@ -80,10 +79,8 @@ def main(args: argparse.Namespace) -> dict:
                 f"| {r['example']} | {r['regions']} | {r['r_hat']:.3f} | {r['ess']:.0f} | {r['l1_q']:.3f} | "
                 f"{r['l1_prior']:.3f} |"
             )
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    saved.to_netcdf(str(out))
-    print(f"wrote the InferenceData of variational (enum) to {out.resolve()}")
+    out = save_netcdf(saved, args.out)
+    print(f"wrote the ArviZ data of variational (enum) to {out.resolve()}")
     khat = saved.sample_stats["khat"]
     if np.isfinite(khat.values).any():
         path = khat_plot(
@@ -96,11 +93,11 @@ def main(args: argparse.Namespace) -> dict:
             "target over a handful of regions); no k-hat plot"
         )
     # draws exist for the continuous (Dirichlet) alignment only: its q over the regions of one held-out scene
-    real = relaxed.posterior.isel(example=0, target=0, source=slice(0, int(held_out.data.region_mask[0].sum())))
-    axes = az.plot_forest(real, var_names=["weights"], combined=True)
-    axes[0].set_title("relaxed (Dirichlet), RegionQA, held-out scene 0: draws from q of the weights", fontsize=9)
-    axes[0].set_xlabel("attention weight")
-    plt.savefig(out.with_suffix(".forest.png"), dpi=100, bbox_inches="tight")
+    regions = list(range(int(held_out.data.region_mask[0].sum())))
+    fig = forest_figure(relaxed, var_names=["weights"], coords={"example": 0, "target": 0, "source": regions})
+    fig.suptitle("relaxed (Dirichlet), RegionQA, held-out scene 0: draws from q of the weights", fontsize=9)
+    fig.supxlabel("attention weight")
+    fig.savefig(out.with_suffix(".forest.png"), dpi=100, bbox_inches="tight")
     plt.close("all")
     print(f"wrote {out.with_suffix('.forest.png')}")
     return {"rows": rows, "idata": saved, "nuts": nuts_rows}
@@ -108,8 +105,6 @@ def main(args: argparse.Namespace) -> dict:
 
 def _nuts_check(pair, data, args: argparse.Namespace) -> list[dict]:  # noqa: ANN001
     """NUTS reference posteriors for the first ``--nuts`` held-out examples (padding sliced off)."""
-    import arviz as az
-
     out = []
     for i in range(args.nuts):
         one = data.data[i : i + 1]
@@ -118,14 +113,14 @@ def _nuts_check(pair, data, args: argparse.Namespace) -> list[dict]:  # noqa: AN
         nuts = nuts_alignment(
             pair, one, num_samples=args.nuts_samples, warmup_steps=args.nuts_samples, num_chains=2, seed=args.seed
         )
-        summary = az.summary(nuts, var_names=["align"])
+        table = summary(nuts, var_names=["align"])
         cmp = compare_to_guide(pair, one, nuts)
         out.append(
             {
                 "example": i,
                 "regions": n,
-                "r_hat": float(summary["r_hat"].max()),
-                "ess": float(summary["ess_bulk"].min()),
+                "r_hat": float(table["r_hat"].max()),
+                "ess": float(table["ess_bulk"].min()),
                 "l1_q": float(cmp["l1_q"].mean()),
                 "l1_prior": float(cmp["l1_prior"].mean()),
             }

@@ -2,6 +2,7 @@
 posteriors and prediction."""
 
 from pyro_attention.inference.arviz import diagnostics, format_diagnostics, to_inference_data
+from pyro_attention.inference.arviz_generation import load_netcdf, save_netcdf
 from pyro_attention.inference.comparison import compare, format_comparison
 from pyro_attention.inference.elbo import AlignmentRWS, AnnealedMeanField_ELBO, CategoricalKL_ELBO, ReinforceKL_ELBO
 from pyro_attention.inference.estimators import (
@@ -30,6 +31,7 @@ from pyro_attention.inference.train import FitResult, evaluate_nll, fit
 
 __all__ = [  # by module
     "diagnostics", "format_diagnostics", "to_inference_data",
+    "load_netcdf", "save_netcdf",
     "compare", "format_comparison",
     "AlignmentRWS", "AnnealedMeanField_ELBO", "CategoricalKL_ELBO", "ReinforceKL_ELBO",
     "CategoricalKL", "Enumerate", "Estimator", "KLSchedule", "MaximumLikelihood", "MeanField", "Reparameterized",

@@ -1,8 +1,10 @@
 """ArviZ views of a pair's alignments: ``to_inference_data`` and a diagnostics table.
 
-Built on :func:`arviz.from_dict`, so it works with ArviZ 0.2x (``InferenceData``, what Python 3.11 installs)
-and with ArviZ >= 1.0 (``DataTree``).  ``arviz.from_pyro`` is not used: it accepts MCMC objects only and, for an
-enumerated model, fills ``log_likelihood`` with the likelihood at an alignment drawn from the prior.
+Built on :func:`arviz.from_dict` through :mod:`pyro_attention.inference.arviz_generation`, so it gives an
+``InferenceData`` on ArviZ 0.2x (Python 3.10 / 3.11) and an ``xarray.DataTree`` on ArviZ >= 1 (Python >= 3.12),
+with the same groups, variables, dims, coords and attributes.  ``arviz.from_pyro`` is not used: it accepts MCMC
+objects only (and is gone from ArviZ 1.x) and, for an enumerated model, fills ``log_likelihood`` with the
+likelihood at an alignment drawn from the prior.
 
 What is random, and what ArviZ is given.  The network parameters are a point estimate: there are no posterior
 draws of them.  The only unknowns with a distribution are the alignments ``z``, one per target token.  For a
@@ -27,14 +29,13 @@ context), drawn from ``q`` (no exact posterior there) and split into ``num_chain
   "log likelihood not found" instead of an ``IndexError`` deep in ``psislw``.  Held-out comparison of pairs:
   :func:`pyro_attention.inference.compare`;
 * ``sample_stats`` -- per example (dims ``example`` only): ``elbo`` and ``kl`` (``KL(q || p(z | x, y))``,
-  exact for categorical pairs: ``log p - ELBO``) and PSIS ``khat`` of q (``nan`` where fewer than 10 distinct
-  weights leave no tail to fit); and ``log_weight`` (chain, draw, example), ``log p(y, z | x) - log q(z | x, y)``
-  for the draws ``z ~ q`` (pairs with a guide).
+  exact for categorical pairs: ``log p - ELBO``) and PSIS ``khat`` of q (``nan`` where fewer than 25 draws or
+  fewer than 10 distinct weights leave no tail to fit); and ``log_weight`` (chain, draw, example),
+  ``log p(y, z | x) - log q(z | x, y)`` for the draws ``z ~ q`` (pairs with a guide).
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,6 +44,7 @@ import torch
 import xarray as xr
 from pyro import poutine
 
+from pyro_attention.inference import arviz_generation as azg
 from pyro_attention.inference.evaluate import guide_draw, log_likelihood
 from pyro_attention.inference.posterior import alignment_posterior, entropy
 from pyro_attention.pair import AlignmentPair
@@ -78,14 +80,13 @@ MIN_DISTINCT_WEIGHTS = 10
 
 
 def _khat(draws: dict) -> np.ndarray | None:
-    """PSIS k-hat per example of the draws from q (``nan`` where fewer than 10 weights are distinct: a
-    discrete q with few support points, or q equal to the posterior, gives tied weights and no tail to fit)."""
-    import arviz as az
-
+    """PSIS k-hat per example of the draws from q (``nan`` where fewer than 25 draws, or fewer than 10 distinct
+    weights, leave no tail to fit: a discrete q with few support points, or q equal to the posterior, gives tied
+    weights)."""
     if "log_weight" not in draws:
         return None
     log_w = _np(draws["log_weight"]).T.astype(np.float64)  # (B, N)
-    khat = np.asarray(az.psislw(log_w.copy())[1], dtype=np.float64)
+    khat = azg.psis_khat(log_w)
     distinct = np.array([len(np.unique(np.round(row, 10))) for row in log_w])
     return np.where(distinct >= MIN_DISTINCT_WEIGHTS, khat, np.nan)
 
@@ -166,18 +167,12 @@ def _add_per_token_and_example(idata: Any, ll: Any, ex_idx: np.ndarray, pos_idx:
     # draw dimensions: it is one number per token, not a set of posterior draws
     tokens = {"token": np.arange(len(ex_idx)), "token_example": ("token", ex_idx), "token_position": ("token", pos_idx)}
     values = _np(ll.per_token)[ex_idx, pos_idx].astype(np.float64)
-    log_lik = xr.Dataset({"y": (("token",), values)}, coords=tokens)
-    with warnings.catch_warnings():  # "not defined in the InferenceData scheme": on purpose, see the module doc
-        warnings.simplefilter("ignore", UserWarning)
-        idata.add_groups({LOG_LIKELIHOOD_GROUP: log_lik})
+    azg.set_group(idata, LOG_LIKELIHOOD_GROUP, xr.Dataset({"y": (("token",), values)}, coords=tokens))
     # per-example statistics have no draw dimension: added after from_dict, which would force (chain, draw)
     num_examples = len(per_example["elbo"])
     stats = xr.Dataset({k: (("example",), v) for k, v in per_example.items()},
                        coords={"example": np.arange(num_examples)})
-    if "sample_stats" in idata.groups():
-        idata.sample_stats = idata.sample_stats.assign(stats)
-    else:
-        idata.add_groups(sample_stats=stats)
+    azg.update_group(idata, "sample_stats", stats)
 
 
 def _add_labels(idata: Any, source_labels: Any, target_labels: Any, shape: tuple[int, int, int]) -> None:
@@ -188,7 +183,7 @@ def _add_labels(idata: Any, source_labels: Any, target_labels: Any, shape: tuple
             table = np.full((B, S if dim == "source" else T), "", dtype=object)
             for i, row in enumerate(labels):
                 table[i, : len(row)] = list(row)[: table.shape[1]]
-            idata.constant_data[name] = (("example", dim), table.astype(str))
+            azg.update_group(idata, "constant_data", {name: (("example", dim), table.astype(str))})
 
 
 def _point_posterior(pair: AlignmentPair, probs: dict, enc: Any) -> dict | None:
@@ -225,7 +220,8 @@ def to_inference_data(
     num_importance_samples: int = 100,
     num_chains: int = 4,
 ) -> Any:
-    """An ArviZ ``InferenceData`` (or ``DataTree``) of ``pair``'s alignments on ``batch``.
+    """ArviZ data of ``pair``'s alignments on ``batch``: an ``InferenceData`` on ArviZ 0.2x, an ``xarray.DataTree``
+    on ArviZ >= 1 (groups as in the module doc).  Save it with :func:`~pyro_attention.inference.save_netcdf`.
 
     :param num_samples: draws in all (split into ``num_chains`` chains of independent draws) for the ``posterior``
         and ``prior`` groups of a continuous alignment, and the draws from q behind ``log_weight`` and k-hat.
@@ -234,8 +230,6 @@ def to_inference_data(
     :param num_chains: chains the independent draws are split into, so that ArviZ's R-hat is defined (and ~1);
         fewer where ``num_samples`` leaves less than 4 draws per chain.
     """
-    import arviz as az
-
     if num_chains < 1:
         raise ValueError(f"num_chains must be >= 1, got {num_chains}")
     if num_samples < 2:
@@ -275,19 +269,19 @@ def to_inference_data(
     log_weight = None
     if "log_weight" in draws:
         log_weight = {"log_weight": _chains(_np(draws["log_weight"]).astype(np.float64), num_chains)}
-    idata = az.from_dict(
-        posterior=posterior,
-        prior=group(draws.get("prior")),
-        observed_data={"y": _np(enc.target), "target_mask": mask},
-        constant_data=constant,
-        sample_stats=log_weight,
+    idata = azg.from_dict(
+        {
+            "posterior": posterior,
+            "prior": group(draws.get("prior")),
+            "observed_data": {"y": _np(enc.target), "target_mask": mask},
+            "constant_data": constant,
+            "sample_stats": log_weight,
+        },
         coords=coords,
-        dims={k: list(v) for k, v in _DIMS.items()},  # a copy: ArviZ may keep it
+        dims=_DIMS,
     )
-    attrs = _attrs(pair, ll, posterior_source)
     _add_per_token_and_example(idata, ll, ex_idx, pos_idx, per_example)
-    for group_name in idata.groups():
-        getattr(idata, group_name).attrs.update(attrs)
+    azg.update_attrs(idata, _attrs(pair, ll, posterior_source))
     _add_labels(idata, source_labels, target_labels, (B, T, S))
     return idata
 

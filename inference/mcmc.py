@@ -2,7 +2,8 @@
 
 For the Dirichlet pair there is no exact posterior to compare ``q`` with.  :func:`nuts_alignment` runs Pyro's
 NUTS on the alignment ``z`` of a single example (the network's parameters held fixed), returning ArviZ data
-(``az.from_pyro``) whose ``az.summary`` reports R-hat and ESS over several chains; :func:`compare_to_guide`
+(``posterior.align`` with dims chain, draw, example, target, source; ``sample_stats.diverging``) whose
+``az.summary`` reports R-hat and ESS over several chains; :func:`compare_to_guide`
 puts q's mean weights beside the NUTS posterior means.
 
 The example must carry no source padding (a Dirichlet over the real positions only; slice the padding off,
@@ -19,6 +20,7 @@ import pyro
 import torch
 from pyro.infer import MCMC, NUTS
 
+from pyro_attention.inference import arviz_generation as azg
 from pyro_attention.pair import AlignmentPair
 
 
@@ -31,9 +33,8 @@ def nuts_alignment(
     seed: int = 0,
     progress: bool = False,
 ) -> Any:
-    """NUTS draws of ``"align"`` for one example, as ArviZ data (``az.from_pyro``) with R-hat / ESS available."""
-    import arviz as az
-
+    """NUTS draws of ``"align"`` for one example, as ArviZ data with R-hat / ESS available (an ``InferenceData`` on
+    ArviZ 0.2x, an ``xarray.DataTree`` on ArviZ >= 1)."""
     if pair.continuous != "weights":
         raise ValueError(
             f"nuts_alignment is for continuous alignments; {type(pair).__name__} has {pair.latent!r} "
@@ -65,7 +66,15 @@ def nuts_alignment(
         for p in pair.network.parameters():
             p.requires_grad_(True)
         pair.network.train(was_training)
-    return az.from_pyro(mcmc, log_likelihood=False)
+    align = mcmc.get_samples(group_by_chain=True)["align"].cpu().numpy()  # (chain, draw, 1, T, S)
+    diverging = np.zeros(align.shape[:2], dtype=bool)
+    for chain, steps in enumerate(mcmc.diagnostics()["divergences"].values()):
+        diverging[chain, list(steps)] = True
+    return azg.from_dict(
+        {"posterior": {"align": align}, "sample_stats": {"diverging": diverging}},
+        coords={},
+        dims={"align": ["example", "target", "source"]},
+    )
 
 
 def compare_to_guide(pair: AlignmentPair, batch: Any, nuts_data: Any) -> dict[str, np.ndarray]:

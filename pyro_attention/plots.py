@@ -8,7 +8,6 @@ not a prior over a random alignment).  ``*_figure`` functions return the figure;
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -191,16 +190,14 @@ def khat_figure(khat: Any, title: str) -> Figure:
         k-hat) are dropped.
     :raises ValueError: if no k-hat is defined.
     """
-    import arviz as az
+    from pyro_attention.inference.arviz_generation import khat_axes
 
     values = np.asarray(getattr(khat, "values", khat), dtype=np.float64).ravel()
     defined = values[np.isfinite(values)]
     if defined.size == 0:
         raise ValueError("khat_figure: k-hat is undefined (nan) for every example; nothing to plot")
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    with warnings.catch_warnings():  # ArviZ's FutureWarning about DataArray input; a plain array is given
-        warnings.simplefilter("ignore", FutureWarning)
-        az.plot_khat(defined, ax=ax, show_hlines=False)
+    ax = khat_axes(defined, KHAT_THRESHOLD, figsize=(6, 3.5))
+    fig = ax.get_figure()
     ax.axhline(KHAT_THRESHOLD, color="red", ls="--", lw=1, label=f"k-hat = {KHAT_THRESHOLD} (unreliable above)")
     ax.legend(fontsize=8, loc="best")
     ax.set_xlabel("example")

@@ -25,6 +25,7 @@ from pyro_attention.inference import (
     predict,
     to_inference_data,
 )
+from pyro_attention.inference import arviz_generation as azg
 from pyro_attention.inference.decode import greedy, translate
 from pyro_attention.networks.seq2seq import Seq2Seq
 from pyro_attention.registry import ALL_PAIRS, make_pair
@@ -66,10 +67,11 @@ def _plain(x: Any) -> Any:
 def _idata(pair: Any, batch: Any) -> dict[str, Any]:
     idata = to_inference_data(pair, batch, num_samples=8, num_importance_samples=5, num_chains=2)
     attrs = {k: v for k, v in idata.constant_data.attrs.items() if k in OUR_ATTRS}
-    out: dict[str, Any] = {"groups": sorted(idata.groups()), "attrs": attrs}
+    groups = azg.group_names(idata)
+    out: dict[str, Any] = {"groups": sorted(groups), "attrs": attrs}
     for group in ("posterior", "prior", "constant_data", "sample_stats"):
-        if group in idata.groups():
-            data = getattr(idata, group)
+        if group in groups:
+            data = azg.group(idata, group)
             out[group] = {name: torch.as_tensor(np.asarray(data[name].values, dtype=np.float64))
                           for name in data.data_vars if data[name].dtype.kind == "f"}
     return out

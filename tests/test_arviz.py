@@ -1,5 +1,6 @@
 """ArviZ adapter: groups, dims and shapes; exact log-likelihood; padding dropped; NetCDF round trip; what
-``az.summary``, ``az.loo``, ``az.compare``, ``az.plot_khat`` and ``az.plot_posterior`` do on it."""
+``az.summary``, ``az.loo``, ``az.compare``, ``az.plot_khat`` and ``az.plot_posterior`` / ``az.plot_dist`` do on it,
+on whichever ArviZ generation is installed (0.2x on Python 3.11, 1.x on Python >= 3.12)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,13 @@ import pytest
 import torch
 from toy_network import ToyNetwork, make_toy_batch
 
-from pyro_attention.inference import alignment_posterior, log_likelihood
+from pyro_attention.inference import alignment_posterior, load_netcdf, log_likelihood, save_netcdf
+from pyro_attention.inference import arviz_generation as azg
 from pyro_attention.inference.arviz import diagnostics, format_diagnostics, to_inference_data
 from pyro_attention.models import MarginalLikelihood, RelaxedAttention, SoftAttention, VariationalAttention
 from pyro_attention.registry import ALL_PAIRS, make_pair
 
-warnings.filterwarnings("ignore", category=FutureWarning)
-az = pytest.importorskip("arviz")
+az = azg.arviz()
 
 
 @pytest.fixture
@@ -30,10 +31,9 @@ def test_groups_dims_and_exact_log_likelihood(setup, tmp_path):
     pair = VariationalAttention(net)
     labels = [["a", "b", "c", "d"], ["e", "f", "g"], ["h", "i", "j"]]
     idata = to_inference_data(pair, batch, num_samples=40, source_labels=labels)
-    for group in ("posterior", "observed_data", "constant_data", "marginal_log_likelihood", "sample_stats"):
-        assert group in idata.groups()
+    groups = sorted(azg.group_names(idata))  # ArviZ 0.2x orders them by its scheme, 1.x by insertion
+    assert groups == ["constant_data", "marginal_log_likelihood", "observed_data", "posterior", "sample_stats"]
     # no ArviZ log_likelihood group (one point estimate: nothing for PSIS-LOO) and no draws of a discrete z
-    assert "log_likelihood" not in idata.groups() and "prior" not in idata.groups()
     # the exact posterior, one draw (a function of the point-estimate parameters), NaN where padded
     probs = idata.posterior["align_probs"]
     assert probs.dims == ("chain", "draw", "example", "target", "source") and probs.shape == (1, 1, 3, 3, 4)
@@ -58,12 +58,47 @@ def test_groups_dims_and_exact_log_likelihood(setup, tmp_path):
     assert (stats["kl"].values >= -1e-6).all()
     assert "az.loo" not in stats.attrs["loo"] and "pyro_attention.inference.compare" in stats.attrs["loo"]
     # NetCDF round trip, the custom group included
-    path = tmp_path / "posterior.nc"
-    idata.to_netcdf(str(path))
-    back = az.from_netcdf(str(path))
+    path = save_netcdf(idata, tmp_path / "posterior.nc")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["posterior.nc"]  # no temporary file left
+    back = load_netcdf(path)
+    assert sorted(azg.group_names(back)) == groups
     assert np.allclose(back.marginal_log_likelihood["y"].values, y.values)
     assert back.posterior.attrs["log_likelihood_exact"] == 1
+    assert back.constant_data["source_label"].values[2].tolist() == ["h", "i", "j", ""]
+    assert back.sample_stats["log_weight"].dims == ("chain", "draw", "example")
 
+
+def test_save_netcdf_failure_leaves_the_old_file(setup, tmp_path, monkeypatch):
+    """A write that fails half-way (a full disk) raises WriteError naming the file; the old file is untouched."""
+    from pyro_attention.outputs import WriteError
+
+    net, batch = setup
+    idata = to_inference_data(VariationalAttention(net), batch, num_samples=8)
+    path = tmp_path / "posterior.nc"
+    path.write_bytes(b"old")
+    cls = type(idata)
+
+    def full_disk(self, filename, **kwargs):
+        with open(filename, "wb") as f:
+            f.write(b"half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cls, "to_netcdf", full_disk)
+    with pytest.raises(WriteError, match="posterior.nc"):
+        save_netcdf(idata, path)
+    assert path.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["posterior.nc"]
+
+
+def test_psis_khat_sees_a_heavy_tail():
+    """Importance weights with a Pareto tail of shape k have k-hat near k, on either generation's PSIS (ArviZ 1.x
+    takes a log-likelihood, the negative of a log ratio: a sign slip gives k-hat < 0 here); light-tailed
+    (log-normal with small sigma) weights stay well below 0.5."""
+    rng = np.random.default_rng(0)
+    heavy = np.log(rng.pareto(1 / 0.8, size=(4, 4000)) + 1)  # k = 0.8
+    light = rng.normal(scale=0.3, size=(4, 4000))
+    assert np.all(np.abs(azg.psis_khat(heavy) - 0.8) < 0.25)
+    assert np.all(azg.psis_khat(light) < 0.3)
+    assert azg.psis_khat(heavy).shape == (4,)
 
 def test_num_samples_and_chains_are_checked(setup):
     net, batch = setup
@@ -112,7 +147,7 @@ def test_every_pair_converts(setup, name):
         real = mask.numpy()
         assert np.isnan(weights[..., 1:, :, 3]).all() and np.allclose(np.nansum(weights, -1)[..., real], 1, atol=1e-5)
         assert np.allclose(np.nansum(idata.prior["weights"].values, -1)[..., real], 1, atol=1e-5)
-    elif "posterior" in idata.groups():  # one draw of exact probabilities or deterministic weights
+    elif "posterior" in azg.group_names(idata):  # one draw of exact probabilities or deterministic weights
         (var,) = idata.posterior.data_vars
         values = idata.posterior[var].values
         assert values.shape[:2] == (1, 1) and np.allclose(np.nansum(values, -1)[0, 0][mask.numpy()], 1, atol=1e-5)
@@ -135,9 +170,10 @@ def test_az_summary_continuous_alignment_is_meaningful_and_quiet(setup):
     net, batch = setup
     pair = RelaxedAttention(net)
     idata = to_inference_data(pair, batch, num_samples=400, num_importance_samples=20)
-    summary, caught = _runtime_warnings(lambda: az.summary(idata))
+    summary, caught = _runtime_warnings(lambda: azg.summary(idata))
     assert caught == []
-    assert list(summary.columns[:4]) == ["mean", "sd", "hdi_3%", "hdi_97%"]
+    intervals = ["hdi_3%", "hdi_97%"] if azg.GENERATION == 0 else ["eti89_lb", "eti89_ub"]
+    assert list(summary.columns[:4]) == ["mean", "sd", *intervals]
     assert np.isnan(summary.loc["weights[1, 0, 3]", "mean"])  # a padded source: no number
     q = alignment_posterior(pair, batch)["guide"].numpy()  # the mean weights of q
     means = np.array([summary.loc[f"weights[0, {t}, {s}]", "mean"] for t in range(3) for s in range(4)])
@@ -152,14 +188,14 @@ def test_az_summary_categorical_is_the_exact_posterior(setup):
     net, batch = setup
     pair = VariationalAttention(net)
     idata = to_inference_data(pair, batch, num_samples=16)
-    summary, caught = _runtime_warnings(lambda: az.summary(idata))
+    summary, caught = _runtime_warnings(lambda: azg.summary(idata))
     assert len(caught) <= 2  # "Degrees of freedom <= 0" for the sd of one draw; it was one per constant cell
     post = alignment_posterior(pair, batch)["posterior"].numpy()
     assert np.isclose(summary.loc["align_probs[0, 1, 2]", "mean"], post[0, 1, 2], atol=1e-3)
     assert np.isnan(summary.loc["align_probs[2, 0, 3]", "mean"])  # padded
     assert summary["r_hat"].isna().all()
     big = to_inference_data(pair, make_toy_batch(B=12, S=6, T=4, seed=3), num_samples=16)
-    _, caught_big = _runtime_warnings(lambda: az.summary(big))
+    _, caught_big = _runtime_warnings(lambda: azg.summary(big))
     assert len(caught_big) == len(caught)  # does not grow with the number of cells
 
 
@@ -171,7 +207,8 @@ def test_az_loo_and_compare_refuse_clearly(setup):
     b = to_inference_data(MarginalLikelihood(net), batch, num_samples=16)
     with pytest.raises(TypeError, match="log likelihood not found in inference data object"):
         az.loo(a)
-    with pytest.raises(TypeError, match="Encountered error in ELPD computation of compare") as info:
+    with pytest.raises(TypeError, match="Encountered error (in ELPD computation of compare|trying to compute ELPD)") \
+            as info:
         az.compare({"variational": a, "marginal": b})
     chain, error = [], info.value
     while error is not None:
@@ -182,34 +219,51 @@ def test_az_loo_and_compare_refuse_clearly(setup):
 
 
 def test_az_plot_khat_on_exported_khat(setup):
-    """PSIS k-hat of q per example (sample_stats) plots with ArviZ; passing the whole data is ArviZ's error."""
+    """PSIS k-hat of q per example (sample_stats) plots with ArviZ's ``plot_khat``: one point per example."""
     import matplotlib.pyplot as plt
 
     net, batch = setup
     idata = to_inference_data(RelaxedAttention(net), batch, num_samples=40, num_importance_samples=20)
     khat = idata.sample_stats["khat"]
     assert np.isfinite(khat.values).all()
-    ax = az.plot_khat(khat.values)
-    assert len(ax.collections[0].get_offsets()) == 3  # one point per example
+    ax = azg.khat_axes(khat.values, 0.7, figsize=(6, 3.5))
+    points = np.concatenate([c.get_offsets() for c in ax.collections if len(c.get_offsets())])
+    assert np.allclose(np.sort(points[:, 1]), np.sort(khat.values))  # one point per example, at its k-hat
     plt.close("all")
-    with pytest.raises(ValueError, match="Incorrect khat data input"):
-        az.plot_khat(idata)
+
+
+def _panels(fig) -> list:
+    """The axes of a figure that hold a plot (ArviZ 1.x may leave a grid's spare cells empty and hidden)."""
+    return [ax for ax in fig.axes if ax.get_visible() and (ax.lines or ax.collections or ax.patches)]
 
 
 def test_az_plot_posterior(setup):
-    """Dirichlet draws: one panel per real region of a token, each a density of q's weight."""
+    """Dirichlet draws: one panel per real region of a token, each a density of q's weight; a categorical
+    pair's one draw of exact probabilities: one panel per source position."""
     import matplotlib.pyplot as plt
 
     net, batch = setup
     idata = to_inference_data(RelaxedAttention(net), batch, num_samples=40, num_importance_samples=20)
-    axes = az.plot_posterior(idata, coords={"example": 1, "target": 0, "source": [0, 1, 2]})
-    assert [ax.get_title() for ax in np.ravel(axes)] == ["weights\n0", "weights\n1", "weights\n2"]
+    fig = azg.density_figure(idata, coords={"example": 1, "target": 0, "source": [0, 1, 2]})
+    assert len(_panels(fig)) == 3
+    assert all(ax.get_title().startswith("weights") for ax in _panels(fig))
     plt.close("all")
     categorical = to_inference_data(VariationalAttention(net), batch, num_samples=16)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "a single value": one draw, shown as a point
-        axes = az.plot_posterior(categorical, coords={"example": 0, "target": 0})
-    assert len(np.ravel(axes)) == 4
+        fig = azg.density_figure(categorical, coords={"example": 0, "target": 0})
+    assert len(_panels(fig)) == 4
+    plt.close("all")
+
+
+def test_az_plot_forest(setup):
+    """A forest plot of q's draws of one token's weights over its real regions."""
+    import matplotlib.pyplot as plt
+
+    net, batch = setup
+    idata = to_inference_data(RelaxedAttention(net), batch, num_samples=40, num_importance_samples=20)
+    fig = azg.forest_figure(idata, var_names=["weights"], coords={"example": 1, "target": 0, "source": [0, 1, 2]})
+    assert len(_panels(fig)) >= 1
     plt.close("all")
 
 

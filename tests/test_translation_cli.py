@@ -443,7 +443,7 @@ def test_multi30k_one_epoch_on_64_pairs(tmp_path, capsys):
 
 def test_inspect_end_to_end_on_synthetic(tmp_path, capsys):
     """train -> inspect: NetCDF with the tokens as coordinates, heatmaps, the diagnostics table."""
-    import arviz as az
+    from pyro_attention.inference import load_netcdf
 
     run = tmp_path / "run"
     assert (
@@ -496,7 +496,7 @@ def test_inspect_end_to_end_on_synthetic(tmp_path, capsys):
     )
     printed = capsys.readouterr().out
     assert "| VariationalAttention (enum) |" in printed
-    idata = az.from_netcdf(str(out))
+    idata = load_netcdf(out)
     assert idata.constant_data["target_label"].shape[0] == 4
     assert (tmp_path / "plots" / "alignment_1.png").exists()
     with pytest.raises(SystemExit):

@@ -10,7 +10,6 @@ the network and the split.
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,13 @@ import numpy as np
 import torch
 
 from pyro_attention.data.translation import collate
-from pyro_attention.inference import alignment_posterior, diagnostics, format_diagnostics, to_inference_data
+from pyro_attention.inference import (
+    alignment_posterior,
+    diagnostics,
+    format_diagnostics,
+    save_netcdf,
+    to_inference_data,
+)
 from pyro_attention.plots import khat_plot, translation_heatmaps
 
 
@@ -36,7 +41,6 @@ def inspect_checkpoint(
     """Write ``out`` (NetCDF) and figures under ``plots``; return ``{"idata", "diagnostics", "table", "figures"}``."""
     from pyro_attention.tasks.translation import load_checkpoint, load_split
 
-    warnings.filterwarnings("ignore", category=FutureWarning, module="arviz")
     ckpt = load_checkpoint(checkpoint)
     pair = ckpt.pair
     config = ckpt.config if data_dir is None else ckpt.config.replace(data_dir=data_dir)
@@ -48,9 +52,7 @@ def inspect_checkpoint(
     )
     targets = [list(t) + ["</s>"] for t in data.target]
     idata = to_inference_data(pair, batch, num_samples=num_samples, source_labels=data.source, target_labels=targets)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    idata.to_netcdf(str(out))
+    save_netcdf(idata, out)
     row = diagnostics(pair, batch, num_samples=num_samples)
     figures = []
     label = type(pair).__name__ + (f" ({pair.chosen_estimator()})" if pair.chosen_estimator() is not None else "")

@@ -1,0 +1,85 @@
+"""The package as users get it: a wheel, installed (not editable) into a clean virtual environment away from the
+source tree, imports its subpackages from that environment and runs its command."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+#: the packages the source tree holds (each folder with an __init__.py), as the wheel must name them
+SOURCES = {"pyro_attention": ROOT / "pyro_attention", "pyro_attention/models": ROOT / "models",
+           "pyro_attention/inference": ROOT / "inference"}
+
+
+def _site_packages(prefix: Path) -> Path:
+    lib = "Lib" if os.name == "nt" else f"lib/python{sys.version_info.major}.{sys.version_info.minor}"
+    return prefix / lib / "site-packages"
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(out), str(ROOT)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert build.returncode == 0, build.stderr[-3000:]
+    (path,) = out.glob("pyro_attention-*.whl")
+    return path
+
+
+def test_the_wheel_holds_every_module_and_nothing_else(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    expected = {
+        f"{package}/{py.relative_to(folder).as_posix()}"
+        for package, folder in SOURCES.items()
+        for py in folder.rglob("*.py")
+        if "__pycache__" not in py.parts
+    }
+    modules = {n for n in names if n.endswith(".py")}
+    assert modules == expected, (sorted(expected - modules), sorted(modules - expected))
+    assert not any(n.startswith(("tests/", "examples/", "benchmarks/", "docs/")) for n in names)
+    entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    assert "pyro-attention = pyro_attention.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+
+
+def test_the_wheel_installed_in_a_clean_environment_imports_and_runs(wheel, tmp_path):
+    """Installed with ``--no-deps`` into a new venv; the dependencies (torch, Pyro, ArviZ, ...) are lent from the
+    test environment by a path entry placed *after* the venv's own site-packages, without its ``.pth`` files, so
+    an editable install of the source tree there cannot be what gets imported."""
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    python = env_dir / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    install = subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", str(wheel)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert install.returncode == 0, install.stderr[-3000:]
+    lent = [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()]
+    (_site_packages(env_dir) / "zz_lent_dependencies.pth").write_text("\n".join(lent) + "\n")
+    away = tmp_path / "elsewhere"  # not the source tree: nothing importable by the current directory
+    away.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    probe = (
+        "import pyro_attention, pyro_attention.models as m, pyro_attention.inference as i\n"
+        "print(pyro_attention.__file__); print(m.__file__); print(i.__file__)\n"
+        "print(m.VariationalAttention.__name__, i.to_inference_data.__name__)\n"
+    )
+    run = subprocess.run([str(python), "-c", probe], cwd=away, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    files = run.stdout.splitlines()[:3]
+    site = _site_packages(env_dir).resolve()
+    assert all(Path(f).resolve().is_relative_to(site) for f in files), files
+    assert "VariationalAttention to_inference_data" in run.stdout
+    script = env_dir / ("Scripts/pyro-attention.exe" if os.name == "nt" else "bin/pyro-attention")
+    demo = subprocess.run([str(script), "demo", "--help"], cwd=away, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert demo.returncode == 0, demo.stderr[-3000:]
+    assert "usage: pyro-attention demo" in demo.stdout
