@@ -239,7 +239,7 @@ def test_stop_requests_turn_a_signal_into_a_flag(capsys):
         assert flag["signal"] is None
 
 
-def test_fit_losses_are_unchanged():
+def test_fit_losses_are_unchanged(snapshot_draws):
     """``fit`` on the loop: the same losses and validation NLLs as before, to float32 rounding (bit for bit on the
     machine that made the snapshot; another CPU's kernels differ in the last bits: seen 2026-12-02, ~1e-7)."""
     before = torch.load(BEFORE, weights_only=True)

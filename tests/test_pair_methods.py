@@ -186,7 +186,7 @@ REFUSED_NOW = {
 SOFT_NOW = {"toy/segmentation-marginal/predict_soft"}
 
 
-def test_public_wrappers_give_the_values_they_gave_before():
+def test_public_wrappers_give_the_values_they_gave_before(snapshot_draws):
     """``log_likelihood``, ``alignment_posterior``, ``predict``, ``map_alignment``, ``kmax_log_likelihood``,
     ``diagnostics``, ``to_inference_data`` and decoding, for every registry pair on the toy networks, against the
     values computed before the pairs got their methods (tests/data/pair_methods_before.pt)."""

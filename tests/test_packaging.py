@@ -1,9 +1,11 @@
 """The package as users get it: a wheel, installed (not editable) into a clean virtual environment away from the
-source tree, imports its subpackages from that environment and runs its command."""
+source tree, imports its subpackages from that environment and runs its command; the version floors pyproject.toml
+claims are the ones CI's floors leg installs; a deprecated call from the package fails the suite."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import venv
@@ -11,6 +13,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the packages the source tree holds (each folder with an __init__.py), as the wheel must name them
@@ -83,3 +88,44 @@ def test_the_wheel_installed_in_a_clean_environment_imports_and_runs(wheel, tmp_
                           timeout=300)
     assert demo.returncode == 0, demo.stderr[-3000:]
     assert "usage: pyro-attention demo" in demo.stdout
+
+
+def _pyproject() -> dict:
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def test_the_floors_are_what_the_floors_leg_installs():
+    """Every floor of torch, pyro-ppl, arviz and numpy in pyproject.toml is the version .ci/run's floors leg pins,
+    and requires-python's floor is that leg's Python: no claim a test leg has not run."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    floors = dict(p.split("==") for p in re.search(r'^FLOORS="([^"]+)"', ci, re.M).group(1).split())
+    requirements = {Requirement(r).name: Requirement(r) for r in _pyproject()["project"]["dependencies"]}
+    for name, pinned in floors.items():
+        (spec,) = requirements[name].specifier
+        assert spec.operator == ">=" and Version(spec.version) == Version(pinned), (name, str(spec), pinned)
+    assert set(floors) == {"torch", "pyro-ppl", "arviz", "numpy"}
+    leg = re.search(r"floors\) cached_leg floors (\d+\.\d+) ", ci).group(1)
+    (python,) = SpecifierSet(_pyproject()["project"]["requires-python"])
+    assert python.operator == ">=" and python.version == leg
+
+
+def test_readme_states_the_supported_pythons():
+    readme = (ROOT / "README.md").read_text()
+    assert re.search(r"Python 3\.10, 3\.11 and 3\.12", readme)
+
+
+def test_a_deprecated_call_from_the_package_fails():
+    """pyproject's filterwarnings turns DeprecationWarning / FutureWarning raised from the package's modules into
+    errors (numpy, matplotlib, torch and ArviZ warn through the caller's frame); one from elsewhere stays a warning."""
+    package = {"__name__": "pyro_attention.probe"}
+    exec("import warnings\ndef old():\n    warnings.warn('deprecated', DeprecationWarning, stacklevel=1)", package)
+    with pytest.raises(DeprecationWarning):
+        package["old"]()
+    other = {"__name__": "somebody_else"}
+    exec("import warnings\ndef old():\n    warnings.warn('deprecated', DeprecationWarning, stacklevel=1)", other)
+    with pytest.warns(DeprecationWarning):
+        other["old"]()
