@@ -122,6 +122,13 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def storages_are_tracked() -> bool:
+    """Whether this torch keeps one Python object per tensor storage, which :class:`TensorMemory` needs to see a
+    storage freed (torch 2.13 does; 2.1 makes a new object at every ``untyped_storage()`` call)."""
+    probe = torch.empty(1)
+    return probe.untyped_storage() is probe.untyped_storage()
+
+
 class TensorMemory(TorchDispatchMode):
     """Peak bytes of tensor storages allocated while active (CPU stand-in for ``cuda.max_memory_allocated``).
 
@@ -130,6 +137,12 @@ class TensorMemory(TorchDispatchMode):
     """
 
     def __init__(self) -> None:
+        if not storages_are_tracked():
+            raise RuntimeError(
+                f"CPU memory is measured by following tensor storages, and torch {torch.__version__} gives a new "
+                "Python object for a storage at every untyped_storage() call, so a freed storage cannot be seen; "
+                "use a newer torch (2.13 works) or --device cuda"
+            )
         super().__init__()
         self.sizes: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self.current = 0

@@ -94,7 +94,16 @@ def _gradient_worker(rank: int, world_size: int, path: str) -> None:
 
 
 def test_all_reduce_gradients_sums_and_keeps_missing_ones_missing(tmp_path):
-    torch.multiprocessing.spawn(_gradient_worker, args=(2, str(tmp_path / "rendezvous")), nprocs=2, join=True)
+    context = torch.multiprocessing.spawn(_gradient_worker, args=(2, str(tmp_path / "rendezvous")), nprocs=2,
+                                          join=False)
+    deadline = time.monotonic() + 120  # a rank stuck in a collective must fail the test, not hang the suite
+    while not context.join(timeout=1):
+        if time.monotonic() > deadline:
+            for process in context.processes:
+                process.kill()
+            alive = [p.pid for p in context.processes if p.exitcode is None]
+            pytest.fail(f"two gloo processes did not finish all_reduce_gradients in 120 s (exit codes "
+                        f"{[p.exitcode for p in context.processes]}, killed {alive})")
 
 
 def _kill_after(cmd: list[str], csv: Path, steps: int, timeout: float = 300) -> bool:
