@@ -115,7 +115,12 @@ def test_the_floors_are_what_the_floors_leg_installs():
 
 def test_readme_states_the_supported_pythons():
     readme = (ROOT / "README.md").read_text()
-    assert re.search(r"Python 3\.10, 3\.11 and 3\.12", readme)
+    classifiers = {c.rsplit(" ", 1)[-1] for c in _pyproject()["project"]["classifiers"] if "Python :: 3." in c}
+    assert classifiers == {"3.10", "3.11", "3.12", "3.13"}
+    assert "Supported: Python 3.10, 3.11, 3.12 and 3.13" in readme
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert {f"cached_leg py{v.replace('.', '')} {v} " for v in ("3.12", "3.13")} <= {
+        m.group(0) for m in re.finditer(r"cached_leg py\d+ 3\.\d+ ", ci)}
 
 
 def test_a_deprecated_call_from_the_package_fails():

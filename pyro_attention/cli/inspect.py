@@ -1,5 +1,5 @@
-"""``pyro-attention inspect``: a checkpoint's alignments as ArviZ InferenceData, heatmaps and a diagnostics
-table."""
+"""``pyro-attention inspect``: a checkpoint's alignments as ArviZ data (InferenceData or DataTree), heatmaps and a
+diagnostics table."""
 
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ def add_inspect(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     """``pyro-attention inspect``."""
     ins = add_command(sub, "inspect", _inspect, "a checkpoint's alignments: ArviZ NetCDF, heatmaps, diagnostics table")
     ins.add_argument("checkpoint", help="a checkpoint file or run folder written by `pyro-attention train`")
-    ins.add_argument("--out", default="posterior.nc", help="NetCDF file for the InferenceData")
+    ins.add_argument("--out", default="posterior.nc",
+                     help="NetCDF file for the ArviZ data (read it with pyro_attention.inference.load_netcdf)")
     ins.add_argument("--plots", default=None, help="folder for the figures (none if not given)")
     ins.add_argument(
         "--split", default="val", choices=["train", "val", "test"], help="split of the checkpoint's corpus"
