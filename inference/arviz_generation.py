@@ -90,8 +90,7 @@ def group(data: ArvizData, name: str) -> xr.Dataset:
     """Group ``name`` as an ``xarray.Dataset`` (a view on ArviZ 1.x's ``DataTree`` node)."""
     if name not in group_names(data):
         raise KeyError(f"no group {name!r}; the groups are {group_names(data)}")
-    node = getattr(data, name) if GENERATION == 0 else data[name]
-    return node if GENERATION == 0 else node.dataset
+    return getattr(data, name) if GENERATION == 0 else data[name].dataset
 
 
 def set_group(data: ArvizData, name: str, dataset: xr.Dataset) -> None:

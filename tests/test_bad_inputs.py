@@ -57,6 +57,7 @@ from pyro_attention.inference import (
     map_alignment,
     nuts_alignment,
     predict,
+    save_netcdf,
     to_inference_data,
 )
 from pyro_attention.inference.decode import greedy, translate
@@ -1337,6 +1338,14 @@ CATALOGUE: list[Mistake] = [
                     log_csv=_file("c-file", "x\n") / "log.csv"),
         WriteError, r"cannot write .*c-file/log\.csv: Not a directory \(errno 20\)",
         "Give a path you can write to.",
+    ),
+    Mistake(
+        "netcdf-not-writable", WRITES, "`save_netcdf(data, path)` (what `pyro-attention inspect --out` calls) where "
+        "no folder can be made",
+        lambda: save_netcdf(to_inference_data(SoftAttention(_region()[0]), _region()[1], num_samples=4),
+                            _file("e-file", "x\n") / "post.nc"),
+        WriteError, r"cannot write .*e-file/post\.nc: File exists \(errno 17\): .*e-file is a file, not a folder",
+        "Give a path you can write to; an existing file there is left as it was.",
     ),
     # -- issue #17: damaged vocabularies -------------------------------------------------------------------------
     Mistake(
