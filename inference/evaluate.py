@@ -7,15 +7,22 @@ answers"); :func:`traced_log_likelihood` is the base class's likelihood.
   enumerable the value is exact: the model is traced under :func:`pyro.poutine.enum` and every factor is summed
   over the enumerated alignments (brute force over the enumerated dims, which is exact and cheap because the
   alignments of different target positions are independent given ``x``).  The structured pairs compute their own
-  exactly.  Otherwise (the continuous pairs) it is an importance-weighted estimate with the guide as proposal,
-  ``log (1/K) sum_k p(y, z_k | x) / q(z_k | x, y)`` per token -- a stochastic lower bound in expectation,
-  labelled as such.
+  exactly.  Otherwise (the continuous pairs) it is an importance-weighted estimate
+  ``log (1/K) sum_k p(y, z_k | x) / r(z_k)`` per token with draws ``z_k ~ r`` -- a stochastic lower bound in
+  expectation, labelled as such, with its Monte Carlo standard error, effective sample size and PSIS k-hat per
+  token (:class:`LogLikelihood`).  The proposal ``r`` is the pair's ``likelihood_proposal``: the defensive mixture
+  ``(q + p) / 2`` of guide and prior for pairs with a guide (its weights are at most ``2 p(y | x, z)``: bounded,
+  where ``q`` alone gives heavy-tailed ``p / q`` [1]), plain Monte Carlo over the prior otherwise.
 * :func:`predict` -- ``p(y_t | x)`` as ``(B, T, V)`` probabilities under ``rule="marginal"``
   (:math:`\\mathbb{E}_{p(z \\mid x)}[p(y \\mid x, z)]`, exact for categorical pairs, sampled for the Dirichlet pair)
   or ``rule="soft"`` (:math:`p(y \\mid x, \\mathbb{E}_p[z])`).
 * :func:`shared_enumeration` -- a scope in which the enumerated trace of a batch is made once and read by
   every function that needs it (the log-likelihood, the exact posterior and so the alignment entropies): a
   validation or test pass asks for all three of each batch, and the enumerated output layer is its main cost.
+
+References:
+[1] Hesterberg, "Weighted Average Importance Sampling and Defensive Mixture Distributions", Technometrics 1995.
+[2] Vehtari, Simpson, Gelman, Yao, Gabry, "Pareto Smoothed Importance Sampling", JMLR 2024 (k-hat).
 """
 
 from __future__ import annotations
@@ -44,18 +51,27 @@ __all__ = [
     "shared_enumeration",
     "traced_log_likelihood",
 ]
-PROPOSALS = ("guide", "prior")
+#: proposals of the importance-weighted estimate: q, the prior, or their defensive mixture (q + p) / 2
+PROPOSALS = ("guide", "prior", "mixture")
+#: above this PSIS k-hat an importance-weighted estimate is unreliable (its weights' tail is too heavy) [2]
+KHAT_THRESHOLD = 0.7
 
 
 @dataclass
 class LogLikelihood:
-    """Per-token and per-example ``log p(y | x)``.
+    """Per-token and per-example ``log p(y | x)``, and for an estimate its Monte Carlo error.
 
     :param per_token: ``(B, T)``, zero at padded targets.
     :param per_example: ``(B,)``, the sum over targets.
     :param num_tokens: ``(B,)`` real target positions.
     :param exact: ``True`` when the value is exact, ``False`` for an estimate.
     :param method: how it was computed, e.g. ``"enumeration"`` or ``"importance sampling, K=100, proposal q"``.
+    :param se: an estimate's Monte Carlo standard error per token ``(B, T)`` (delta method:
+        ``sqrt(1 / ESS - 1 / K)`` for ``log`` of a mean of ``K`` weights); ``None`` when exact.  Tokens are drawn
+        independently, so errors add in quadrature (:meth:`se_per_example`, :attr:`mc_variance`).
+    :param ess: the importance weights' effective sample size per token ``(B, T)``; ``None`` when exact.
+    :param khat: PSIS k-hat of the weights per token ``(B, T)`` (``nan`` where undefined: fewer than 25 draws, a
+        tied tail, padding); ``None`` when exact.  Above :data:`KHAT_THRESHOLD` the estimate is unreliable.
     """
 
     per_token: Tensor
@@ -63,6 +79,72 @@ class LogLikelihood:
     num_tokens: Tensor
     exact: bool
     method: str
+    se: Tensor | None = None
+    ess: Tensor | None = None
+    khat: Tensor | None = None
+
+    def se_per_example(self) -> Tensor:
+        """Monte Carlo standard error of :attr:`per_example` ``(B,)`` (zeros when exact)."""
+        if self.se is None:
+            return torch.zeros_like(self.per_example)
+        return self.se.pow(2).sum(-1).sqrt()
+
+    @property
+    def mc_variance(self) -> float:
+        """Monte Carlo variance of the summed log-likelihood over all tokens (0 when exact)."""
+        return 0.0 if self.se is None else float(self.se.pow(2).sum())
+
+    def khat_values(self) -> Tensor:
+        """The defined k-hat values of the real tokens, flat (empty when exact or undefined everywhere)."""
+        if self.khat is None:
+            return torch.zeros(0)
+        return self.khat[torch.isfinite(self.khat)]
+
+    @property
+    def reliable(self) -> bool:
+        """Exact, or no real token's k-hat above :data:`KHAT_THRESHOLD`."""
+        return bool((self.khat_values() <= KHAT_THRESHOLD).all())
+
+    def error_text(self) -> str:
+        """How good the number is, in words: ``"exact"``, or the Monte Carlo standard error of the total, the
+        smallest ESS and the largest k-hat, with ``UNRELIABLE`` where k-hat exceeds the threshold."""
+        if self.exact:
+            return "exact"
+        real = self.ess[self.se > 0] if self.ess is not None and self.se is not None else None
+        return describe_error(self.mc_variance ** 0.5, self.khat_values(), real)
+
+
+def describe_error(se_total: float, khat: Tensor, ess: Tensor | None = None) -> str:
+    """``"MC s.e. X; ESS >= N; max k-hat K"`` of an estimate's total (``"; UNRELIABLE (...)"`` where k-hat of some
+    tokens exceeds :data:`KHAT_THRESHOLD`)."""
+    parts = [f"MC s.e. {se_total:.3g}"]
+    if ess is not None and ess.numel():
+        parts.append(f"ESS >= {float(ess.min()):.0f}")
+    if khat.numel():
+        parts.append(f"max k-hat {float(khat.max()):.2f}")
+        if bool((khat > KHAT_THRESHOLD).any()):
+            parts.append(f"UNRELIABLE (k-hat > {KHAT_THRESHOLD} on {float((khat > KHAT_THRESHOLD).float().mean()):.0%}"
+                         " of tokens)")
+    else:
+        parts.append("k-hat undefined")
+    return "; ".join(parts)
+
+
+def importance_estimate(log_w: Tensor, mask: Tensor, method: str) -> LogLikelihood:
+    """The importance-weighted ``log p(y_t | x)`` of ``K`` log weights per token ``(K, B, T)``, with its Monte Carlo
+    standard error, ESS and PSIS k-hat per token (padded targets: value 0, error 0, k-hat ``nan``)."""
+    from pyro_attention.inference.arviz_generation import psis_khat
+
+    K = log_w.shape[0]
+    total = log_w.logsumexp(0)
+    per_token = (total - math.log(K)) * mask
+    normalised = (log_w - total).exp()
+    ess = 1.0 / normalised.pow(2).sum(0)
+    se = (1.0 / ess - 1.0 / K).clamp(min=0).sqrt() * mask
+    rows = log_w.detach().reshape(K, -1).T.double().cpu().numpy()
+    khat = torch.as_tensor(psis_khat(rows), dtype=log_w.dtype).reshape(mask.shape).to(log_w.device)
+    khat = torch.where(mask, khat, torch.full_like(khat, math.nan))
+    return LogLikelihood(per_token, per_token.sum(-1), mask.sum(-1), False, method, se, torch.where(mask, ess, K), khat)
 
 
 def _trace(fn: Any, *args: Any, **kwargs: Any) -> poutine.Trace:
@@ -177,14 +259,16 @@ def traced_log_likelihood(
         proposal = proposal or pair.likelihood_proposal
         if proposal not in PROPOSALS:
             raise ValueError(f"proposal must be one of {PROPOSALS}, got {proposal!r}")
-        if proposal == "guide":
-            log_w = torch.stack([_log_weight(pair, batch) for _ in range(num_samples)])
-        else:
+        if proposal == "prior":
             enc = pair.network.encode(batch)  # once: the K draws share the encoding
             log_w = torch.stack([_prior_log_likelihood(pair, enc) for _ in range(num_samples)])
-        per_token = log_w.logsumexp(0) - math.log(num_samples)
-        what = "q" if proposal == "guide" else "the prior (plain Monte Carlo over p(z | x))"
+        else:
+            draw = _log_weight if proposal == "guide" else _mixture_log_weight
+            log_w = torch.stack([draw(pair, batch) for _ in range(num_samples)])
+        what = {"guide": "q", "prior": "the prior (plain Monte Carlo over p(z | x))",
+                "mixture": "(q + prior) / 2 (defensive mixture)"}[proposal]
         method = f"importance sampling, K={num_samples}, proposal {what} (an estimate; a lower bound in expectation)"
+        return importance_estimate(log_w, mask.bool(), method)
     per_token = per_token * mask
     return LogLikelihood(per_token, per_token.sum(-1), mask.sum(-1), enumerated, method)
 
@@ -198,6 +282,22 @@ def _prior_log_likelihood(pair: AlignmentPair, enc: Any) -> Tensor:
 def _log_weight(pair: AlignmentPair, batch: Any) -> Tensor:
     """``log p(y, z | x) - log q(z | x, y)`` per token for one draw ``z ~ q``, ``(B, T)``."""
     return guide_draw(pair, batch)[1]
+
+
+def _mixture_log_weight(pair: AlignmentPair, batch: Any) -> Tensor:
+    """``log p(y, z | x) - log r(z)`` per token for one draw ``z ~ r = (q + p) / 2``, ``(B, T)``: each token's
+    alignment comes from the guide or the prior with probability 1/2 (the site ``"align"`` is per token)."""
+    guide_trace = _trace(pair.guide, batch)
+    prior_fn = _trace(poutine.replay(pair.model, trace=guide_trace), batch).nodes["align"]["fn"]
+    guide_fn = guide_trace.nodes["align"]["fn"]
+    from_q = guide_trace.nodes["align"]["value"]
+    from_p = prior_fn.sample()
+    event = (1,) * len(prior_fn.event_shape)
+    use_q = torch.rand(prior_fn.batch_shape, device=from_q.device) < 0.5
+    z = torch.where(use_q.reshape(use_q.shape + event), from_q, from_p)
+    model_trace = _trace(poutine.condition(pair.model, data={"align": z}), batch)
+    log_r = torch.logaddexp(guide_fn.log_prob(z), prior_fn.log_prob(z)) - math.log(2.0)
+    return _log_joint(model_trace) - log_r
 
 
 def guide_draw(pair: AlignmentPair, batch: Any) -> tuple[Tensor, Tensor]:

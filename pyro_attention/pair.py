@@ -98,8 +98,9 @@ class AlignmentPair:
     #: the combination rule the pair predicts with by default, one of :attr:`rules`; ``None``: the first of them
     prediction_rule: ClassVar[str | None] = None
     #: proposal of the importance-weighted ``log p(y | x)`` when the alignment cannot be enumerated:
-    #: ``"guide"`` (``q``) or ``"prior"`` (plain Monte Carlo over draws of :meth:`prior`).
-    likelihood_proposal: ClassVar[str] = "guide"
+    #: ``"mixture"`` (the defensive mixture ``(q + p) / 2``: weights bounded by ``2 p(y | x, z)``), ``"guide"``
+    #: (``q`` alone: ``p / q`` may be heavy-tailed) or ``"prior"`` (plain Monte Carlo over draws of :meth:`prior`).
+    likelihood_proposal: ClassVar[str] = "mixture"
     #: the estimators (:mod:`pyro_attention.inference.estimators`) the pair accepts, the default first; with more
     #: than one the pair has a choice of estimator, made by its constructor's ``estimator`` argument
     estimators: ClassVar[tuple[Estimator, ...]] = ()
@@ -272,7 +273,7 @@ class AlignmentPair:
 
         Here (every pair without a better way): the model traced with its latent sites enumerated -- exact when
         all are (deterministic and categorical pairs), otherwise an importance-weighted estimate with
-        ``num_samples`` draws from ``proposal`` (``"guide"`` or ``"prior"``; ``None``:
+        ``num_samples`` draws from ``proposal`` (``"mixture"``, ``"guide"`` or ``"prior"``; ``None``:
         :attr:`likelihood_proposal`), see :func:`pyro_attention.inference.evaluate.traced_log_likelihood`.
         """
         from pyro_attention.inference.evaluate import traced_log_likelihood

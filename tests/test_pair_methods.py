@@ -184,6 +184,10 @@ REFUSED_NOW = {
     "toy/segmentation-marginal/predict_kmax",
 }
 SOFT_NOW = {"toy/segmentation-marginal/predict_soft"}
+#: the pairs whose likelihood is estimated with a guide now draw from the defensive mixture (q + p) / 2 (issue #54:
+#: q alone gave heavy-tailed weights); their estimates, and what is computed from them, changed on purpose
+MIXTURE_NOW = {f"{net}/{name}/{what}" for name in ("relaxed", "gumbel") for net, what in
+               (("toy", "log_likelihood"), ("toy", "diagnostics"), ("toy", "idata"), ("seq2seq", "log_likelihood"))}
 
 
 def test_public_wrappers_give_the_values_they_gave_before(snapshot_draws):
@@ -196,7 +200,12 @@ def test_public_wrappers_give_the_values_they_gave_before(snapshot_draws):
     for diff in differences(before, after):
         key = "/".join(diff.split(":")[0].strip("/").split("/")[:3])
         changed.setdefault(key, []).append(diff)
-    assert set(changed) == REFUSED_NOW | SOFT_NOW, "\n".join(d for ds in changed.values() for d in ds)
+    assert set(changed) <= REFUSED_NOW | SOFT_NOW | MIXTURE_NOW, "\n".join(d for ds in changed.values() for d in ds)
+    assert set(changed) >= REFUSED_NOW | SOFT_NOW
+    for key in MIXTURE_NOW:
+        group, name, what = key.split("/")
+        if what == "log_likelihood":
+            assert "defensive mixture" in after[f"{group}/{name}"][what]["method"]
     for key in REFUSED_NOW:
         group, name, what = key.split("/")
         assert after[f"{group}/{name}"][what][:2] == ("error", "ValueError")
