@@ -22,8 +22,9 @@ context), drawn from ``q`` (no exact posterior there) and split into ``num_chain
   guide's probabilities or mean weights), each (example, target, source), and ``source_mask``;
 * ``marginal_log_likelihood`` -- ``y`` (token): ``log p(y_t | x, y_<t)`` of every *real* target token with the
   alignment summed out (padding dropped; ``token_example`` / ``token_position`` coordinates say where each comes
-  from); exact by enumeration, an importance-weighted estimate for the Dirichlet pair
-  (``attrs["log_likelihood_method"]``).  Not ArviZ's ``log_likelihood`` group, on purpose: ``az.loo`` needs
+  from); exact by enumeration, an importance-weighted estimate for the continuous pairs
+  (``attrs["log_likelihood_method"]``), then with ``mc_se`` (its Monte Carlo standard error) and ``khat`` (PSIS
+  k-hat of its weights) per token.  Not ArviZ's ``log_likelihood`` group, on purpose: ``az.loo`` needs
   draws of the parameters (one per row of ``log_likelihood``) and here there is one point estimate, so PSIS-LOO
   has nothing to importance-sample; without the group ``az.loo`` and ``az.compare`` stop at once with ArviZ's
   "log likelihood not found" instead of an ``IndexError`` deep in ``psislw``.  Held-out comparison of pairs:
@@ -166,8 +167,10 @@ def _add_per_token_and_example(idata: Any, ll: Any, ex_idx: np.ndarray, pos_idx:
     # one entry per *real* target token (padding dropped), with where it comes from as coordinates; no chain /
     # draw dimensions: it is one number per token, not a set of posterior draws
     tokens = {"token": np.arange(len(ex_idx)), "token_example": ("token", ex_idx), "token_position": ("token", pos_idx)}
-    values = _np(ll.per_token)[ex_idx, pos_idx].astype(np.float64)
-    azg.set_group(idata, LOG_LIKELIHOOD_GROUP, xr.Dataset({"y": (("token",), values)}, coords=tokens))
+    at_tokens = {"y": ll.per_token, "mc_se": ll.se, "khat": ll.khat}  # the last two for an estimate only
+    variables = {name: (("token",), _np(value)[ex_idx, pos_idx].astype(np.float64))
+                 for name, value in at_tokens.items() if value is not None}
+    azg.set_group(idata, LOG_LIKELIHOOD_GROUP, xr.Dataset(variables, coords=tokens))
     # per-example statistics have no draw dimension: added after from_dict, which would force (chain, draw)
     num_examples = len(per_example["elbo"])
     stats = xr.Dataset({k: (("example",), v) for k, v in per_example.items()},

@@ -18,12 +18,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from pyro_attention.inference.evaluate import log_likelihood
+from pyro_attention.inference.evaluate import KHAT_THRESHOLD, log_likelihood
 from pyro_attention.pair import AlignmentPair
 
 UNITS = ("token", "example")
 
-COLUMNS = ["rank", "elpd_per_token", "se", "elpd_diff", "dse", "n_tokens", "n_examples", "exact", "warning", "method"]
+COLUMNS = ["rank", "elpd_per_token", "se", "elpd_diff", "dse", "mc_se", "khat_max", "n_tokens", "n_examples", "exact",
+           "warning", "method"]
 
 
 def _batches(data: Any) -> list[Any]:
@@ -74,11 +75,14 @@ def _check_pairs(pairs: Any, by: str) -> None:
 
 def _scores(pairs: Mapping[str, AlignmentPair], batches: list, num_samples: int) -> tuple:
     """Per pair the log-likelihoods of the real target tokens of every batch, the example of each token (numbered
-    across batches), whether each pair's are exact, and their method."""
+    across batches), whether each pair's are exact, their method, and an estimate's Monte Carlo variance of the
+    summed log-likelihood and defined PSIS k-hats."""
     values: dict[str, list[np.ndarray]] = {name: [] for name in pairs}
     example_of: list[np.ndarray] = []
     exact = dict.fromkeys(pairs, True)
     method: dict[str, str] = {}
+    mc_variance = dict.fromkeys(pairs, 0.0)
+    khat: dict[str, list[np.ndarray]] = {name: [] for name in pairs}
     offset = 0
     for batch in batches:
         mask = None
@@ -92,10 +96,12 @@ def _scores(pairs: Mapping[str, AlignmentPair], batches: list, num_samples: int)
             values[name].append(ll.per_token.double().cpu().numpy()[mask])
             exact[name] = exact[name] and bool(ll.exact)
             method[name] = ll.method
+            mc_variance[name] += ll.mc_variance
+            khat[name].append(ll.khat_values().double().cpu().numpy())
         ex, _ = np.nonzero(mask)
         example_of.append(ex + offset)
         offset += mask.shape[0]
-    return values, example_of, exact, method
+    return values, example_of, exact, method, mc_variance, {name: np.concatenate(k) for name, k in khat.items()}
 
 
 @torch.no_grad()
@@ -111,8 +117,11 @@ def compare(pairs: Mapping[str, AlignmentPair], data: Any, by: str = "token", nu
     :returns: index = pair names, best first; columns ``rank`` (0 = best), ``elpd_per_token`` (mean
         ``log p(y_t | x, y_<t)``, nats), ``se`` (its standard error), ``elpd_diff`` (best minus this pair, per
         token, >= 0), ``dse`` (standard error of the paired differences over the same units), ``n_tokens``,
-        ``n_examples``, ``exact`` (``False``: an importance-weighted estimate), ``warning`` (``True`` where it is
-        estimated) and ``method``.
+        ``mc_se`` (an estimate's Monte Carlo standard error of ``elpd_per_token``; 0 when exact), ``khat_max`` (the
+        largest PSIS k-hat of its importance weights; ``nan`` when exact or undefined), ``n_tokens``,
+        ``n_examples``, ``exact`` (``False``: an importance-weighted estimate), ``warning`` (``True`` where an
+        estimate cannot be trusted: k-hat above 0.7 on some token, or undefined with too few draws) and
+        ``method``.
     :raises TypeError: if ``pairs`` is not a mapping of names to pairs.
     :raises ValueError: no pairs, empty data, pairs on different vocabularies, or an unknown ``by``.
     """
@@ -120,7 +129,7 @@ def compare(pairs: Mapping[str, AlignmentPair], data: Any, by: str = "token", nu
 
     _check_pairs(pairs, by)
     _check_vocabularies(pairs)
-    values, example_of, exact, method = _scores(pairs, _batches(data), num_samples)
+    values, example_of, exact, method, mc_variance, khat = _scores(pairs, _batches(data), num_samples)
     per_token = {name: np.concatenate(v) for name, v in values.items()}
     examples = np.concatenate(example_of)
     n = len(examples)
@@ -149,10 +158,13 @@ def compare(pairs: Mapping[str, AlignmentPair], data: Any, by: str = "token", nu
                 "se": mean_se(per_token[name]),
                 "elpd_diff": float(diff.mean()),
                 "dse": 0.0 if rank == 0 else mean_se(diff),
+                "mc_se": math.sqrt(mc_variance[name]) / n,
+                "khat_max": float(khat[name].max()) if khat[name].size else float("nan"),
                 "n_tokens": n,
                 "n_examples": len(units),
                 "exact": exact[name],
-                "warning": not exact[name],
+                # as az.compare's: the estimate cannot be trusted (k-hat above 0.7, or too few draws to tell)
+                "warning": not exact[name] and (khat[name].size == 0 or bool((khat[name] > KHAT_THRESHOLD).any())),
                 "method": method[name],
             }
         )
@@ -162,12 +174,15 @@ def compare(pairs: Mapping[str, AlignmentPair], data: Any, by: str = "token", nu
 
 
 def format_comparison(table: Any, digits: int = 3) -> str:
-    """The :func:`compare` table as Markdown (``~`` marks an estimated, not exact, log-likelihood)."""
+    """The :func:`compare` table as Markdown (``~`` marks an estimated, not exact, log-likelihood, followed by its
+    Monte Carlo standard error; ``!``: the estimate's ``warning``)."""
     lines = ["| rank | pair | elpd / token | se | elpd_diff | dse |", "|---|---|---|---|---|---|"]
     for name, row in table.iterrows():
-        mark = "" if row["exact"] else "~"
+        value = f"{row['elpd_per_token']:.{digits}f}"
+        if not row["exact"]:
+            value = f"~{value} ± {row['mc_se']:.{digits}f}" + (" !" if row["warning"] else "")
         lines.append(
-            f"| {row['rank']} | {name} | {mark}{row['elpd_per_token']:.{digits}f} | {row['se']:.{digits}f} | "
+            f"| {row['rank']} | {name} | {value} | {row['se']:.{digits}f} | "
             f"{row['elpd_diff']:.{digits}f} | {row['dse']:.{digits}f} |"
         )
     return "\n".join(lines)

@@ -57,6 +57,7 @@ def test_groups_dims_and_exact_log_likelihood(setup, tmp_path):
     assert np.allclose(stats["elbo"].values + stats["kl"].values, ll.per_example.numpy(), atol=1e-5)
     assert (stats["kl"].values >= -1e-6).all()
     assert "az.loo" not in stats.attrs["loo"] and "pyro_attention.inference.compare" in stats.attrs["loo"]
+    assert "mc_se" not in idata.marginal_log_likelihood  # exact: no Monte Carlo error
     # NetCDF round trip, the custom group included
     path = save_netcdf(idata, tmp_path / "posterior.nc")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["posterior.nc"]  # no temporary file left
@@ -118,6 +119,8 @@ def test_dirichlet_pair_and_pairs_without_guide(setup):
     assert np.isnan(weights[:, :, 1:, :, 3]).all() and np.isnan(weights[:, :, 1:, 2]).all()  # padding: NaN
     assert np.allclose(weights[:, :, 0].sum(-1), 1, atol=1e-5)
     assert idata.posterior.attrs["log_likelihood_exact"] == 0
+    estimate = idata.marginal_log_likelihood  # an estimate: its Monte Carlo error and k-hat per token
+    assert (estimate["mc_se"].values > 0).all() and estimate["khat"].shape == estimate["y"].shape
     assert idata.posterior.attrs["posterior_source"].startswith("draws from the guide")
     assert "khat" in idata.sample_stats
     marginal = to_inference_data(MarginalLikelihood(net), batch, num_samples=16)

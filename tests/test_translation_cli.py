@@ -268,6 +268,8 @@ def test_relaxed_reports_a_bound(tmp_path, capsys):
     assert cli.main(["evaluate", str(out), "--size", "4", "--beam", "1", "--quiet"]) == 0
     printed = capsys.readouterr().out
     assert "perplexity bound" in printed and "K-max perplexity     -" in printed
+    assert re.search(r"perplexity bound +[0-9.]+ ± [0-9.]+  \(Monte Carlo s\.e\.; (max PSIS k-hat -?[0-9.]+|k-hat "
+                     r"undefined)", printed), printed
     with pytest.raises(SystemExit) as e:
         cli.main(["evaluate", str(out), "--size", "4", "--rule", "marginal", "--quiet"])
     assert e.value.code == 2 and "argument --rule" in capsys.readouterr().err

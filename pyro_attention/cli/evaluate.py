@@ -19,7 +19,11 @@ def _print_scores(res: dict) -> None:
     if res["ppl_exact"]:
         print(f"perplexity           {res['ppl']:.4f}  (exact: {res['ppl_method']}; NLL/token {res['nll']:.4f})")
     else:
-        print(f"perplexity bound     {res['ppl']:.4f}  ({res['ppl_method']}; importance-weighted bound, not exact)")
+        khat = "k-hat undefined" if res["khat_max"] is None else f"max PSIS k-hat {res['khat_max']:.2f}"
+        if not res["ppl_reliable"]:
+            khat += f"; UNRELIABLE: k-hat > 0.7 on {res['khat_over_threshold']:.0%} of tokens"
+        print(f"perplexity bound     {res['ppl']:.4f} ± {res['ppl_mc_se']:.4f}  (Monte Carlo s.e.; {khat}; "
+              f"{res['ppl_method']}; importance-weighted bound, not exact)")
     if res["kmax_ppl"] is not None:
         print(f"K-max perplexity     {res['kmax_ppl']:.4f}  ({res['kmax_method']})")
     else:

@@ -123,8 +123,8 @@ def run_clevr(config: ClevrConfig, progress: bool = True, log=print) -> ClevrRes
     if splits.val_generated is not None:
         for r in rows:
             pyro.clear_param_store()  # every pair registers its network as "network"
-            nll, exact, acc, ent, gold = evaluate_pair(r.pair, splits.val_generated, config.num_samples)
-            generated.append(Row(r.name, nll, exact, acc, ent, gold, r.seconds, r.pair))
+            scores = evaluate_pair(r.pair, splits.val_generated, config.num_samples)
+            generated.append(Row(**vars(scores), name=r.name, seconds=r.seconds, pair=r.pair))
     return ClevrResult(rows, generated, splits, time.perf_counter() - start, sizes)
 
 

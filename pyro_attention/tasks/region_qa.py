@@ -3,7 +3,8 @@ demo``.
 
 For each pair it trains with :func:`~pyro_attention.inference.fit` on synthetic scenes, then measures on held-out
 scenes: the NLL per answer (exact by enumeration for categorical pairs and soft attention; an importance-weighted
-estimate for the Dirichlet pair, marked ``~``), answer accuracy under the pair's own prediction rule (soft: one
+estimate for the continuous pairs, marked ``~`` and printed with its Monte Carlo standard error, and ``!`` where
+PSIS k-hat of its weights exceeds 0.7 on some answer), answer accuracy under the pair's own prediction rule (soft: one
 network run on ``E_p[z]``; the others: ``E_p[p(y | x, z)]``), the mean entropy (nats) of the prior, of the exact
 posterior and of ``q``, and how often the argmax of each hits the gold region.
 """
@@ -21,6 +22,7 @@ import torch
 from pyro_attention import registry
 from pyro_attention.data import RegionQADataset, make_region_qa
 from pyro_attention.inference import alignment_posterior, entropy, fit, log_likelihood, predict
+from pyro_attention.inference.evaluate import KHAT_THRESHOLD
 from pyro_attention.networks import RegionQA
 from pyro_attention.pair import AlignmentPair
 from pyro_attention.registry import NEIGHBOUR_ROWS, PAPER_ROWS, PairSpec
@@ -42,7 +44,7 @@ class RegionTraining(OptimConfig):
     hidden_size: int = option(64, "hidden size of the region-QA network", low=1,
                               flag={"name": "--hidden", "dest": "hidden_size"})
     warmup_steps: int = option(0, "relaxed pair: steps with the prior as guide", low=0)
-    num_samples: int = option(50, "importance samples of an estimated NLL", low=1)
+    num_samples: int = option(200, "importance samples of an estimated NLL (PSIS k-hat needs about 200)", low=1)
 
 
 @renamed(num_epochs="epochs")
@@ -60,16 +62,32 @@ class RegionQAConfig(RegionTraining):
 
 
 @dataclass
-class Row:
-    """One line of the table."""
+class Evaluation:
+    """What :func:`evaluate_pair` measures on held-out scenes."""
 
-    name: str
+    #: NLL per answer: exact, or an importance-weighted estimate (``nll_exact`` False)
     nll: float
     nll_exact: bool
+    #: an estimate's Monte Carlo standard error (0 when exact) and the largest PSIS k-hat of its weights (``nan``:
+    #: exact, or undefined)
+    nll_se: float
+    khat_max: float
     accuracy: float
     entropy: dict[str, float]
     gold: dict[str, float]
-    seconds: float
+
+    @property
+    def nll_reliable(self) -> bool:
+        """Exact, or no answer's k-hat above 0.7."""
+        return not self.khat_max > KHAT_THRESHOLD
+
+
+@dataclass
+class Row(Evaluation):
+    """One line of the table: a pair's :class:`Evaluation`, its name, training time and the trained pair."""
+
+    name: str = ""
+    seconds: float = 0.0
     pair: AlignmentPair | None = None
 
 
@@ -94,12 +112,14 @@ def row_label(name: str, estimator: str | None) -> str:
     return PairSpec(name, estimator).label
 
 
-def evaluate_pair(
-    pair: AlignmentPair, data: RegionQADataset, num_samples: int = 50
-) -> tuple[float, bool, float, dict, dict]:
+def evaluate_pair(pair: AlignmentPair, data: RegionQADataset, num_samples: int = 200) -> Evaluation:
+    """NLL (with its Monte Carlo error where estimated), accuracy under the pair's own rule, entropies and gold
+    hits of ``pair`` on ``data``."""
     batch = data.data
     ll = log_likelihood(pair, batch, num_samples=num_samples)
-    nll = -float(ll.per_example.sum()) / float(ll.num_tokens.sum())
+    tokens = float(ll.num_tokens.sum())
+    nll = -float(ll.per_example.sum()) / tokens
+    khat = ll.khat_values()
     predicted = predict(pair, batch, None, num_samples=num_samples)[:, 0].argmax(-1)  # the pair's own rule
     accuracy = float((predicted == batch.answer).float().mean())
     post = alignment_posterior(pair, batch)
@@ -110,7 +130,8 @@ def evaluate_pair(
         gold = {
             k: float((v[known, 0].argmax(-1) == batch.gold[known]).float().mean()) for k, v in post.items()
         }
-    return nll, ll.exact, accuracy, ent, gold
+    khat_max = float(khat.max()) if khat.numel() else math.nan
+    return Evaluation(nll, ll.exact, ll.mc_variance**0.5 / tokens, khat_max, accuracy, ent, gold)
 
 
 def run_region_qa(
@@ -152,11 +173,11 @@ def run_region_qa(
             progress=progress,
         )
         seconds = time.perf_counter() - start
-        nll, exact, acc, ent, gold = evaluate_pair(pair, val, config.num_samples)
-        rows.append(Row(spec.label, nll, exact, acc, ent, gold, seconds, pair))
+        rows.append(Row(**vars(evaluate_pair(pair, val, config.num_samples)), name=spec.label, seconds=seconds,
+                        pair=pair))
         log(
-            f"  trained {rows[-1].name:<22} in {seconds:5.1f} s: NLL {'' if exact else '~'}{nll:.3f}, "
-            f"accuracy {acc:.3f}"
+            f"  trained {rows[-1].name:<22} in {seconds:5.1f} s: NLL {nll_cell(rows[-1])}, "
+            f"accuracy {rows[-1].accuracy:.3f}"
         )
     return rows, val
 
@@ -165,12 +186,20 @@ def _cell(value: float | None, fmt: str = "{:.3f}") -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else fmt.format(value)
 
 
+def nll_cell(r: Evaluation) -> str:
+    """An exact NLL as a number; an estimate as ``~NLL ± s.e.`` (Monte Carlo), with ``!`` where unreliable."""
+    if r.nll_exact:
+        return _cell(r.nll)
+    return f"~{_cell(r.nll)} ± {_cell(r.nll_se)}" + ("" if r.nll_reliable else " !")
+
+
 def format_table(rows: list[Row]) -> str:
-    """The comparison as a Markdown table (``~`` marks an importance-weighted estimate, not an exact NLL)."""
+    """The comparison as a Markdown table (``~`` marks an importance-weighted estimate, not an exact NLL, with its
+    Monte Carlo standard error; ``!``: PSIS k-hat above 0.7 on some answer, the estimate is unreliable)."""
     head = "| pair | NLL | accuracy | H(prior) | H(posterior) | H(q) | gold@prior | gold@posterior | gold@q | train s |"
     lines = [head, "|" + "---|" * 10]
     for r in rows:
-        nll = ("" if r.nll_exact else "~") + _cell(r.nll)
+        nll = nll_cell(r)
         lines.append(
             f"| {r.name} | {nll} | {_cell(r.accuracy)} | {_cell(r.entropy.get('prior'))} | "
             f"{_cell(r.entropy.get('posterior'))} | {_cell(r.entropy.get('guide'))} | {_cell(r.gold.get('prior'))} | "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import time
 from collections import Counter
@@ -265,6 +266,10 @@ class _Scores:
     tokens: int = 0
     exact: bool = True
     method: str = ""
+    mc_variance: float = 0.0  # an estimate's Monte Carlo variance of ``total``
+    khat_max: float = -math.inf  # the largest defined PSIS k-hat of an estimate's weights
+    khat_defined: int = 0  # tokens whose k-hat is defined, and of them those above the threshold
+    khat_over: int = 0
     kmax_total: float = 0.0
     kmax_exact: bool = True
     alignment: Counter = field(default_factory=Counter)  # entropy_sums' sums: prior, posterior, guide, KL
@@ -274,12 +279,20 @@ class _Scores:
         ``None`` where the pair has no such distribution)."""
         from pyro_attention import metrics
 
+        ppl = metrics.perplexity(self.total, self.tokens)
+        nll_se = None if self.exact else self.mc_variance**0.5 / self.tokens
         return {
             "tokens": self.tokens,
             "nll": -self.total / self.tokens,
-            "ppl": metrics.perplexity(self.total, self.tokens),
+            "ppl": ppl,
             "ppl_exact": self.exact,
             "ppl_method": self.method,
+            # an estimate's Monte Carlo standard error (NLL per token; PPL by the delta method) and PSIS k-hat
+            "nll_mc_se": nll_se,
+            "ppl_mc_se": None if nll_se is None else ppl * nll_se,
+            "khat_max": self.khat_max if self.khat_defined else None,
+            "khat_over_threshold": self.khat_over / self.khat_defined if self.khat_defined else None,
+            "ppl_reliable": self.exact or self.khat_over == 0,
             "kmax": kmax_bound or None,
             "kmax_ppl": metrics.perplexity(self.kmax_total, self.tokens) if kmax_bound else None,
             "kmax_method": (
@@ -305,6 +318,7 @@ def _score(
     alignment entropies (:func:`~pyro_attention.inference.entropy_sums`), summed over ``batches``; every token's
     log-probability goes to ``spread``."""
     from pyro_attention.inference import entropy_sums, kmax_log_likelihood, log_likelihood, shared_enumeration
+    from pyro_attention.inference.evaluate import KHAT_THRESHOLD
 
     s = _Scores()
     with shared_enumeration():  # the likelihood and the exact posterior of a batch from one enumerated pass
@@ -314,6 +328,12 @@ def _score(
             s.total += float(ll.per_example.sum())
             s.tokens += int(ll.num_tokens.sum())
             s.exact, s.method = s.exact and ll.exact, ll.method
+            s.mc_variance += ll.mc_variance
+            khat = ll.khat_values()
+            if khat.numel():
+                s.khat_max = max(s.khat_max, float(khat.max()))
+                s.khat_defined += khat.numel()
+                s.khat_over += int((khat > KHAT_THRESHOLD).sum())
             if kmax_bound:
                 km = kmax_log_likelihood(pair, batch, kmax_bound)
                 s.kmax_total += float(km.per_example.sum())
