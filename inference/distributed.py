@@ -48,15 +48,6 @@ def init_from_env(backend: str | None = None) -> tuple[int, int]:
     return world()
 
 
-def leave() -> None:
-    """Leave the process group together at the end of a run (no-op outside one): a barrier, then
-    ``destroy_process_group``, so that gloo's threads are joined before the interpreter exits (torch 2.1 aborted a
-    process that exited with the group alive: "terminate called without an active exception")."""
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
-
-
 def shard(batch: Any, rank: int, world_size: int) -> Any:
     """Rows ``rank, rank + world_size, ...`` of ``batch`` (anything indexable by a long tensor)."""
     if world_size == 1:

@@ -34,14 +34,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
     args.argv = argv
     try:
-        status = args.func(args)
+        return args.func(args)
     except OSError as error:  # a file that cannot be written (or read): one line naming it, not a traceback
         if error.errno is None and not error.filename:
             raise
         prog = args.parser.prog if hasattr(args, "parser") else f"pyro-attention {args.command}"
         print(f"{prog}: error: {_os_error_text(error)}", file=sys.stderr)
         raise SystemExit(1) from None
-    from pyro_attention.inference.distributed import leave
-
-    leave()  # under torchrun: every process leaves the group together before exiting
-    return status
