@@ -7,10 +7,13 @@ chain marginalised), Gaussian context, Bayesian attention modules, Gumbel-softma
 on the same synthetic scenes (:func:`pyro_attention.data.make_region_qa`), then prints for held-out scenes: the
 NLL per answer (exact by enumeration or dynamic programme; ``~`` marks an importance-weighted estimate), answer
 accuracy under each pair's own prediction rule, the entropies of prior, exact posterior and ``q``, and how often
-the argmax of each hits the gold region.  ``--markdown FILE`` also writes the table.
+the argmax of each hits the gold region.  ``--markdown FILE`` also writes the table.  ``--compare`` then ranks
+the pairs by held-out log predictive density per answer (:func:`pyro_attention.inference.compare`: paired standard
+errors; an estimate's Monte Carlo error).
 
     python examples/region_qa.py --epochs 12
     python examples/region_qa.py --pairs soft "gumbel (categorical)" rws
+    python examples/region_qa.py --pairs soft marginal "variational (enum)" relaxed --compare
 
 References:
 [1] Deng, Kim, Chiu, Guo, Rush, "Latent Alignment and Variational Attention", NeurIPS 2018.
@@ -25,6 +28,7 @@ import torch
 
 from pyro_attention.cli.common import add_config_options, add_run_options, config_values, rows_flag
 from pyro_attention.experiment import ALL_ROWS, RegionQAConfig, format_table, run_region_qa
+from pyro_attention.inference import compare, format_comparison
 from pyro_attention.registry import PAPER_ROWS
 
 #: the flags of the comparison's config (generated from its fields: help, type, default)
@@ -36,12 +40,16 @@ def main(args: argparse.Namespace) -> dict:
     chosen = rows_flag(args.pairs)
     default = PAPER_ROWS if args.paper_only else ALL_ROWS
     config = RegionQAConfig(**config_values(RegionQAConfig, args), rows=chosen or list(default))
-    rows, _ = run_region_qa(config, progress=not args.quiet)
+    rows, val = run_region_qa(config, progress=not args.quiet)
     table = format_table(rows)
     print(table)
     if args.markdown:
         Path(args.markdown).write_text(table + "\n")
         print(f"wrote {args.markdown}")
+    if args.compare:
+        ranked = compare({r.name: r.pair for r in rows}, val.data, num_samples=config.num_samples)
+        print(f"\nheld-out log predictive density per answer ({len(val)} scenes):")
+        print(format_comparison(ranked))
     return {r.name: r for r in rows}
 
 
@@ -50,6 +58,7 @@ def make_parser() -> argparse.ArgumentParser:
     add_config_options(parser, RegionQAConfig, OPTIONS)
     parser.add_argument("--pairs", nargs="*", default=[], help="subset of rows, e.g. 'soft' 'hard (enum)'")
     parser.add_argument("--paper-only", action="store_true", help="only the rows of Deng et al. (2018)")
+    parser.add_argument("--compare", action="store_true", help="also rank the pairs with inference.compare")
     add_run_options(parser)
     return parser
 
