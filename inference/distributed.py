@@ -19,6 +19,7 @@ Launch: ``torchrun --nproc_per_node=N -m pyro_attention train ...`` (``gloo`` on
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -46,6 +47,18 @@ def init_from_env(backend: str | None = None) -> tuple[int, int]:
             raise RuntimeError("WORLD_SIZE > 1 but this torch build has no torch.distributed")
         dist.init_process_group(backend or ("nccl" if torch.cuda.is_available() else "gloo"))
     return world()
+
+
+def end_process(status: int) -> None:
+    """End a process of a data-parallel run (no-op outside a process group): flush the output streams, then
+    ``os._exit(status)``.  Leaving the group alive to the interpreter's exit made gloo's threads abort the process
+    now and then ("terminate called without an active exception", torch 2.1-2.13), and ``destroy_process_group``
+    before exit hung one rank now and then (torch 2.1, 2.4); every file of the run is written and closed by
+    then."""
+    if dist.is_available() and dist.is_initialized():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
 
 
 def shard(batch: Any, rank: int, world_size: int) -> Any:
