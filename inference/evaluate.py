@@ -111,19 +111,19 @@ class LogLikelihood:
         if self.exact:
             return "exact"
         real = self.ess[self.se > 0] if self.ess is not None and self.se is not None else None
-        return describe_error(self.mc_variance ** 0.5, self.khat_values(), real)
+        return _describe_error(self.mc_variance ** 0.5, self.khat_values(), real)
 
 
-def describe_error(se_total: float, khat: Tensor, ess: Tensor | None = None) -> str:
-    """``"MC s.e. X; ESS >= N; max k-hat K"`` of an estimate's total (``"; UNRELIABLE (...)"`` where k-hat of some
-    tokens exceeds :data:`KHAT_THRESHOLD`)."""
-    parts = [f"MC s.e. {se_total:.3g}"]
+def _describe_error(se_total: float, khat: Tensor, ess: Tensor | None = None) -> str:
+    """``"MC s.e. of the sum X; ESS >= N; max k-hat K"`` of an estimate (``"; UNRELIABLE (...)"`` where k-hat of
+    some tokens exceeds :data:`KHAT_THRESHOLD`)."""
+    parts = [f"MC s.e. of the sum {se_total:.3g}"]
     if ess is not None and ess.numel():
         parts.append(f"ESS >= {float(ess.min()):.0f}")
     if khat.numel():
         parts.append(f"max k-hat {float(khat.max()):.2f}")
         if bool((khat > KHAT_THRESHOLD).any()):
-            parts.append(f"UNRELIABLE (k-hat > {KHAT_THRESHOLD} on {float((khat > KHAT_THRESHOLD).float().mean()):.0%}"
+            parts.append(f"UNRELIABLE (k-hat > {KHAT_THRESHOLD} on {float((khat > KHAT_THRESHOLD).float().mean()):.1%}"
                          " of tokens)")
     else:
         parts.append("k-hat undefined")

@@ -21,7 +21,7 @@ def _print_scores(res: dict) -> None:
     else:
         khat = "k-hat undefined" if res["khat_max"] is None else f"max PSIS k-hat {res['khat_max']:.2f}"
         if not res["ppl_reliable"]:
-            khat += f"; UNRELIABLE: k-hat > 0.7 on {res['khat_over_threshold']:.0%} of tokens"
+            khat += f"; UNRELIABLE: k-hat > 0.7 on {res['khat_over_threshold']:.1%} of tokens"
         print(f"perplexity bound     {res['ppl']:.4f} ± {res['ppl_mc_se']:.4f}  (Monte Carlo s.e.; {khat}; "
               f"{res['ppl_method']}; importance-weighted bound, not exact)")
     if res["kmax_ppl"] is not None:
