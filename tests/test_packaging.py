@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import venv
@@ -31,8 +32,12 @@ def _site_packages(prefix: Path) -> Path:
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
+    # built from a copy: setuptools writes build/ and *.egg-info next to the sources it builds
+    source = tmp_path_factory.mktemp("source") / "pyro-attention"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", ".ci-venv", "build", "*.egg-info", "__pycache__", ".pytest_cache", ".ruff_cache", "runs"))
     build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(out), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(out), str(source)],
         capture_output=True, text=True, timeout=600,
     )
     assert build.returncode == 0, build.stderr[-3000:]
