@@ -239,6 +239,11 @@ def test_stop_requests_turn_a_signal_into_a_flag(capsys):
         assert flag["signal"] is None
 
 
+#: runs whose validation NLL is an estimate: since issue #54 it is drawn from the defensive mixture (q + p) / 2, which
+#: consumes other random numbers, so the training losses after the first validation differ too
+ESTIMATED_NOW = {"relaxed-warmup"}
+
+
 def test_fit_losses_are_unchanged(snapshot_draws):
     """``fit`` on the loop: the same losses and validation NLLs as before, to float32 rounding (bit for bit on the
     machine that made the snapshot; another CPU's kernels differ in the last bits: seen 2026-12-02, ~1e-7)."""
@@ -248,6 +253,9 @@ def test_fit_losses_are_unchanged(snapshot_draws):
     for name, runs in before.items():
         assert now[name].keys() == runs.keys(), name
         for key, values in runs.items():
+            if name in ESTIMATED_NOW:  # changed on purpose: its validation NLL is drawn from the defensive mixture
+                assert len(now[name][key]) == len(values) and all(math.isfinite(v) for v in now[name][key])
+                continue
             assert now[name][key] == pytest.approx(values, rel=1e-6, abs=1e-6), (name, key)
 
 
