@@ -123,6 +123,8 @@ def update_attrs(data: ArvizData, attrs: Mapping[str, Any]) -> None:
 def save_netcdf(data: ArvizData, path: str | Path) -> Path:
     """Write ``data`` to ``path`` (NetCDF-4, one HDF5 group per ArviZ group) atomically: a failure leaves an
     existing file as it was and raises a :class:`~pyro_attention.outputs.WriteError` naming ``path``."""
+    if not hasattr(data, "to_netcdf"):
+        raise TypeError(f"save_netcdf: data must be ArviZ data (to_inference_data's result), got {type(data).__name__}")
     path = Path(path)
     with writing(path):
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -137,8 +139,19 @@ def save_netcdf(data: ArvizData, path: str | Path) -> Path:
 
 
 def load_netcdf(path: str | Path) -> ArvizData:
-    """Read a file written by :func:`save_netcdf` (or by ArviZ itself), loaded into memory."""
-    tree = arviz().from_netcdf(str(path), engine=ENGINE)
+    """Read a file written by :func:`save_netcdf` (or by ArviZ itself), loaded into memory.
+
+    :raises FileNotFoundError: naming ``path`` if there is no such file.
+    :raises ValueError: naming ``path`` if it is not a NetCDF-4 file.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"load_netcdf: no such file: {path}")
+    try:
+        tree = arviz().from_netcdf(str(path), engine=ENGINE)
+    except OSError as error:  # h5py: "file signature not found", a truncated file, ...
+        raise ValueError(f"load_netcdf: {path} is not a NetCDF-4 file written by save_netcdf or ArviZ ({error})") \
+            from None
     if GENERATION == 0:
         return tree  # InferenceData reads eagerly
     try:

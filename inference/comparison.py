@@ -116,7 +116,7 @@ def compare(pairs: Mapping[str, AlignmentPair], data: Any, by: str = "token", nu
     :param num_samples: importance samples for pairs whose log-likelihood is estimated (not enumerable).
     :returns: index = pair names, best first; columns ``rank`` (0 = best), ``elpd_per_token`` (mean
         ``log p(y_t | x, y_<t)``, nats), ``se`` (its standard error), ``elpd_diff`` (best minus this pair, per
-        token, >= 0), ``dse`` (standard error of the paired differences over the same units), ``n_tokens``,
+        token, >= 0), ``dse`` (standard error of the paired differences over the same units),
         ``mc_se`` (an estimate's Monte Carlo standard error of ``elpd_per_token``; 0 when exact), ``khat_max`` (the
         largest PSIS k-hat of its importance weights; ``nan`` when exact or undefined), ``n_tokens``,
         ``n_examples``, ``exact`` (``False``: an importance-weighted estimate), ``warning`` (``True`` where an

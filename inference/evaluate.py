@@ -110,8 +110,7 @@ class LogLikelihood:
         smallest ESS and the largest k-hat, with ``UNRELIABLE`` where k-hat exceeds the threshold."""
         if self.exact:
             return "exact"
-        real = self.ess[self.se > 0] if self.ess is not None and self.se is not None else None
-        return _describe_error(self.mc_variance ** 0.5, self.khat_values(), real)
+        return _describe_error(self.mc_variance**0.5, self.khat_values(), self.ess)  # padding's ESS is K: never the min
 
 
 def _describe_error(se_total: float, khat: Tensor, ess: Tensor | None = None) -> str:

@@ -90,6 +90,16 @@ def test_save_netcdf_failure_leaves_the_old_file(setup, tmp_path, monkeypatch):
     assert path.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["posterior.nc"]
 
 
+def test_netcdf_bad_input_is_named(setup, tmp_path):
+    with pytest.raises(FileNotFoundError, match="load_netcdf: no such file: .*missing.nc"):
+        load_netcdf(tmp_path / "missing.nc")
+    (tmp_path / "text.nc").write_text("not netcdf")
+    with pytest.raises(ValueError, match="load_netcdf: .*text.nc is not a NetCDF-4 file"):
+        load_netcdf(tmp_path / "text.nc")
+    with pytest.raises(TypeError, match="save_netcdf: data must be ArviZ data .*got dict"):
+        save_netcdf({"posterior": {}}, tmp_path / "x.nc")
+
+
 def test_psis_khat_sees_a_heavy_tail():
     """Importance weights with a Pareto tail of shape k have k-hat near k, on either generation's PSIS (ArviZ 1.x
     takes a log-likelihood, the negative of a log ratio: a sign slip gives k-hat < 0 here); light-tailed
