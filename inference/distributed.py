@@ -1,4 +1,4 @@
-"""Data-parallel SVI over ``torch.distributed`` processes (``torchrun``), for every estimator.
+"""Data-parallel SVI over ``torch.distributed`` processes (``torchrun``), for every estimator of the package.
 
 Each process computes ``loss_and_grads`` of the pair's own ELBO on its shard of the global batch; the gradients
 are then **summed** across processes with ``all_reduce`` before one optimiser step that every process takes
@@ -12,6 +12,10 @@ every ELBO, including those without a ``differentiable_loss`` (``TraceGraph_ELBO
 A parameter that received no gradient on any process keeps ``grad = None`` (so Adam leaves its state alone,
 exactly as in a single process); one that received a gradient somewhere gets the sum, zeros counted for the
 processes whose shard did not reach it.
+
+A loss whose importance weights belong to the whole batch's trace (Pyro's own ``ReweightedWakeSleep``,
+``AlignmentRWS(per_token=False)``, ``RenyiELBO``) does not sum over examples; :class:`DataParallelSVI` refuses it
+with more than one process (:func:`sums_over_examples`).
 
 Launch: ``torchrun --nproc_per_node=N -m pyro_attention train ...`` (``gloo`` on CPU, ``nccl`` on CUDA).
 """
@@ -115,6 +119,16 @@ def all_reduce_gradients(params: Iterable[torch.Tensor]) -> None:
         offset += n
 
 
+def sums_over_examples(loss: Any) -> bool:
+    """Whether ``loss`` is a sum of per-example terms, each from that example's own draws -- what makes the sum of
+    the shards' gradients the global batch's.  False for importance weights of the whole batch's trace: Pyro's
+    :class:`~pyro.infer.ReweightedWakeSleep` (:class:`~pyro_attention.inference.elbo.AlignmentRWS` only with
+    ``per_token=False``) and :class:`~pyro.infer.RenyiELBO`."""
+    if isinstance(loss, pyro.infer.ReweightedWakeSleep):
+        return bool(getattr(loss, "per_token", False))
+    return not isinstance(loss, pyro.infer.RenyiELBO)
+
+
 class DataParallelSVI:
     """``pyro.infer.SVI`` whose step sums the gradients of every process's shard before the optimiser step.
 
@@ -128,9 +142,19 @@ class DataParallelSVI:
     With one process the step is ``SVI.step``, except that gradients are reset to ``None`` rather than to zeros
     (the next backward pass then writes them instead of adding to a tensor of zeros; the same numbers).
     This is the step :func:`~pyro_attention.inference.fit` and the translation trainer take.
+
+    :raises ValueError: with several processes, for a loss that does not sum over examples
+        (:func:`sums_over_examples`): its shards' gradients would not add up to the global batch's.
     """
 
     def __init__(self, model: Callable, guide: Callable, optim: Any, loss: Any, distributed: bool = True) -> None:
+        world_size = world()[1] if distributed else 1
+        if world_size > 1 and not sums_over_examples(loss):
+            raise ValueError(
+                f"{type(loss).__name__}: its importance weights are those of the whole batch's trace, so the "
+                f"gradients of {world_size} processes' shards would not add up to the global batch's; train it in "
+                f"one process (or use per-token weights: AlignmentRWS(per_token=True), the default)"
+            )
         self.model, self.guide, self.optim, self.loss = model, guide, optim, loss
         self.distributed = distributed
 
