@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from pyro_attention.inference.evaluate import KHAT_THRESHOLD, log_likelihood
+from pyro_attention.inference.evaluate import log_likelihood
 from pyro_attention.pair import AlignmentPair
 
 UNITS = ("token", "example")
@@ -80,6 +80,7 @@ def _scores(pairs: Mapping[str, AlignmentPair], batches: list, num_samples: int)
     values: dict[str, list[np.ndarray]] = {name: [] for name in pairs}
     example_of: list[np.ndarray] = []
     exact = dict.fromkeys(pairs, True)
+    reliable = dict.fromkeys(pairs, True)
     method: dict[str, str] = {}
     mc_variance = dict.fromkeys(pairs, 0.0)
     khat: dict[str, list[np.ndarray]] = {name: [] for name in pairs}
@@ -95,13 +96,15 @@ def _scores(pairs: Mapping[str, AlignmentPair], batches: list, num_samples: int)
                 raise ValueError(f"compare: pair {name!r} sees different target tokens of the same data")
             values[name].append(ll.per_token.double().cpu().numpy()[mask])
             exact[name] = exact[name] and bool(ll.exact)
+            reliable[name] = reliable[name] and ll.reliable
             method[name] = ll.method
             mc_variance[name] += ll.mc_variance
             khat[name].append(ll.khat_values().double().cpu().numpy())
         ex, _ = np.nonzero(mask)
         example_of.append(ex + offset)
         offset += mask.shape[0]
-    return values, example_of, exact, method, mc_variance, {name: np.concatenate(k) for name, k in khat.items()}
+    khat_all = {name: np.concatenate(k) for name, k in khat.items()}
+    return values, example_of, exact, reliable, method, mc_variance, khat_all
 
 
 @torch.no_grad()
@@ -129,7 +132,7 @@ def compare(pairs: Mapping[str, AlignmentPair], data: Any, by: str = "token", nu
 
     _check_pairs(pairs, by)
     _check_vocabularies(pairs)
-    values, example_of, exact, method, mc_variance, khat = _scores(pairs, _batches(data), num_samples)
+    values, example_of, exact, reliable, method, mc_variance, khat = _scores(pairs, _batches(data), num_samples)
     per_token = {name: np.concatenate(v) for name, v in values.items()}
     examples = np.concatenate(example_of)
     n = len(examples)
@@ -164,7 +167,7 @@ def compare(pairs: Mapping[str, AlignmentPair], data: Any, by: str = "token", nu
                 "n_examples": len(units),
                 "exact": exact[name],
                 # as az.compare's: the estimate cannot be trusted (k-hat above 0.7, or too few draws to tell)
-                "warning": not exact[name] and (khat[name].size == 0 or bool((khat[name] > KHAT_THRESHOLD).any())),
+                "warning": not reliable[name],
                 "method": method[name],
             }
         )

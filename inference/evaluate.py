@@ -72,6 +72,7 @@ class LogLikelihood:
     :param ess: the importance weights' effective sample size per token ``(B, T)``; ``None`` when exact.
     :param khat: PSIS k-hat of the weights per token ``(B, T)`` (``nan`` where undefined: fewer than 25 draws, a
         tied tail, padding); ``None`` when exact.  Above :data:`KHAT_THRESHOLD` the estimate is unreliable.
+    :param draws: an estimate's draws per token ``K`` (0 when exact).
     """
 
     per_token: Tensor
@@ -82,6 +83,7 @@ class LogLikelihood:
     se: Tensor | None = None
     ess: Tensor | None = None
     khat: Tensor | None = None
+    draws: int = 0
 
     def se_per_example(self) -> Tensor:
         """Monte Carlo standard error of :attr:`per_example` ``(B,)`` (zeros when exact)."""
@@ -102,31 +104,36 @@ class LogLikelihood:
 
     @property
     def reliable(self) -> bool:
-        """Exact, or no real token's k-hat above :data:`KHAT_THRESHOLD`."""
-        return bool((self.khat_values() <= KHAT_THRESHOLD).all())
+        """Whether the value can be trusted: exact (or a deterministic bound, with no Monte Carlo error), or an
+        estimate from at least :data:`~pyro_attention.inference.arviz_generation.MIN_PSIS_DRAWS` draws per token
+        (enough to fit k-hat) with no real token's k-hat above :data:`KHAT_THRESHOLD`.  A token whose tail weights
+        are all equal (k-hat undefined: the weights do not vary) does not count against it; too few draws to tell
+        does, as in ``az.compare``'s warning."""
+        from pyro_attention.inference.arviz_generation import MIN_PSIS_DRAWS
+
+        if self.se is None:
+            return True
+        return self.draws >= MIN_PSIS_DRAWS and bool((self.khat_values() <= KHAT_THRESHOLD).all())
 
     def error_text(self) -> str:
-        """How good the number is, in words: ``"exact"``, or the Monte Carlo standard error of the total, the
-        smallest ESS and the largest k-hat, with ``UNRELIABLE`` where k-hat exceeds the threshold."""
-        if self.exact:
-            return "exact"
-        return _describe_error(self.mc_variance**0.5, self.khat_values(), self.ess)  # padding's ESS is K: never the min
+        """How good the number is, in words: ``"exact"``, ``"a deterministic bound"``, or for an estimate the Monte
+        Carlo standard error of the total, the smallest ESS and the largest k-hat, with ``UNRELIABLE`` and the
+        reason where it is not :attr:`reliable`."""
+        from pyro_attention.inference.arviz_generation import MIN_PSIS_DRAWS
 
-
-def _describe_error(se_total: float, khat: Tensor, ess: Tensor | None = None) -> str:
-    """``"MC s.e. of the sum X; ESS >= N; max k-hat K"`` of an estimate (``"; UNRELIABLE (...)"`` where k-hat of
-    some tokens exceeds :data:`KHAT_THRESHOLD`)."""
-    parts = [f"MC s.e. of the sum {se_total:.3g}"]
-    if ess is not None and ess.numel():
-        parts.append(f"ESS >= {float(ess.min()):.0f}")
-    if khat.numel():
-        parts.append(f"max k-hat {float(khat.max()):.2f}")
-        if bool((khat > KHAT_THRESHOLD).any()):
-            parts.append(f"UNRELIABLE (k-hat > {KHAT_THRESHOLD} on {float((khat > KHAT_THRESHOLD).float().mean()):.1%}"
-                         " of tokens)")
-    else:
-        parts.append("k-hat undefined")
-    return "; ".join(parts)
+        if self.se is None:
+            return "exact" if self.exact else "a deterministic bound (no Monte Carlo error)"
+        khat = self.khat_values()
+        parts = [f"MC s.e. of the sum {self.mc_variance**0.5:.3g}"]
+        if self.ess is not None:  # padding's ESS is K: never the minimum
+            parts.append(f"ESS >= {float(self.ess.min()):.0f}")
+        parts.append(f"max k-hat {float(khat.max()):.2f}" if khat.numel() else "k-hat undefined")
+        over = float((khat > KHAT_THRESHOLD).sum()) / max(khat.numel(), 1)
+        if over:
+            parts.append(f"UNRELIABLE (k-hat > {KHAT_THRESHOLD} on {over:.1%} of tokens)")
+        elif self.draws < MIN_PSIS_DRAWS:
+            parts.append(f"UNRELIABLE (K={self.draws} draws: k-hat needs at least {MIN_PSIS_DRAWS})")
+        return "; ".join(parts)
 
 
 def importance_estimate(log_w: Tensor, mask: Tensor, method: str) -> LogLikelihood:
@@ -143,7 +150,8 @@ def importance_estimate(log_w: Tensor, mask: Tensor, method: str) -> LogLikeliho
     rows = log_w.detach().reshape(K, -1).T.double().cpu().numpy()
     khat = torch.as_tensor(psis_khat(rows), dtype=log_w.dtype).reshape(mask.shape).to(log_w.device)
     khat = torch.where(mask, khat, torch.full_like(khat, math.nan))
-    return LogLikelihood(per_token, per_token.sum(-1), mask.sum(-1), False, method, se, torch.where(mask, ess, K), khat)
+    return LogLikelihood(per_token, per_token.sum(-1), mask.sum(-1), False, method, se, torch.where(mask, ess, K), khat,
+                         draws=K)
 
 
 def _trace(fn: Any, *args: Any, **kwargs: Any) -> poutine.Trace:

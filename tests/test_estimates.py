@@ -206,3 +206,46 @@ def test_exact_pairs_report_no_error(float64):
     ll = log_likelihood(SoftAttention(net), batch)
     assert ll.exact and ll.se is None and ll.reliable and ll.error_text() == "exact"
     assert ll.mc_variance == 0.0 and torch.equal(ll.se_per_example(), torch.zeros(2, dtype=torch.float64))
+
+
+def test_one_rule_for_an_estimate_that_can_be_trusted(float64):
+    """``LogLikelihood.reliable`` is the one rule: exact or a deterministic bound; or an estimate from at least 25
+    draws per token with no k-hat above 0.7.  Constant weights (the prior proposal on an output that ignores the
+    alignment: k-hat undefined, a tied tail) are trusted; too few draws to fit k-hat are not, whatever the weights."""
+    from pyro_attention.inference.evaluate import kmax_log_likelihood
+    from pyro_attention.models import MarginalLikelihood
+
+    batch = make_toy_batch(B=3, S=4, T=3)
+    constant = log_likelihood(BayesianAttention(_network(scale=0.0)), batch, num_samples=30)
+    assert not constant.exact and constant.khat_values().numel() == 0 and constant.reliable
+    assert "k-hat undefined" in constant.error_text() and "UNRELIABLE" not in constant.error_text()
+    few = log_likelihood(BayesianAttention(_network(scale=0.0)), batch, num_samples=24)
+    assert few.draws == 24 and not few.reliable and "UNRELIABLE (K=24 draws: k-hat needs at least 25)" in (
+        few.error_text())
+    bound = kmax_log_likelihood(MarginalLikelihood(_network()), batch, 1)
+    assert not bound.exact and bound.se is None and bound.reliable
+    assert bound.error_text() == "a deterministic bound (no Monte Carlo error)"
+
+
+@pytest.mark.parametrize("num_samples", [24, 200])
+def test_every_table_marks_the_same_estimates(num_samples):
+    """The region-QA table's ``!``, ``compare``'s ``warning`` and the translation ``evaluate``'s ``ppl_reliable``
+    follow ``LogLikelihood.reliable``: with fewer draws than k-hat needs they all say the estimate is not trusted."""
+    from pyro_attention.data import make_region_qa
+    from pyro_attention.inference import compare
+    from pyro_attention.networks import RegionQA
+    from pyro_attention.tasks.region_qa import evaluate_pair, nll_cell
+
+    data = make_region_qa(6, num_regions=(2, 4), num_kinds=4, seed=0)
+    torch.manual_seed(0)
+    net = RegionQA(data.feature_size, len(data.answers), vocab_size=len(data.vocab), hidden_size=6)
+    pair = BayesianAttention(net)
+    pyro.set_rng_seed(0)
+    ll = log_likelihood(pair, data.data, num_samples=num_samples)
+    pyro.set_rng_seed(0)
+    row = evaluate_pair(pair, data, num_samples=num_samples)
+    pyro.set_rng_seed(0)
+    table = compare({"bam": pair, "soft": SoftAttention(net)}, data.data, num_samples=num_samples)
+    assert ll.reliable == row.nll_reliable == (not table.loc["bam", "warning"])
+    assert nll_cell(row).endswith(" !") != row.nll_reliable
+    assert ll.reliable == (num_samples >= 25)  # measured at 200 draws: max k-hat -0.64

@@ -700,3 +700,18 @@ def test_curves_print_each_rows_validation_per_epoch_and_train_nothing(tmp_path,
     (runs / "soft" / "history.csv").write_text((runs / "marginal-product" / "history.csv").read_text().split(
         "\nepoch,")[0])  # steps of a first epoch, no epoch line yet
     assert "soft:\n\nno epoch finished yet" in experiment_curves(path, runs, only=["soft"])
+
+
+def test_an_estimated_perplexity_is_printed_with_its_error_and_reliability():
+    """``~`` marks an estimate, ``± s.e.`` its Monte Carlo error (test split: what the row records), `` !`` an
+    estimate that is not reliable; an exact value is a plain number; a row from before the error was recorded keeps
+    ``~`` alone."""
+    from pyro_attention.tasks.translation.runner import ppl_cell
+
+    exact = {"test_ppl": 5.331, "val_ppl": 5.09, "ppl_exact": True, "test_ppl_mc_se": None, "ppl_reliable": True}
+    estimate = {**exact, "ppl_exact": False, "test_ppl_mc_se": 0.0213}
+    assert ppl_cell(exact) == "5.33" and ppl_cell(exact, "val_ppl") == "5.09"
+    assert ppl_cell(estimate) == "~5.33 ± 0.02" and ppl_cell(estimate, "val_ppl") == "~5.09"
+    assert ppl_cell({**estimate, "ppl_reliable": False}) == "~5.33 ± 0.02 !"
+    old = {k: v for k, v in estimate.items() if k not in ("test_ppl_mc_se", "ppl_reliable")}
+    assert ppl_cell(old) == "~5.33" and ppl_cell({**exact, "test_ppl": None}) == "-"

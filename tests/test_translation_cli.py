@@ -270,6 +270,10 @@ def test_relaxed_reports_a_bound(tmp_path, capsys):
     assert "perplexity bound" in printed and "K-max perplexity     -" in printed
     assert re.search(r"perplexity bound +[0-9.]+ ± [0-9.]+  \(Monte Carlo s\.e\.; (max PSIS k-hat -?[0-9.]+|k-hat "
                      r"undefined)", printed), printed
+    # the training config's 2 draws per token are too few to fit k-hat: LogLikelihood.reliable's rule
+    assert "UNRELIABLE: too few draws per token to check k-hat (--num-samples 25 or more)" in printed
+    assert cli.main(["evaluate", str(out), "--size", "4", "--beam", "1", "--num-samples", "30", "--quiet"]) == 0
+    assert "too few draws" not in capsys.readouterr().out
     with pytest.raises(SystemExit) as e:
         cli.main(["evaluate", str(out), "--size", "4", "--rule", "marginal", "--quiet"])
     assert e.value.code == 2 and "argument --rule" in capsys.readouterr().err

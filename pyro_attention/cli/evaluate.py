@@ -20,8 +20,10 @@ def _print_scores(res: dict) -> None:
         print(f"perplexity           {res['ppl']:.4f}  (exact: {res['ppl_method']}; NLL/token {res['nll']:.4f})")
     else:
         khat = "k-hat undefined" if res["khat_max"] is None else f"max PSIS k-hat {res['khat_max']:.2f}"
-        if not res["ppl_reliable"]:
+        if not res["ppl_reliable"] and res["khat_over_threshold"]:
             khat += f"; UNRELIABLE: k-hat > 0.7 on {res['khat_over_threshold']:.1%} of tokens"
+        elif not res["ppl_reliable"]:
+            khat += "; UNRELIABLE: too few draws per token to check k-hat (--num-samples 25 or more)"
         print(f"perplexity bound     {res['ppl']:.4f} ± {res['ppl_mc_se']:.4f}  (Monte Carlo s.e.; {khat}; "
               f"{res['ppl_method']}; importance-weighted bound, not exact)")
     if res["kmax_ppl"] is not None:

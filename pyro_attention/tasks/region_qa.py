@@ -22,7 +22,6 @@ import torch
 from pyro_attention import registry
 from pyro_attention.data import RegionQADataset, make_region_qa
 from pyro_attention.inference import alignment_posterior, entropy, fit, log_likelihood, predict
-from pyro_attention.inference.evaluate import KHAT_THRESHOLD
 from pyro_attention.networks import RegionQA
 from pyro_attention.pair import AlignmentPair
 from pyro_attention.registry import NEIGHBOUR_ROWS, PAPER_ROWS, PairSpec
@@ -72,14 +71,11 @@ class Evaluation:
     #: exact, or undefined)
     nll_se: float
     khat_max: float
+    #: exact, or an estimate that can be trusted (:attr:`~pyro_attention.inference.LogLikelihood.reliable`)
+    nll_reliable: bool
     accuracy: float
     entropy: dict[str, float]
     gold: dict[str, float]
-
-    @property
-    def nll_reliable(self) -> bool:
-        """Exact, or no answer's k-hat above 0.7."""
-        return not self.khat_max > KHAT_THRESHOLD
 
 
 @dataclass
@@ -131,7 +127,7 @@ def evaluate_pair(pair: AlignmentPair, data: RegionQADataset, num_samples: int =
             k: float((v[known, 0].argmax(-1) == batch.gold[known]).float().mean()) for k, v in post.items()
         }
     khat_max = float(khat.max()) if khat.numel() else math.nan
-    return Evaluation(nll, ll.exact, ll.mc_variance**0.5 / tokens, khat_max, accuracy, ent, gold)
+    return Evaluation(nll, ll.exact, ll.mc_variance**0.5 / tokens, khat_max, ll.reliable, accuracy, ent, gold)
 
 
 def run_region_qa(
@@ -195,7 +191,8 @@ def nll_cell(r: Evaluation) -> str:
 
 def format_table(rows: list[Row]) -> str:
     """The comparison as a Markdown table (``~`` marks an importance-weighted estimate, not an exact NLL, with its
-    Monte Carlo standard error; ``!``: PSIS k-hat above 0.7 on some answer, the estimate is unreliable)."""
+    Monte Carlo standard error; ``!``: the estimate is unreliable, PSIS k-hat above 0.7 on some answer or too few
+    draws to fit it)."""
     head = "| pair | NLL | accuracy | H(prior) | H(posterior) | H(q) | gold@prior | gold@posterior | gold@q | train s |"
     lines = [head, "|" + "---|" * 10]
     for r in rows:

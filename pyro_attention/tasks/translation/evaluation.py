@@ -270,6 +270,7 @@ class _Scores:
     khat_max: float = -math.inf  # the largest defined PSIS k-hat of an estimate's weights
     khat_defined: int = 0  # tokens whose k-hat is defined, and of them those above the threshold
     khat_over: int = 0
+    reliable: bool = True  # every batch's value exact or a reliable estimate (LogLikelihood.reliable)
     kmax_total: float = 0.0
     kmax_exact: bool = True
     alignment: Counter = field(default_factory=Counter)  # entropy_sums' sums: prior, posterior, guide, KL
@@ -292,7 +293,7 @@ class _Scores:
             "ppl_mc_se": None if nll_se is None else ppl * nll_se,
             "khat_max": self.khat_max if self.khat_defined else None,
             "khat_over_threshold": self.khat_over / self.khat_defined if self.khat_defined else None,
-            "ppl_reliable": self.exact or self.khat_over == 0,
+            "ppl_reliable": self.reliable,
             "kmax": kmax_bound or None,
             "kmax_ppl": metrics.perplexity(self.kmax_total, self.tokens) if kmax_bound else None,
             "kmax_method": (
@@ -329,6 +330,7 @@ def _score(
             s.tokens += int(ll.num_tokens.sum())
             s.exact, s.method = s.exact and ll.exact, ll.method
             s.mc_variance += ll.mc_variance
+            s.reliable = s.reliable and ll.reliable
             khat = ll.khat_values()
             if khat.numel():
                 s.khat_max = max(s.khat_max, float(khat.max()))

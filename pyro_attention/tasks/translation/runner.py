@@ -86,7 +86,8 @@ Log = Callable[[str], None]
 #: the fields of one row of ``table.json``
 ROW_FIELDS = (
     "label", "pair", "estimator", "output", "attention_type", "train_pairs", "val_ppl", "test_ppl", "ppl_exact",
-    "ppl_method", "bleu", "bleu_signature", "bleu_tok_none", "bleu_kmax5", "prior_entropy", "posterior_entropy",
+    "ppl_method", "test_ppl_mc_se", "test_khat_max", "ppl_reliable", "bleu", "bleu_signature", "bleu_tok_none",
+    "bleu_kmax5", "prior_entropy", "posterior_entropy",
     "guide_entropy", "guide_kl", "epochs", "best_epoch", "stopped_early", "wall_s", "tokens_per_s", "device",
     "threads", "decode_sentences_per_s", "finished",
 )  # fmt: skip
@@ -315,6 +316,9 @@ def evaluate_row(config: TranslationConfig, folder: Path, label: str, bleu: bool
         "attention_type": config.attention_type, "options": config.options,
         "train_pairs": _train_pairs(config), "val_ppl": val["ppl"], "test_ppl": test["ppl"],
         "ppl_exact": bool(test["ppl_exact"]), "ppl_method": test["ppl_method"], "test_kmax5_ppl": test["kmax_ppl"],
+        # an estimate's Monte Carlo error and PSIS k-hat (scores kept before they were recorded: None)
+        "test_ppl_mc_se": test.get("ppl_mc_se"), "test_khat_max": test.get("khat_max"),
+        "ppl_reliable": test.get("ppl_reliable", True) and val.get("ppl_reliable", True),
         "bleu": None, "bleu_signature": None, "bleu_tok_none": None, "bleu_kmax5": None,
         "decode_sentences_per_s": None,
         **{name: test.get(name) for name in ALIGNMENT_FIELDS.values()},  # scores kept before a field existed: None
@@ -411,9 +415,21 @@ def merge_rows(table: str | os.PathLike, runs: str | os.PathLike, *, only: Seque
     return merged
 
 
+def ppl_cell(row: dict[str, Any], key: str = "test_ppl") -> str:
+    """A row's perplexity: exact as a number; an estimate as ``~PPL`` with ``± s.e.`` (Monte Carlo, where the row
+    recorded it: test only) and `` !`` where it is not reliable (PSIS k-hat above 0.7, or too few draws)."""
+    value = row.get(key)
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if row["ppl_exact"]:
+        return f"{value:.2f}"
+    se = row.get("test_ppl_mc_se") if key == "test_ppl" else None
+    return f"~{value:.2f}" + ("" if se is None else f" ± {se:.2f}") + ("" if row.get("ppl_reliable", True) else " !")
+
+
 def markdown_table(rows: list[dict[str, Any]]) -> str:
-    """The rows as a markdown table (``~``: a perplexity that is a bound, not exact; a row evaluated while paused
-    is marked unfinished)."""
+    """The rows as a markdown table (``~``: a perplexity that is an estimate, not exact, with its Monte Carlo
+    standard error; ``!``: an estimate that is not reliable; a row evaluated while paused is marked unfinished)."""
     lines = [
         "| row | pair | estimator | output | val PPL | test PPL | BLEU | BLEU tok none | K-max BLEU | H(prior) | "
         "epochs | wall [s] | tok/s |",
@@ -424,10 +440,9 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
         return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
 
     for r in rows:
-        mark = "" if r["ppl_exact"] else "~"
         lines.append(
             f"| {_curve_label(r)} | {r['pair']} | {r['estimator'] or '-'} | {r['output']} | "
-            f"{mark}{num(r['val_ppl'])} | {mark}{num(r['test_ppl'])} | {num(r['bleu'])} | "
+            f"{ppl_cell(r, 'val_ppl')} | {ppl_cell(r)} | {num(r['bleu'])} | "
             f"{num(r['bleu_tok_none'])} | {num(r['bleu_kmax5'])} | "
             f"{num(r['prior_entropy'], '.3f')} | {r['epochs']} | {num(r['wall_s'], '.0f')} | "
             f"{num(r['tokens_per_s'], ',.0f')} |"

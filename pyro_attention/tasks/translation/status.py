@@ -21,7 +21,7 @@ from pyro_attention.tasks.translation.rowfiles import (
     _unrecorded_sittings,
     run_busy,
 )
-from pyro_attention.tasks.translation.runner import _chosen, read_experiment, row_config
+from pyro_attention.tasks.translation.runner import _chosen, ppl_cell, read_experiment, row_config
 
 __all__ = ["experiment_curves", "experiment_status", "row_status", "status_table"]
 
@@ -72,7 +72,8 @@ def row_status(config: TranslationConfig, label: str) -> dict[str, Any]:
     ``patience`` (epochs without improvement: early stopping at ``patience``); ``lr``; ``wall_s`` and the number of
     ``sittings`` so far (``sittings.json``, and for a half-trained row any sitting it does not record yet -- one
     killed outright, or the one running now -- counted up to its ``last.pt``); ``paused_result`` when
-    ``--evaluate-paused`` left one; for a finished row ``test_ppl``, ``ppl_exact`` and ``bleu``; and the last
+    ``--evaluate-paused`` left one; for a finished row ``test_ppl``, ``ppl_exact``, ``test_ppl_mc_se`` and
+    ``ppl_reliable`` (an estimate's Monte Carlo error and whether it can be trusted) and ``bleu``; and the last
     line of ``history.csv``, which a running row appends after every step: ``logged_epoch`` (from 1),
     ``logged_step``, ``logged_kind`` (a ``"step"`` or an ``"epoch"`` line) and ``logged_age_s`` (seconds since the
     file was written: a few for a row training now), with ``s_per_step``, the pace of its last 50 steps, and for a
@@ -88,7 +89,8 @@ def row_status(config: TranslationConfig, label: str) -> dict[str, Any]:
         "last_val_ppl": None, "prior_entropy": None, "bad_epochs": None, "patience": config.patience, "lr": None,
         "wall_s": sum(s["wall_s"] for s in sittings), "sittings": len(sittings),
         "paused_result": (folder / "result-paused.json").is_file(), "test_ppl": None, "ppl_exact": None,
-        "bleu": None, "stopped_early": None, "logged_batch": None, **_last_logged(folder / "history.csv"),
+        "test_ppl_mc_se": None, "ppl_reliable": None, "bleu": None, "stopped_early": None, "logged_batch": None,
+        **_last_logged(folder / "history.csv"),
         "busy": run_busy(folder),
     }  # fmt: skip
     row = _read_record(folder / "result.json", RESULT_KEYS)
@@ -98,7 +100,8 @@ def row_status(config: TranslationConfig, label: str) -> dict[str, Any]:
         entropy = (row.get("val_prior_entropy_per_epoch") or [None])[-1]
         status.update(state="finished", epochs=row["epochs"], best_val_ppl=row["val_ppl"],
                       best_epoch=row["best_epoch"], last_val_ppl=curve[-1], prior_entropy=entropy,
-                      test_ppl=row["test_ppl"], ppl_exact=row["ppl_exact"], bleu=row["bleu"],
+                      test_ppl=row["test_ppl"], ppl_exact=row["ppl_exact"], test_ppl_mc_se=row.get("test_ppl_mc_se"),
+                      ppl_reliable=row.get("ppl_reliable", True), bleu=row["bleu"],
                       stopped_early=row["stopped_early"])
     elif trained is not None:
         status.update(state="trained", epochs=trained["epochs"], best_val_ppl=trained["best_val_ppl"],
@@ -198,7 +201,7 @@ def status_table(rows: list[dict[str, Any]]) -> str:
             + ("" if r["logged_batch"] is None else f", batch {r['logged_batch']}/{r['epoch_batches']}")
             + f"), {_age(r['logged_age_s'])} ago"
             + ("" if r["s_per_step"] is None else f", {_pace(r['s_per_step'])} s/step") + _epoch_end(r))
-        test = "-" if r["test_ppl"] is None else ("" if r["ppl_exact"] else "~") + f"{r['test_ppl']:.2f}"
+        test = ppl_cell(r)
         lines.append(
             f"| {r['label']} | {state} | {r['epochs']} / {r['max_epochs']} | {best} | {num(r['last_val_ppl'])} | "
             f"{num(r['prior_entropy'])} | {num(r['lr'], '.3g')} | {gain} | {test} | {num(r['bleu'], '.2f')} | "
