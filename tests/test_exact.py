@@ -179,9 +179,10 @@ def test_reinforce_gradient_matches_enumerated_gradient(float64, cls, elbo_class
     z = (mean - exact).abs() / (se + 1e-12)
     moving = se > 1e-9
     assert moving.sum() > 10
-    # 5 standard errors on every coordinate; and the vectors agree to 5 % overall
+    # 5 standard errors on every coordinate (measured: at most 1.04 with the analytic KL, 3.19 with TraceGraph's
+    # sampled KL); and the vectors agree overall within ~10x the relative error measured (0.10 % and 2.3 %)
     assert (z[moving] < 5).all(), z.max()
-    assert (mean - exact).norm() < 0.05 * exact.norm()
+    assert (mean - exact).norm() < (0.01 if elbo_class is ReinforceKL_ELBO else 0.05) * exact.norm()
 
 
 @pytest.mark.parametrize("cls", [HardAttention, VariationalAttention])
@@ -191,7 +192,8 @@ def test_reinforce_kl_loss_estimates_the_elbo(float64, cls):
     exact_loss = exact.elbo().loss(exact.model, exact.guide, batch)
     pair = cls(net, estimator="sample")
     elbo = ReinforceKL_ELBO(num_particles=20000, vectorize_particles=True, max_plate_nesting=2)
-    assert elbo.loss(pair.model, pair.guide, batch) == pytest.approx(exact_loss, rel=0.02)
+    # measured over 10 seeds: relative error at most 2.3e-4 (standard deviation 1.3e-4)
+    assert elbo.loss(pair.model, pair.guide, batch) == pytest.approx(exact_loss, rel=2e-3)
     # differentiable_loss exists (TraceGraph_ELBO has none) and matches loss in value
     pyro.set_rng_seed(3)
     value = float(elbo.differentiable_loss(pair.model, pair.guide, batch).detach())
@@ -199,7 +201,7 @@ def test_reinforce_kl_loss_estimates_the_elbo(float64, cls):
     assert value == pytest.approx(elbo.loss(pair.model, pair.guide, batch))
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     B=st.integers(1, 3),
     S=st.integers(2, 4),

@@ -16,7 +16,7 @@ from pyro_attention.inference import alignment_posterior, fit, log_likelihood, p
 from pyro_attention.models import MarginalLikelihood, RelaxedAttention, SoftAttention, VariationalAttention
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(n=st.integers(1, 4), pad=st.integers(0, 3), seed=st.integers(0, 1000))
 def test_masked_dirichlet_equals_dirichlet_on_real_positions(n, pad, seed):
     g = torch.Generator().manual_seed(seed)

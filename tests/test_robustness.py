@@ -286,7 +286,7 @@ class ExactPosteriorAttention(VariationalAttention):
         return self.exact_logits
 
 
-SETTINGS = settings(max_examples=25, deadline=None)
+SETTINGS = settings(max_examples=100, deadline=None)
 
 
 @contextmanager
@@ -358,7 +358,7 @@ def test_property_categorical_kl_nonnegative(data, n):
             assert torch.allclose(p.probs, q.probs)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(data=st.data(), n=st.integers(1, 50))
 def test_property_categorical_kl_float32_extreme_logits(data, n):
     """float32, logits within +-1e4 (probabilities underflow): the KL is finite, >= 0 and equal to the float64 KL
@@ -436,7 +436,7 @@ def _pad(batch: ToyBatch, extra_source: int, extra_target: int, extra_examples: 
     )
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     problem=problems(),
     name=st.sampled_from(EXACT_LL),

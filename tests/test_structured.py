@@ -131,7 +131,7 @@ def _double():  # noqa: ANN202 - a context manager
 
 
 # -- the linear chain ------------------------------------------------------------------------------------------
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     lengths=st.lists(st.integers(0, 5), min_size=1, max_size=3),
     extra=st.integers(0, 2),
@@ -229,7 +229,7 @@ def test_projective_tree_counts():
         assert abs(float(log_z) - math.log(count)) < 1e-12
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     lengths=st.lists(st.integers(0, 5), min_size=1, max_size=3),
     extra=st.integers(0, 2),

@@ -265,15 +265,17 @@ def test_relaxed_reports_a_bound(tmp_path, capsys):
     out = tmp_path / "relaxed"
     assert _train(out, "--model", "relaxed", "--epochs", "1", "--num-samples", "2") == 0
     assert "PPL bound (importance-weighted" in capsys.readouterr().out
-    assert cli.main(["evaluate", str(out), "--size", "4", "--beam", "1", "--quiet"]) == 0
+    assert cli.main(["evaluate", str(out), "--size", "4", "--beam", "1", "--num-samples", "2", "--quiet"]) == 0
     printed = capsys.readouterr().out
     assert "perplexity bound" in printed and "K-max perplexity     -" in printed
     assert re.search(r"perplexity bound +[0-9.]+ ± [0-9.]+  \(Monte Carlo s\.e\.; (max PSIS k-hat -?[0-9.]+|k-hat "
                      r"undefined)", printed), printed
-    # the training config's 2 draws per token are too few to fit k-hat: LogLikelihood.reliable's rule
+    # 2 draws per token are too few to fit k-hat (LogLikelihood.reliable's rule); by default evaluation draws at least
+    # 100 whatever the training config's --num-samples (2 here)
     assert "UNRELIABLE: too few draws per token to check k-hat (--num-samples 25 or more)" in printed
-    assert cli.main(["evaluate", str(out), "--size", "4", "--beam", "1", "--num-samples", "30", "--quiet"]) == 0
-    assert "too few draws" not in capsys.readouterr().out
+    scores = tmp_path / "scores.json"
+    assert cli.main(["evaluate", str(out), "--size", "4", "--beam", "1", "--quiet", "--json", str(scores)]) == 0
+    assert "K=100," in json.loads(scores.read_text())["ppl_method"] and "too few" not in capsys.readouterr().out
     with pytest.raises(SystemExit) as e:
         cli.main(["evaluate", str(out), "--size", "4", "--rule", "marginal", "--quiet"])
     assert e.value.code == 2 and "argument --rule" in capsys.readouterr().err

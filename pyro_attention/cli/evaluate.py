@@ -125,7 +125,7 @@ def add_evaluate(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     )
     ev.add_argument("--batch-size", type=_int_at_least(1), default=64, help="sentences per scoring batch")
     ev.add_argument(
-        "--num-samples", type=_int_at_least(1), help="importance samples (relaxed; default: the training config's)"
+        "--num-samples", type=_int_at_least(1), help="importance samples per token (relaxed; default: the training config's, at least 100)"
     )
     ev.add_argument("--no-bleu", action="store_true", help="skip decoding and BLEU")
     ev.add_argument(

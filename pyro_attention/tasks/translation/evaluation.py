@@ -25,6 +25,10 @@ from pyro_attention.tasks.translation.checkpoints import Checkpoint, _move, load
 from pyro_attention.tasks.translation.config import ALIGNMENT_FIELDS, SPLITS, TranslationConfig, _choice, _no_bar
 from pyro_attention.tasks.translation.corpora import Split, load_split, make_batches
 
+#: the fewest importance samples per token an evaluation draws for an estimated likelihood (the training config's
+#: ``num_samples``, often 20 for the validation bound, is raised to it): PSIS k-hat needs at least 25
+EVALUATION_SAMPLES = 100
+
 
 def _as_checkpoint(checkpoint: Checkpoint | str | os.PathLike) -> Checkpoint:
     return checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
@@ -177,7 +181,8 @@ def evaluate(
     :param kmax: ``K`` of the K-max perplexity (categorical pairs; 0 skips it) and of ``rule="kmax"``.
     :param rule: decoding rule, ``"soft"``, ``"marginal"`` or ``"kmax"`` (default: ``"marginal"`` for the
         categorical pairs, ``"soft"`` otherwise).
-    :param num_samples: importance samples of the Dirichlet pair's bound (default: the training config's).
+    :param num_samples: importance samples per token of an estimated likelihood (the Dirichlet pair's; default:
+        the training config's, at least :data:`EVALUATION_SAMPLES`, enough to fit PSIS k-hat).
     :param lowercase: case-insensitive BLEU (default: when the corpus is lower-cased, Multi30k and IWSLT14).
     :param seed: seeds Pyro's RNGs first (``pyro.set_rng_seed``) so that the Dirichlet pair's sampled bound is
         reproducible; ``None`` leaves them alone.
@@ -200,7 +205,8 @@ def evaluate(
     ckpt.network.eval()
     kmax_bound = kmax if "kmax" in pair.prediction_rules() else 0  # only categorical alignments have a K-max bound
     spread = _TokenSpread(len(ckpt.tgt_vocab))
-    scores = _score(pair, batches, num_samples or config.num_samples, kmax_bound, spread, progress)
+    scores = _score(pair, batches, num_samples or max(config.num_samples, EVALUATION_SAMPLES), kmax_bound, spread,
+                    progress)
     result: dict[str, Any] = {
         "checkpoint": str(ckpt.path),
         "model": config.model,
