@@ -34,9 +34,9 @@ def read_links(path: Path, count: int) -> list[set[tuple[int, int]]]:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    from pyro_attention.align import AlignConfig
     from pyro_attention.cli.align import add_gold_set_options
     from pyro_attention.cli.common import add_config_options
+    from pyro_attention.tasks.align import AlignConfig
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.set_defaults(gold_options=add_gold_set_options(parser))  # a gold set and its extra text, as align
@@ -49,10 +49,10 @@ def make_parser() -> argparse.ArgumentParser:
 
 def main(args: argparse.Namespace) -> list[dict[str, Any]]:
     from pyro_attention.aer import SYMMETRIZATIONS, alignment_error_rate, symmetrize
-    from pyro_attention.align import AlignConfig
     from pyro_attention.data.alignments import invert
+    from pyro_attention.tasks.align import AlignConfig
     from pyro_attention.tasks.align.corpus import load_gold_corpus
-    from pyro_attention.tasks.align.networks import _training_text
+    from pyro_attention.tasks.align.networks import training_text
 
     program = shutil.which(args.eflomal)
     if program is None:
@@ -61,7 +61,7 @@ def main(args: argparse.Namespace) -> list[dict[str, Any]]:
     config = AlignConfig(models=["marginal"], network="hmm", **{k: getattr(args, k) for k in options})
     corpus = load_gold_corpus(config, print)
     gold = list(corpus.gold)
-    src, tgt = _training_text(corpus, False, config.gold_repeat)
+    src, tgt = training_text(corpus, False, config.gold_repeat)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         for name, side in (("src", src), ("tgt", tgt)):

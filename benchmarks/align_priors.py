@@ -75,7 +75,10 @@ def main(args: argparse.Namespace) -> list[dict[str, Any]]:
     import warnings
 
     from pyro_attention.aer import alignment_error_rate
-    from pyro_attention.align import (
+    from pyro_attention.data.text import Vocab
+    from pyro_attention.inference import fit
+    from pyro_attention.registry import make_pair
+    from pyro_attention.tasks.align import (
         AlignConfig,
         Trained,
         alignment_probs,
@@ -83,10 +86,7 @@ def main(args: argparse.Namespace) -> list[dict[str, Any]]:
         load_gold_corpus,
         load_user_gold,
     )
-    from pyro_attention.data.text import Vocab
-    from pyro_attention.inference import fit
-    from pyro_attention.registry import make_pair
-    from pyro_attention.tasks.align.networks import _Bitext
+    from pyro_attention.tasks.align.networks import Bitext
 
     torch.set_num_threads(args.threads)
     if args.gold_text:
@@ -97,7 +97,7 @@ def main(args: argparse.Namespace) -> list[dict[str, Any]]:
     src, tgt = corpus.source + corpus.extra_source, corpus.target + corpus.extra_target
     src_vocab, tgt_vocab = Vocab.build(src), Vocab.build(tgt)
     table = em_table(src, tgt, src_vocab, tgt_vocab, args.em_iterations)
-    data = _Bitext([src_vocab.encode(s) for s in src], [tgt_vocab.encode(t) for t in tgt])
+    data = Bitext([src_vocab.encode(s) for s in src], [tgt_vocab.encode(t) for t in tgt])
     gold = list(corpus.gold)
     results = []
     for prior in args.priors:

@@ -76,7 +76,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 def main(args: argparse.Namespace) -> list[dict[str, Any]]:
     from pyro_attention.aer import POSTERIOR_COMBINATIONS
-    from pyro_attention.align import AlignConfig
+    from pyro_attention.tasks.align import AlignConfig
     from pyro_attention.tasks.align.config import THRESHOLD_GRID
     from pyro_attention.tasks.align.corpus import load_gold_corpus
 

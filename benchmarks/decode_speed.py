@@ -107,7 +107,7 @@ def ours_worker(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(args.threads[0])
-    from pyro_attention.translation import load_checkpoint, translate_lines
+    from pyro_attention.tasks.translation import load_checkpoint, translate_lines
 
     spec = parse_ours(args.ours[0])
     path = Path(spec["checkpoint"])

@@ -75,10 +75,10 @@ def _time(config, src_vocab, tgt_vocab, batch, settings: list[tuple[int, float]]
 
 def main(args: argparse.Namespace) -> list[dict]:
     from pyro_attention.tasks.translation.corpora import build_vocabs, load_corpora, make_batches
-    from pyro_attention.tasks.translation.runner import _chosen, read_experiment, row_config
+    from pyro_attention.tasks.translation.runner import chosen_rows, read_experiment, row_config
 
     shared, rows = read_experiment(args.config)
-    (row,) = _chosen(args.config, rows, [args.row])
+    (row,) = chosen_rows(args.config, rows, [args.row])
     config = row_config(shared, row, Path("unused"))
     corpora = load_corpora(config, None)
     src_vocab, tgt_vocab = build_vocabs(config, corpora.train)

@@ -27,7 +27,7 @@ least twice in the (filtered) training side.
 direction) ``, decoder=512, attention=256, layers=1, dropout=0.3, lr=1e-3, batch_size=64`` ``)`` and
 ``attention_type=--attention-type`` (default ``"general"``, Luong's bilinear score, the peer's) when
 ``TranslationConfig`` has that key -- otherwise the network's default MLP attention is used and the JSON says
-so.  Then what :func:`pyro_attention.translation.train` does before its loop: ``load_corpora``,
+so.  Then what :func:`pyro_attention.tasks.translation.train` does before its loop: ``load_corpora``,
 ``build_vocabs``, ``make_batches`` (length-bucketed batches of 64 sentences), ``pyro.clear_param_store()``,
 ``pyro.set_rng_seed``, ``build_pair``, ``pyro.module`` for every module of the pair, ``network.train()``,
 ``FusedClippedAdam({"lr": 1e-3, "clip_norm": 5.0})`` (Pyro's ClippedAdam update, per-parameter clipping, in one
@@ -506,7 +506,7 @@ def _stamp_seconds(stamp: str | None) -> float:
 # -- ours ------------------------------------------------------------------------------------------------------
 def ours_config(args: argparse.Namespace, seed: int) -> tuple[Any, str, bool]:
     """Our ``TranslationConfig``, the attention it uses, and whether ``attention_type`` could be passed."""
-    from pyro_attention.translation import TranslationConfig
+    from pyro_attention.tasks.translation import TranslationConfig
 
     values = dict(OURS_CONFIG, data_dir=str(args.data_dir), threads=args.threads, seed=seed)
     known = "attention_type" in TranslationConfig.keys()
@@ -527,7 +527,7 @@ def ours_worker(args: argparse.Namespace) -> dict[str, Any]:
     from pyro_attention import __version__
     from pyro_attention.inference.distributed import DataParallelSVI
     from pyro_attention.inference.optim import FusedClippedAdam
-    from pyro_attention.translation import build_pair, build_vocabs, load_corpora, make_batches
+    from pyro_attention.tasks.translation import build_pair, build_vocabs, load_corpora, make_batches
 
     torch.set_num_threads(args.threads)
     config, attention, passed = ours_config(args, args._seed)
@@ -542,7 +542,7 @@ def ours_worker(args: argparse.Namespace) -> dict[str, Any]:
     network.train()
     optim = FusedClippedAdam({"lr": config.lr, "clip_norm": config.clip_norm})  # the trainer's optimiser
     svi = DataParallelSVI(pair.model, pair.guide, optim, pair.elbo())
-    # the trainer's batch order of epoch 0 (translation._epoch_generator(seed, 0))
+    # the trainer's batch order of epoch 0 (translation.epoch_generator(seed, 0))
     order = torch.randperm(len(batches), generator=torch.Generator().manual_seed(config.seed * 1_000_003)).tolist()
     total = args.warmup + args.steps
     chosen = [batches[order[i % len(order)]] for i in range(total)]

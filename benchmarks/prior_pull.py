@@ -59,8 +59,8 @@ def measure(checkpoint: str | Path, split: str = "val", batches: int | None = No
     from pyro_attention.distributions.enumeration import observed_table
     from pyro_attention.inference import entropy
     from pyro_attention.models._categorical import CategoricalAlignmentModel, GuidedCategoricalAlignment
+    from pyro_attention.tasks.translation import load_checkpoint
     from pyro_attention.tasks.translation.corpora import load_split, make_batches
-    from pyro_attention.translation import load_checkpoint
 
     ckpt = load_checkpoint(checkpoint)
     pair, net = ckpt.pair, ckpt.network

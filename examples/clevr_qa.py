@@ -26,9 +26,9 @@ from pathlib import Path
 
 import torch
 
-from pyro_attention.clevr import ClevrConfig, ClevrResult, format_clevr, run_clevr
 from pyro_attention.cli.common import add_config_options, add_run_options, config_values, rows_flag
-from pyro_attention.experiment import ALL_ROWS
+from pyro_attention.tasks.clevr import ClevrConfig, ClevrResult, format_clevr, run_clevr
+from pyro_attention.tasks.region_qa import ALL_ROWS
 
 #: the flags of the run's config (generated from its fields: help, type, default)
 OPTIONS = ("data_dir", "generated_train", "generated_val", "question_seed", "hidden_size", "epochs", "batch_size", "lr",

@@ -25,7 +25,6 @@ import numpy as np
 import torch
 
 from pyro_attention.data import make_region_qa
-from pyro_attention.experiment import make_pair, row_label
 from pyro_attention.inference import (
     compare_to_guide,
     diagnostics,
@@ -38,6 +37,7 @@ from pyro_attention.inference import (
 from pyro_attention.inference.arviz_generation import forest_figure, summary
 from pyro_attention.networks import RegionQA
 from pyro_attention.plots import khat_plot
+from pyro_attention.tasks.region_qa import make_pair, row_label
 
 ROWS = [("marginal", None), ("hard", "enum"), ("variational", "enum"), ("variational", "sample"), ("relaxed", None)]
 

@@ -27,9 +27,9 @@ from pathlib import Path
 import torch
 
 from pyro_attention.cli.common import add_config_options, add_run_options, config_values, rows_flag
-from pyro_attention.experiment import ALL_ROWS, RegionQAConfig, format_table, run_region_qa
 from pyro_attention.inference import compare, format_comparison
 from pyro_attention.registry import PAPER_ROWS
+from pyro_attention.tasks.region_qa import ALL_ROWS, RegionQAConfig, format_table, run_region_qa
 
 #: the flags of the comparison's config (generated from its fields: help, type, default)
 OPTIONS = ("train_size", "val_size", "hidden_size", "epochs", "batch_size", "lr", "warmup_steps", "ambiguity", "seed")

@@ -3,9 +3,10 @@
 For each row -- soft attention, exact marginal likelihood, hard attention (enum / sample), categorical
 variational attention (enum / sample), relaxed Dirichlet attention, and (unless ``--paper-only``) the
 neighbours: structured attention (segmentation, syntactic, the segmentation chain marginalised), Gaussian
-context, Bayesian attention modules, Gumbel-softmax, reweighted wake-sleep -- :func:`pyro_attention.translation.train`
-trains a :class:`~pyro_attention.networks.Seq2Seq` on the chosen corpus and
-:func:`pyro_attention.translation.evaluate` reports on the test split: perplexity (exact for the categorical
+context, Bayesian attention modules, Gumbel-softmax, reweighted wake-sleep --
+:func:`pyro_attention.tasks.translation.train` trains a :class:`~pyro_attention.networks.Seq2Seq` on the chosen
+corpus and
+:func:`pyro_attention.tasks.translation.evaluate` reports on the test split: perplexity (exact for the categorical
 pairs and soft attention; an importance-weighted bound, marked ``~``, for relaxed), BLEU of beam search under
 the pair's prediction rule (sacreBLEU, detokenised, signature printed), the prior's entropy per target token,
 and the training time.  The neighbours run with the settings of :data:`pyro_attention.registry.NEIGHBOUR_ROWS`.
@@ -26,9 +27,9 @@ from pathlib import Path
 import torch
 
 from pyro_attention.cli.common import add_config_options, add_run_options, config_values, rows_flag
-from pyro_attention.experiment import ALL_ROWS
 from pyro_attention.registry import PAPER_ROWS
-from pyro_attention.translation import TranslationConfig, evaluate, train
+from pyro_attention.tasks.region_qa import ALL_ROWS
+from pyro_attention.tasks.translation import TranslationConfig, evaluate, train
 
 #: Deng et al. (2018), Table 1, IWSLT14 De-En: (PPL, BLEU); prior entropy where Table 2 reports it
 PAPER = {

@@ -118,7 +118,7 @@ def fit(
     pyro.clear_param_store()
     pyro.set_rng_seed(seed)
     generator = torch.Generator().manual_seed(seed)
-    optim = FusedClippedAdam(_optim_args(lr, rates, clip_norm))
+    optim = FusedClippedAdam(adam_args(lr, rates, clip_norm))
     elbo = pair.elbo()
     step = SVIStep(
         DataParallelSVI(pair.model, pair.guide, optim, elbo, distributed=False),
@@ -131,7 +131,7 @@ def fit(
     )
     result = FitResult()
     bar = ProgressBar(type(pair).__name__, disable=None if progress else True, leave=False)
-    callbacks: list[Callback] = [_Record(result, train), bar]
+    callbacks: list[Callback] = [RecordFit(result, train), bar]
     if val is not None:
         callbacks.append(_Validate(pair, val, num_samples, result, bar if progress else None))
     if log_csv is not None:
@@ -147,7 +147,7 @@ def fit(
     return result
 
 
-def _optim_args(lr: float, rates: dict[str, float], clip_norm: float) -> Any:
+def adam_args(lr: float, rates: dict[str, float], clip_norm: float) -> Any:
     """Pyro's ``optim_args``: one dict, or with per-prefix rates a function ``(module_name, param_name) -> dict``."""
     if not rates:
         return {"lr": lr, "clip_norm": clip_norm}
@@ -159,7 +159,7 @@ def _optim_args(lr: float, rates: dict[str, float], clip_norm: float) -> Any:
     return args
 
 
-class _Record(Callback):
+class RecordFit(Callback):
     """``fit``'s record: every step's loss and the step count; an epoch without a step is refused."""
 
     def __init__(self, result: FitResult, train: Any) -> None:

@@ -20,7 +20,6 @@ from torch import Tensor
 from pyro_attention.distributions import AlignedCategorical
 from pyro_attention.distributions.enumeration import logits_at_values, observed_table
 from pyro_attention.inference.estimators import Enumerate, Estimator, ScoreFunction
-from pyro_attention.inference.estimators import plate_shape as _plate_shape  # noqa: F401 - the old import path
 from pyro_attention.inference.evaluate import LogLikelihood, enumerated_log_joint
 from pyro_attention.networks.base import AttentionNetwork, Encoded, gather_context
 from pyro_attention.pair import MAX_PLATE_NESTING, AlignmentPair, kmax_mixture

@@ -79,15 +79,9 @@ import torch
 from torch import Tensor, nn
 
 from pyro_attention.distributions.aligned import OutputCategorical
-
-# the annealing schedule and its ELBO live in pyro_attention.inference; re-exported at their old import path
-from pyro_attention.inference.elbo import AnnealedMeanField_ELBO  # noqa: F401
-from pyro_attention.inference.estimators import (  # noqa: F401
-    SCHEDULES,
-    TANH_STEEPNESS,
+from pyro_attention.inference.estimators import (
     Estimator,
     KLAnnealing,
-    KLSchedule,
     MeanField,
 )
 from pyro_attention.models._continuous import GUIDE_SCORES, ContinuousAlignment, GuideScores

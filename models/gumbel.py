@@ -18,9 +18,9 @@ with temperature :math:`\tau` (default 0.1, as in Deng et al.), and the relaxed 
     \mathcal{L}_\tau = \sum_t \mathbb{E}_{q}[\log p(y_t \mid x, y_{<t}, z_t) + \log p_\tau(z_t \mid x)
         - \log q_\tau(z_t \mid x, y)],
 
-estimated by one reparameterised draw (``kl="sampled"``, the default: ``Trace_ELBO``; the Concrete-to-Concrete KL
+estimated by one reparameterised draw (``estimator="sampled"``, the default: ``Trace_ELBO``; the Concrete-to-Concrete KL
 has no closed form).  This is the ELBO of the *relaxed* model, not the categorical ELBO: the output network sees
-a blend of sources, and the two coincide only as :math:`\tau \to 0`.  ``kl="categorical"`` is the estimator
+a blend of sources, and the two coincide only as :math:`\tau \to 0`.  ``estimator="categorical"`` is the estimator
 of Jang et al. (2017)'s experiments: the reconstruction term with relaxed draws and the KL of the *categoricals*
 the Concretes relax, in closed form (:class:`~pyro_attention.inference.elbo.CategoricalKL_ELBO`),
 
@@ -32,7 +32,7 @@ the Concretes relax, in closed form (:class:`~pyro_attention.inference.elbo.Cate
 a surrogate of the categorical ELBO (equal to it as :math:`\tau \to 0`), not a bound on either model's
 likelihood at :math:`\tau > 0`.  The choice is the estimator's: the model and the guide are the same.  On region
 QA the sampled Concrete KL at :math:`\tau = 0.1` is so noisy (its log-density ratio has a standard deviation of
-tens of nats) that training collapses to :math:`q \approx p \approx` uniform; ``kl="categorical"`` learns
+tens of nats) that training collapses to :math:`q \approx p \approx` uniform; ``estimator="categorical"`` learns
 (``docs/neighbours.md``).  With ``straight_through=True`` the forward pass uses the one-hot
 :math:`\mathrm{onehot}(\arg\max_s z_{t,s})` -- exactly the categorical model's output -- while gradients and
 densities use the relaxed draw (as Pyro's ``RelaxedOneHotCategoricalStraightThrough``).
@@ -82,7 +82,6 @@ from pyro.distributions import TorchDistribution
 from torch import Tensor
 from torch.distributions import constraints
 
-from pyro_attention.inference.elbo import CategoricalKL_ELBO  # noqa: F401 - its old import path
 from pyro_attention.inference.estimators import CategoricalKL, Estimator, Reparameterized
 from pyro_attention.models.relaxed import SimplexAlignmentModel
 from pyro_attention.models.variational import VariationalAttention
@@ -195,7 +194,6 @@ class GumbelAttention(SimplexAlignmentModel):
     :param network: the task network.
     :param temperature: the Concrete temperature ``tau`` (prior and guide).
     :param straight_through: one-hot forward pass, relaxed gradients.
-    :param kl: the estimator by its old keyword: ``"sampled"`` or ``"categorical"`` (as ``estimator``).
     :param estimator: ``Reparameterized()`` / ``"sampled"`` (the relaxed ELBO, ``Trace_ELBO``; the default) or
         ``CategoricalKL()`` / ``"categorical"`` (:class:`~pyro_attention.inference.elbo.CategoricalKL_ELBO`).
     """
@@ -204,34 +202,25 @@ class GumbelAttention(SimplexAlignmentModel):
     label: ClassVar[str] = "gumbel"
     paper_row: ClassVar[str] = "Gumbel (Deng et al. 2018, inference alternatives)"
     estimators: ClassVar[tuple[Estimator, ...]] = (Reparameterized(), CategoricalKL())
-    estimator_keywords: ClassVar[tuple[str, ...]] = ("estimator", "kl")
 
     def __init__(
         self,
         network: AttentionNetwork,
         temperature: float = 0.1,
         straight_through: bool = False,
-        kl: Estimator | str | None = None,
         estimator: Estimator | str | None = None,
     ) -> None:
         super().__init__(network)
         if not temperature > 0:
             raise ValueError(f"GumbelAttention: temperature must be > 0, got {temperature}")
-        if kl is not None and estimator is not None and kl != estimator:
-            raise ValueError(f"GumbelAttention: kl={kl!r} and estimator={estimator!r} disagree; give one of them")
         self.temperature = float(temperature)
         self.straight_through = straight_through
-        self.set_estimator(estimator if estimator is not None else kl)
-
-    @property
-    def kl(self) -> Estimator:
-        """The estimator (its old name: ``pair.kl == "categorical"``)."""
-        return self.get_estimator()
+        self.set_estimator(estimator)
 
     def __repr__(self) -> str:
         return (
             f"GumbelAttention(temperature={self.temperature}, straight_through={self.straight_through}, "
-            f"kl={str(self.kl)!r})"
+            f"estimator={str(self.get_estimator())!r})"
         )
 
     def _concrete(self, enc: Encoded, scores: Tensor) -> MaskedConcrete:

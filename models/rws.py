@@ -63,7 +63,6 @@ import pyro.distributions as dist
 import torch
 from torch import Tensor
 
-from pyro_attention.inference.elbo import AlignmentRWS  # noqa: F401 - its old import path
 from pyro_attention.inference.estimators import Estimator, ReweightedWakeSleep
 from pyro_attention.models._categorical import CategoricalAlignmentModel
 from pyro_attention.networks.base import AttentionNetwork, Encoded

@@ -104,8 +104,6 @@ class AlignmentPair:
     #: the estimators (:mod:`pyro_attention.inference.estimators`) the pair accepts, the default first; with more
     #: than one the pair has a choice of estimator, made by its constructor's ``estimator`` argument
     estimators: ClassVar[tuple[Estimator, ...]] = ()
-    #: names of the constructor arguments that choose the estimator (not options of the pair)
-    estimator_keywords: ClassVar[tuple[str, ...]] = ("estimator",)
 
     def __init__(self, network: AttentionNetwork) -> None:
         if not isinstance(network, AttentionNetwork):

@@ -39,7 +39,7 @@ _SIZE_OPTIONS = ("context_size", "value_size")
 def pair_options(name: str) -> dict[str, Any]:
     """The keyword options of pair ``name``'s constructor and their defaults (estimator keyword excluded)."""
     cls = _pair_class(name)
-    skip = {"self", "network", *cls.estimator_keywords}
+    skip = {"self", "network", "estimator"}
     return {
         p.name: p.default
         for p in inspect.signature(cls.__init__).parameters.values()

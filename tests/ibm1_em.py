@@ -105,7 +105,7 @@ def argmax_links(post: np.ndarray, null_word: bool = False) -> set[tuple[int, in
 
 def main(argv: Sequence[str] | None = None) -> None:
     from pyro_attention.aer import SYMMETRIZATIONS, alignment_error_rate, symmetrize
-    from pyro_attention.align import AlignConfig, load_gold_corpus
+    from pyro_attention.tasks.align import AlignConfig, load_gold_corpus
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", default="enfr", choices=["enfr", "csen"])
@@ -144,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     "note": f"tests/ibm1_em.py, {args.iterations} EM iterations from a uniform table"
                             + (f"; null_prob {args.null_prob:g}" if null else "")})
     if args.json:
-        from pyro_attention.align import JSON_SYMMETRISATIONS, merge_json
+        from pyro_attention.tasks.align import JSON_SYMMETRISATIONS, merge_json
 
         merge_json(args.json, [r for r in out if r["symmetrisation"] in JSON_SYMMETRISATIONS])
 

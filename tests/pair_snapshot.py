@@ -26,9 +26,9 @@ from pyro_attention.inference import (
     to_inference_data,
 )
 from pyro_attention.inference import arviz_generation as azg
-from pyro_attention.inference.decode import greedy, translate
 from pyro_attention.networks.seq2seq import Seq2Seq
 from pyro_attention.registry import ALL_PAIRS, make_pair
+from pyro_attention.tasks.translation.decoding import greedy, translate
 
 try:
     from toy_network import ToyNetwork, make_toy_batch
@@ -97,7 +97,7 @@ def toy_values(name: str) -> dict[str, Any]:
 
 
 def decode_values(name: str) -> dict[str, Any]:
-    from pyro_attention.translation import _default_rule
+    from pyro_attention.tasks.translation.evaluation import _default_rule
 
     torch.manual_seed(0)
     net = Seq2Seq(12, 12, embedding_size=8, encoder_size=6, decoder_size=8, attention_size=6)

@@ -97,7 +97,7 @@ def test_align_trains_both_directions_by_agreement_and_keeps_them(tmp_path):
     """``--agreement`` trains the two directions together, names its rows ``hmm-...-agree-...``, keeps both
     directions' alignments in one pair of files (a rerun reads them); ``--table-prior`` likewise (``-dirichletA``);
     both are refused where they cannot apply."""
-    from pyro_attention.align import AlignConfig, run_align
+    from pyro_attention.tasks.align import AlignConfig, run_align
 
     text, links = tmp_path / "gold.txt", tmp_path / "gold.p1"
     text.write_text("the house is small ||| das haus ist klein\nthe cat ||| die katze\n"

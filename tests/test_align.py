@@ -12,9 +12,9 @@ import pytest
 
 from pyro_attention import cli
 from pyro_attention.aer import alignment_error_rate
-from pyro_attention.align import AlignConfig, alignment_links, format_rows, load_gold_corpus, run_align
 from pyro_attention.data import make_synthetic_translation
-from pyro_attention.translation import TranslationConfig, train
+from pyro_attention.tasks.align import AlignConfig, alignment_links, format_rows, load_gold_corpus, run_align
+from pyro_attention.tasks.translation import TranslationConfig, train
 
 DATA = Path(os.environ.get("PYRO_ATTENTION_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 TINY = dict(embedding=8, encoder=8, decoder=16, attention=8)
@@ -136,7 +136,7 @@ def _files(tmp_path: Path) -> dict[str, Path]:
 
 
 def test_a_users_gold_set_in_every_format_reads_the_same(tmp_path):
-    from pyro_attention.align import load_user_gold
+    from pyro_attention.tasks.align import load_user_gold
 
     f = _files(tmp_path)
     logs: list[str] = []
@@ -158,7 +158,7 @@ def test_a_users_gold_set_in_every_format_reads_the_same(tmp_path):
 
 
 def test_a_users_gold_set_mistakes_name_the_file(tmp_path):
-    from pyro_attention.align import load_user_gold
+    from pyro_attention.tasks.align import load_user_gold
 
     f = _files(tmp_path)
     short = tmp_path / "short.de"

@@ -36,19 +36,11 @@ import torch
 
 from pyro_attention import cli
 from pyro_attention.aer import alignment_error_rate, combine_posteriors, links_from_probs, symmetrize
-from pyro_attention.align import AlignConfig
 from pyro_attention.data import RegionBatch, make_region_qa
 from pyro_attention.data.alignments import read_bitext, read_naacl, read_pharaoh
 from pyro_attention.data.clevr import ClevrFormatError, read_scenes
-from pyro_attention.data.text import (
-    DATA_ENV,
-    Vocab,
-    bucket_batches,
-    data_dir,
-    multi30k_paths,
-    read_lines,
-    read_parallel,
-)
+from pyro_attention.data.corpora import DATA_ENV, data_dir, multi30k_paths
+from pyro_attention.data.text import Vocab, bucket_batches, read_lines, read_parallel
 from pyro_attention.data.translation import collate
 from pyro_attention.inference import (
     fit,
@@ -60,7 +52,6 @@ from pyro_attention.inference import (
     save_netcdf,
     to_inference_data,
 )
-from pyro_attention.inference.decode import greedy, translate
 from pyro_attention.metrics import bleu, perplexity
 from pyro_attention.models import MarginalLikelihood, RelaxedAttention, SoftAttention
 from pyro_attention.networks import RegionQA, Seq2Seq
@@ -68,7 +59,8 @@ from pyro_attention.outputs import WriteError
 from pyro_attention.pair import RuleError
 from pyro_attention.plots import alignment_heatmaps
 from pyro_attention.registry import make_pair, parse_options
-from pyro_attention.translation import (
+from pyro_attention.tasks.align import AlignConfig
+from pyro_attention.tasks.translation import (
     TranslationConfig,
     evaluate,
     load_checkpoint,
@@ -77,6 +69,7 @@ from pyro_attention.translation import (
     train,
     translate_lines,
 )
+from pyro_attention.tasks.translation.decoding import greedy, translate
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "troubleshooting.md"

@@ -242,8 +242,8 @@ def test_align_priors_tiny(tmp_path) -> None:
 def test_prior_pull_tiny(tmp_path, capsys) -> None:
     """benchmarks/prior_pull.py on tiny trained checkpoints: its objectives and distributions agree with the
     trainer's exact validation (NLL, entropies, KL(q || posterior) = -ELBO - NLL); a soft pair is refused."""
+    from pyro_attention.tasks.translation import TranslationConfig, load_checkpoint, train, validate
     from pyro_attention.tasks.translation.corpora import load_split, make_batches
-    from pyro_attention.translation import TranslationConfig, load_checkpoint, train, validate
 
     prior_pull = load_script("benchmarks", "prior_pull")
     tiny = dict(train_size=24, val_size=12, batch_size=8, embedding=8, encoder=8, decoder=16, attention=8, epochs=1)

@@ -28,7 +28,6 @@ from scipy import integrate
 from toy_network import ToyNetwork, make_toy_batch
 
 from pyro_attention.aer import alignment_error_rate
-from pyro_attention.align import Trained, alignment_probs, argmax_links
 from pyro_attention.data import make_synthetic_translation
 from pyro_attention.data.translation import BOS, EOS, collate
 from pyro_attention.inference import enumerated_log_joint, fit, kmax_log_likelihood, log_likelihood
@@ -37,6 +36,7 @@ from pyro_attention.models import GumbelAttention, MarginalLikelihood, RelaxedAt
 from pyro_attention.networks import Seq2Seq
 from pyro_attention.pair import observed_log_likelihood
 from pyro_attention.registry import make_pair
+from pyro_attention.tasks.align import Trained, alignment_probs, argmax_links
 from pyro_attention.tasks.translation.decoding import greedy, translate
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import torch
 
 from pyro_attention import cli
 from pyro_attention.outputs import WriteError, write_text
-from pyro_attention.translation import TranslationConfig, save_checkpoint, train
+from pyro_attention.tasks.translation import TranslationConfig, save_checkpoint, train
 
 TINY = dict(
     train_size=16, val_size=8, batch_size=8, embedding=8, encoder=8, decoder=16, attention=8, epochs=1, threads=0
@@ -187,7 +187,7 @@ def test_epochs_are_counted_from_1_in_the_bar_the_log_and_the_resume_message(tmp
 
     from pyro_attention.inference import loop
     from pyro_attention.inference.distributed import DataParallelSVI
-    from pyro_attention.translation import TrainingInterrupted
+    from pyro_attention.tasks.translation import TrainingInterrupted
 
     _RecordingBar.postfixes = []
     monkeypatch.setattr(loop, "tqdm", _RecordingBar)  # the bar of the training loop (inference/loop.py)
@@ -273,7 +273,7 @@ def _degenerate_checkpoint(run: Path, folder: Path) -> Path:
 
 
 def test_evaluate_reports_a_degenerate_model(run, tmp_path):
-    from pyro_attention.translation import evaluate
+    from pyro_attention.tasks.translation import evaluate
 
     healthy = evaluate(run, "val", bleu=True, kmax=0)
     assert healthy["degenerate"] is None
@@ -304,7 +304,7 @@ def test_a_file_in_the_way_is_named(tmp_path):
 def test_task_configs_check_the_learning_rate_where_it_enters(config):
     """Every task's config refuses a learning rate out of (0, 1] when it is built, naming the config (not later,
     inside fit)."""
-    from pyro_attention.align import AlignConfig
+    from pyro_attention.tasks.align import AlignConfig
     from pyro_attention.tasks.clevr import ClevrConfig
     from pyro_attention.tasks.region_qa import RegionQAConfig
 
@@ -318,8 +318,8 @@ def test_align_json_that_is_damaged_or_unwritable_is_named(tmp_path, monkeypatch
     import errno
     import os
 
-    from pyro_attention.align import merge_json
     from pyro_attention.outputs import WriteError
+    from pyro_attention.tasks.align import merge_json
 
     damaged = tmp_path / "aer.json"
     damaged.write_text("[{", encoding="utf-8")

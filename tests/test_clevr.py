@@ -34,7 +34,8 @@ from pyro_attention.data.clevr import (
     region_features,
     tokenize,
 )
-from pyro_attention.data.text import DATA_ENV, Vocab
+from pyro_attention.data.corpora import DATA_ENV
+from pyro_attention.data.text import Vocab
 
 
 def _object(color="red", size="small", shape="cube", material="rubber", xy=(0.0, 0.0)):
@@ -281,14 +282,14 @@ def test_real_clevr_counts_and_programs():
 
 
 def test_real_clevr_tiny_training_run():
-    from pyro_attention.clevr import ClevrConfig, format_clevr, run_clevr
+    from pyro_attention.tasks.clevr import ClevrConfig, format_clevr, run_clevr
 
     config = ClevrConfig(
         data_dir=str(_real_data()),
         generated_train=32,
         generated_val=40,
         hidden_size=8,
-        num_epochs=1,
+        epochs=1,
         batch_size=64,
         rows=[("soft", None), ("variational", "enum")],
     )

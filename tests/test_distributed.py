@@ -168,7 +168,7 @@ def test_sigkill_ten_times_then_resume_is_bit_identical(tmp_path):
 
 
 def test_tensorboard_logging_when_installed_and_a_clear_error_when_not(tmp_path):
-    from pyro_attention.translation import TranslationConfig, train
+    from pyro_attention.tasks.translation import TranslationConfig, train
 
     config = TranslationConfig(
         train_size=8, val_size=4, batch_size=8, embedding=8, encoder=8, decoder=8, attention=8, epochs=1,

@@ -169,23 +169,18 @@ def test_strings_and_objects_are_interchangeable():
             assert isinstance(obj, Estimator) and obj == choice
             assert make_pair(name, net, obj).estimator == choice
             assert PairSpec(name, obj).label == PairSpec(name, choice).label == f"{name} ({choice})"
-    # Gumbel: the old keyword, the new one, the object
-    assert GumbelAttention(net).kl == "sampled" and GumbelAttention(net).estimator == Reparameterized()
-    for pair in (
-        GumbelAttention(net, kl="categorical"),
-        GumbelAttention(net, estimator="categorical"),
-        GumbelAttention(net, estimator=CategoricalKL()),
-        GumbelAttention(net, kl=CategoricalKL(), estimator="categorical"),
-    ):
-        assert pair.kl == pair.estimator == CategoricalKL() == "categorical"
-        assert repr(pair) == "GumbelAttention(temperature=0.1, straight_through=False, kl='categorical')"
+    # Gumbel: the name or the object
+    assert GumbelAttention(net).estimator == Reparameterized()
+    for pair in (GumbelAttention(net, estimator="categorical"), GumbelAttention(net, estimator=CategoricalKL())):
+        assert pair.estimator == CategoricalKL() == "categorical"
+        assert repr(pair) == "GumbelAttention(temperature=0.1, straight_through=False, estimator='categorical')"
     # the registry's string table is what the classes accept
     assert PAIR_ESTIMATORS == {
         "hard": ("enum", "sample"),
         "variational": ("enum", "sample"),
         "gumbel": ("sampled", "categorical"),
     }
-    assert "kl" not in pair_options("gumbel") and "estimator" not in pair_options("gumbel")
+    assert "estimator" not in pair_options("gumbel")
 
 
 def test_pairs_without_a_choice_keep_no_estimator_attribute():
@@ -214,8 +209,6 @@ def test_a_wrong_estimator_is_refused_with_the_allowed_ones():
     with pytest.raises(ValueError, match=r"GumbelAttention: estimator must be one of \('sampled', 'categorical'\), "
                        r"got Enumerate\(\) \('enum'\); as objects: Reparameterized\(\), CategoricalKL\(\)"):
         GumbelAttention(net, estimator=Enumerate())
-    with pytest.raises(ValueError, match=r"GumbelAttention: kl='sampled' and estimator='categorical' disagree"):
-        GumbelAttention(net, kl="sampled", estimator="categorical")
     with pytest.raises(ValueError, match=r"pair 'hard': estimator must be one of \('enum', 'sample'\), got MeanField"):
         make_pair("hard", net, MeanField())
     with pytest.raises(ValueError, match=r"pair 'soft' has no choice of estimator, got Enumerate\(\)"):

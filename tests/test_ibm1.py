@@ -15,16 +15,6 @@ import torch
 
 from pyro_attention import cli
 from pyro_attention.aer import alignment_error_rate
-from pyro_attention.align import (
-    ALIGN_NETWORKS,
-    AlignConfig,
-    Trained,
-    _Bitext,
-    alignment_probs,
-    argmax_links,
-    load_gold_corpus,
-    threshold_links,
-)
 from pyro_attention.data import make_synthetic_translation
 from pyro_attention.data.text import Vocab
 from pyro_attention.data.translation import collate
@@ -33,6 +23,16 @@ from pyro_attention.inference import alignment_posterior, fit, log_likelihood
 from pyro_attention.networks.distortion import DistortionNetwork
 from pyro_attention.networks.lexical import IBM1Network
 from pyro_attention.registry import make_pair
+from pyro_attention.tasks.align import (
+    ALIGN_NETWORKS,
+    AlignConfig,
+    Trained,
+    alignment_probs,
+    argmax_links,
+    load_gold_corpus,
+    threshold_links,
+)
+from pyro_attention.tasks.align.networks import Bitext
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ibm1_em import EMIBM1  # noqa: E402
@@ -57,7 +57,7 @@ def test_neural_ibm1_is_em_ibm1_on_a_small_text():
     sv, tv = Vocab.build(src), Vocab.build(tgt)
     pyro.set_rng_seed(0)
     pair = make_pair("marginal", IBM1Network(len(sv), len(tv), embedding_size=0))  # a free (full-rank) table
-    data = _Bitext([sv.encode(s) for s in src], [tv.encode(t) for t in tgt])
+    data = Bitext([sv.encode(s) for s in src], [tv.encode(t) for t in tgt])
     fit(pair, data, num_epochs=30, batch_size=50, lr=0.05, progress=False)
     neural = alignment_probs(Trained(pair, sv, tv, 0.0), src, tgt)["posterior"]
     distance = torch.stack([0.5 * (a - b).abs().sum(-1).mean() for a, b in zip(em_post, neural, strict=True)]).mean()
@@ -86,7 +86,7 @@ def test_neural_ibm1_with_a_null_word_is_em_ibm1_with_one():
     sv, tv = Vocab.build(src), Vocab.build(tgt)
     pyro.set_rng_seed(0)
     pair = make_pair("marginal", IBM1Network(len(sv), len(tv), null_prob=0.2))
-    data = _Bitext([with_null_word(sv.encode(s)) for s in src], [tv.encode(t) for t in tgt])
+    data = Bitext([with_null_word(sv.encode(s)) for s in src], [tv.encode(t) for t in tgt])
     fit(pair, data, num_epochs=30, batch_size=50, lr=0.05, progress=False)
     neural = alignment_probs(Trained(pair, sv, tv, 0.0, null_word=True), src, tgt, null_word=True)["posterior"]
     assert all(a.shape == b.shape for a, b in zip(em_post, neural, strict=True))
@@ -526,12 +526,12 @@ def test_staged_aligners_start_from_ibm1_and_train_the_table_at_its_own_rate(tmp
 
 def test_repeated_gold_text_is_unlabelled_training_text_in_either_direction():
     """--gold-repeat K: the gold pairs K times, then the extra text, the sides swapped for the reverse direction."""
-    from pyro_attention.tasks.align.networks import _training_text
+    from pyro_attention.tasks.align.networks import training_text
 
     corpus = SimpleNamespace(source=[["a"], ["b"]], target=[["x"], ["y"]], extra_source=[["c"]], extra_target=[["z"]])
-    assert _training_text(corpus, False, 2) == ([["a"], ["b"], ["a"], ["b"], ["c"]],
+    assert training_text(corpus, False, 2) == ([["a"], ["b"], ["a"], ["b"], ["c"]],
                                                 [["x"], ["y"], ["x"], ["y"], ["z"]])
-    assert _training_text(corpus, True, 1) == ([["x"], ["y"], ["z"]], [["a"], ["b"], ["c"]])
+    assert training_text(corpus, True, 1) == ([["x"], ["y"], ["z"]], [["a"], ["b"], ["c"]])
 
 
 def test_word_prefixes_cut_each_side_and_keep_the_positions(tmp_path):
@@ -619,13 +619,13 @@ def test_align_hmm_with_a_decoder_expert_from_the_command_line(tmp_path, capsys)
 def test_fit_param_lr_gives_a_submodule_its_own_rate():
     """fit(param_lr={"lexical.": r}): the lexical table moves by about r per Adam step, the prior by about lr."""
     from pyro_attention.inference import fit
-    from pyro_attention.tasks.align.networks import _Bitext
+    from pyro_attention.tasks.align.networks import Bitext
 
     torch.manual_seed(0)
     net = DistortionNetwork(9, 8, embedding_size=4, encoder_size=3, decoder_size=5, attention_size=3)
     torch.nn.init.normal_(net.lexical.src_embed.weight)  # a uniform table leaves the prior without a gradient
     before = {k: v.detach().clone() for k, v in net.named_parameters()}
-    data = _Bitext([[4, 5, 6], [7, 8]], [[4, 5], [6]])
+    data = Bitext([[4, 5, 6], [7, 8]], [[4, 5], [6]])
     fit(make_pair("marginal", net), data, num_epochs=1, batch_size=2, lr=1e-2, param_lr={"lexical.": 1e-4},
         progress=False)
     moved = {k: float((v.detach() - before[k]).abs().max()) for k, v in net.named_parameters()}

@@ -20,11 +20,12 @@ from toy_network import ToyNetwork, make_toy_batch, pad_batch
 
 from pyro_attention.distributions.weibull_gamma import MaskedVector
 from pyro_attention.inference import fit, log_likelihood, predict
+from pyro_attention.inference.elbo import AlignmentRWS
 from pyro_attention.models import MarginalLikelihood
 from pyro_attention.models.bayesian import BayesianAttention
 from pyro_attention.models.gaussian_context import GaussianContextAttention
 from pyro_attention.models.gumbel import GumbelAttention, MaskedConcrete
-from pyro_attention.models.rws import AlignmentRWS, RWSAttention
+from pyro_attention.models.rws import RWSAttention
 
 PAIRS = {
     "gaussian": lambda net: GaussianContextAttention(net),
@@ -34,7 +35,7 @@ PAIRS = {
     "bam-lognormal-learned": lambda net: BayesianAttention(net, family="lognormal", prior="learned"),
     "gumbel": lambda net: GumbelAttention(net),
     "gumbel-st": lambda net: GumbelAttention(net, straight_through=True),
-    "gumbel-categorical-kl": lambda net: GumbelAttention(net, kl="categorical"),
+    "gumbel-categorical-kl": lambda net: GumbelAttention(net, estimator="categorical"),
     "rws": lambda net: RWSAttention(net, num_particles=3),
 }
 CONTINUOUS = [k for k in PAIRS if k != "rws"]
@@ -325,10 +326,10 @@ def test_gumbel_categorical_view_is_exact(float64):
 
 
 def test_gumbel_categorical_kl_estimator(float64):
-    """kl="categorical": -loss = log p(y | x, z) at the relaxed draw minus the closed-form categorical KL."""
+    """estimator="categorical": -loss = log p(y | x, z) at the relaxed draw minus the closed-form categorical KL."""
     torch.manual_seed(0)
     net, batch = ToyNetwork(), make_toy_batch(B=3, S=4, T=3)
-    pair = GumbelAttention(net, kl="categorical")
+    pair = GumbelAttention(net, estimator="categorical")
     pyro.set_rng_seed(2)
     loss = pair.elbo().loss(pair.model, pair.guide, batch)
     pyro.set_rng_seed(2)
@@ -349,7 +350,7 @@ def test_gumbel_training_gradients_finite_with_padding():
     net, batch = ToyNetwork(), pad_batch(make_toy_batch(B=4, S=5, T=3, pad_source=2), extra_source=2)
     for st, kl in ((False, "sampled"), (True, "sampled"), (False, "categorical")):
         pyro.clear_param_store()
-        pair = GumbelAttention(net, straight_through=st, kl=kl)
+        pair = GumbelAttention(net, straight_through=st, estimator=kl)
         for seed in range(5):
             pyro.set_rng_seed(seed)
             loss = pair.elbo().loss_and_grads(pair.model, pair.guide, batch)

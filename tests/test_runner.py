@@ -11,8 +11,13 @@ import pytest
 import torch
 
 from pyro_attention import cli
-from pyro_attention.runner import ROW_FIELDS, read_experiment, run_experiment
-from pyro_attention.tasks.translation.runner import ExperimentFileError, merge_rows
+from pyro_attention.tasks.translation.runner import (
+    ROW_FIELDS,
+    ExperimentFileError,
+    merge_rows,
+    read_experiment,
+    run_experiment,
+)
 from pyro_attention.tasks.translation.status import experiment_curves, experiment_status, status_table
 
 TINY = """
@@ -89,7 +94,7 @@ def test_rows_trained_evaluated_and_resumed_exactly(tmp_path):
 
 
 def test_validation_curve_runs_on_across_sittings(tmp_path):
-    from pyro_attention.runner import entropy_curve, epoch_curves, validation_curve
+    from pyro_attention.tasks.translation.curves import entropy_curve, epoch_curves, validation_curve
 
     csv = tmp_path / "history.csv"
     csv.write_text("kind,epoch,step,loss,tokens,lr,val_nll,val_ppl,val_exact,seconds\n"
@@ -110,7 +115,7 @@ def test_validation_curve_runs_on_across_sittings(tmp_path):
 def test_the_entropy_panel_draws_the_guide_dashed_beside_the_prior(tmp_path, monkeypatch):
     import matplotlib.axes
 
-    from pyro_attention.runner import plot_rows
+    from pyro_attention.tasks.translation.curves import plot_rows
 
     drawn = []
     real = matplotlib.axes.Axes.plot
@@ -193,12 +198,12 @@ def test_merge_puts_a_runs_folders_rows_into_a_table_of_several(tmp_path, capsys
 
 
 def test_an_unfinished_row_and_its_device_are_marked_in_the_legend():
-    from pyro_attention.tasks.translation.curves import _curve_label
+    from pyro_attention.tasks.translation.curves import curve_label
 
-    assert _curve_label({"label": "hard-sample", "finished": False}) == "hard-sample (unfinished)"
-    assert _curve_label({"label": "soft"}) == _curve_label({"label": "soft", "finished": True}) == "soft"
-    assert _curve_label({"label": "soft", "device": "cpu"}) == "soft"
-    assert _curve_label({"label": "va-enum", "device": "cuda", "finished": False}) == "va-enum (cuda, unfinished)"
+    assert curve_label({"label": "hard-sample", "finished": False}) == "hard-sample (unfinished)"
+    assert curve_label({"label": "soft"}) == curve_label({"label": "soft", "finished": True}) == "soft"
+    assert curve_label({"label": "soft", "device": "cpu"}) == "soft"
+    assert curve_label({"label": "va-enum", "device": "cuda", "finished": False}) == "va-enum (cuda, unfinished)"
 
 
 def test_a_paused_row_is_evaluated_as_it_is_and_then_resumes(tmp_path, capsys):
@@ -317,7 +322,7 @@ def test_status_reads_where_each_row_stands_and_trains_nothing(tmp_path, capsys)
 def test_a_sitting_killed_without_a_record_is_counted_to_its_last_checkpoint(tmp_path):
     """A sitting killed outright (SIGKILL, machine lost) writes no sittings.json entry; its time up to the last
     checkpoint is read from last.pt's history -- by --status at once, and into sittings.json when the row resumes."""
-    from pyro_attention.tasks.translation.rowfiles import _unrecorded_sittings
+    from pyro_attention.tasks.translation.rowfiles import unrecorded_sittings
 
     path = _write(tmp_path, TINY.replace("epochs = 2", "epochs = 3"))
     runs = tmp_path / "r"
@@ -344,10 +349,10 @@ def test_a_sitting_killed_without_a_record_is_counted_to_its_last_checkpoint(tmp
     steps = {"step": [1, 2, 3, 4, 5, 6], "epoch": [0, 0, 1, 1, 2, 2], "seconds": [1.0, 2.0, 0.5, 1.0, 0.4, 0.9]}
     epochs = {"step": [2, 4], "epoch": [0, 1], "seconds": [2.5, 1.5]}
     state = {"epoch": 2, "step": 6, "history": {"steps": steps, "epochs": epochs}}
-    assert _unrecorded_sittings([{"wall_s": 2.5, "until_epoch": 1, "until_step": 2}], state) == [
+    assert unrecorded_sittings([{"wall_s": 2.5, "until_epoch": 1, "until_step": 2}], state) == [
         {"wall_s": 1.5, "until_epoch": 2, "until_step": 4, "threads": None, "interrupted": "unrecorded"},
         {"wall_s": 0.9, "until_epoch": 2, "until_step": 6, "threads": None, "interrupted": "unrecorded"}]
-    assert _unrecorded_sittings([{"wall_s": 2.5, "until_epoch": 2, "until_step": 6}], state) == []
+    assert unrecorded_sittings([{"wall_s": 2.5, "until_epoch": 2, "until_step": 6}], state) == []
 
 
 @pytest.mark.parametrize("text,message", [
@@ -502,18 +507,18 @@ def test_a_table_that_cannot_be_written_names_the_file(tmp_path, monkeypatch):
     import errno
     import os
 
-    from pyro_attention import runner
     from pyro_attention.outputs import WriteError
+    from pyro_attention.tasks.translation import rowfiles
 
     target = tmp_path / "table.json"
-    runner._write_json(target, [1])
+    rowfiles.write_json(target, [1])
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "replace", full)
     with pytest.raises(WriteError, match=r"cannot write .*table.json: No space left on device \(errno 28\)"):
-        runner._write_json(target, [2])
+        rowfiles.write_json(target, [2])
     assert json.loads(target.read_text()) == [1] and [p.name for p in tmp_path.iterdir()] == ["table.json"]
     # a runs folder that cannot be made (a file where a folder of its path should be) is said as such
     with pytest.raises(WriteError, match=r"cannot write .*table\.json/runs: Not a directory .*table\.json is a file"):
@@ -590,7 +595,7 @@ def test_a_stopped_decoding_goes_on_where_it_stopped(tmp_path, monkeypatch):
     is decoded, and the output is the uninterrupted decoding's; another decoding or checkpoint starts afresh."""
     from pyro_attention.tasks.translation import decoding
     from pyro_attention.tasks.translation.checkpoints import load_checkpoint
-    from pyro_attention.tasks.translation.evaluation import DecodeCache, _decode
+    from pyro_attention.tasks.translation.evaluation import DecodeCache, decode_batches
 
     runs = tmp_path / "r"
     run_experiment(_write(tmp_path), runs, only=["soft"], max_epochs=1, progress=False, log=None)
@@ -598,7 +603,7 @@ def test_a_stopped_decoding_goes_on_where_it_stopped(tmp_path, monkeypatch):
     ckpt = load_checkpoint(best)
     words = [w for w in ckpt.src_vocab.itos if not w.startswith("<")]
     sources = [[words[(i * 7 + j) % len(words)] for j in range(1 + i % 5)] for i in range(150)]  # 3 chunks of 64
-    whole = _decode(ckpt, sources, 2, "soft", 5, 0.0, None, False)
+    whole = decode_batches(ckpt, sources, 2, "soft", 5, 0.0, None, False)
 
     calls = []
     real = decoding.translate
@@ -613,21 +618,21 @@ def test_a_stopped_decoding_goes_on_where_it_stopped(tmp_path, monkeypatch):
     path = runs / "soft" / "decoded-soft.jsonl"
     stop_after = 1
     with pytest.raises(KeyboardInterrupt):
-        _decode(ckpt, sources, 2, "soft", 5, 0.0, None, False, cache=DecodeCache(path))
+        decode_batches(ckpt, sources, 2, "soft", 5, 0.0, None, False, cache=DecodeCache(path))
     assert len(path.read_text().splitlines()) == 2  # the key and the first chunk
     with open(path, "a") as f:
         f.write('{"start": 64, "hy')  # a chunk cut short by a kill
     stop_after, calls = None, []
     cache = DecodeCache(path)
-    assert _decode(ckpt, sources, 2, "soft", 5, 0.0, None, False, cache=cache) == whole
+    assert decode_batches(ckpt, sources, 2, "soft", 5, 0.0, None, False, cache=cache) == whole
     assert len(calls) == 2 and cache.sentences == 150 and cache.seconds > 0
     calls = []
-    assert _decode(ckpt, sources, 2, "soft", 5, 0.0, None, False, cache=DecodeCache(path)) == whole and not calls
-    _decode(ckpt, sources, 3, "soft", 5, 0.0, None, False, cache=DecodeCache(path))  # another beam: afresh
+    assert decode_batches(ckpt, sources, 2, "soft", 5, 0.0, None, False, cache=DecodeCache(path)) == whole and not calls
+    decode_batches(ckpt, sources, 3, "soft", 5, 0.0, None, False, cache=DecodeCache(path))  # another beam: afresh
     assert len(calls) == 3
     calls = []
     os.utime(best, ns=(best.stat().st_atime_ns, best.stat().st_mtime_ns + 10**9))  # a new best.pt: afresh
-    _decode(ckpt, sources, 3, "soft", 5, 0.0, None, False, cache=DecodeCache(path))
+    decode_batches(ckpt, sources, 3, "soft", 5, 0.0, None, False, cache=DecodeCache(path))
     assert len(calls) == 3
 
 

@@ -12,10 +12,9 @@ from pyro import poutine
 
 from pyro_attention.data.translation import PAD, TranslationBatch, collate
 from pyro_attention.inference import alignment_posterior, kmax_log_likelihood, log_likelihood, predict
-from pyro_attention.inference.decode import greedy, translate
 from pyro_attention.models import PAIRS, MarginalLikelihood, RelaxedAttention, VariationalAttention
 from pyro_attention.networks import Seq2Seq
-from pyro_attention.tasks.translation.decoding import IncrementalDecoder, SourceMemory
+from pyro_attention.tasks.translation.decoding import IncrementalDecoder, SourceMemory, greedy, translate
 
 V = 5
 

@@ -77,9 +77,11 @@ def test_no_function_over_80_lines():
 # Layers (docs/architecture.md, "Layers"): nothing below tasks/ imports a task or the command line, and a task does
 # not import the command line.
 
-#: the task modules at their old paths (re-export modules now) and at their new ones
-TASK_MODULES = ("pyro_attention.tasks", "pyro_attention.cli", "pyro_attention.translation", "pyro_attention.runner",
-                "pyro_attention.experiment", "pyro_attention.clevr", "pyro_attention.inspect", "pyro_attention.align")
+#: the task modules
+TASK_MODULES = ("pyro_attention.tasks", "pyro_attention.cli")
+#: the old paths of the task modules, gone: no module, example, benchmark or test may import them
+OLD_PATHS = ("pyro_attention.translation", "pyro_attention.runner", "pyro_attention.experiment", "pyro_attention.clevr",
+             "pyro_attention.inspect", "pyro_attention.align", "pyro_attention.inference.decode")
 BELOW_TASKS = ("inference", "models", "pyro_attention/networks", "pyro_attention/distributions", "pyro_attention/data",
                "pyro_attention/pair.py", "pyro_attention/registry.py", "pyro_attention/outputs.py",
                "pyro_attention/metrics.py", "pyro_attention/plots.py", "pyro_attention/aer.py")
@@ -112,24 +114,37 @@ def test_layers():
     assert not wrong, "a layer imports one above it (docs/architecture.md, Layers):\n" + "\n".join(wrong)
 
 
-#: old paths below tasks/ that resolve a task's names lazily, on first use (``importlib``, invisible to the imports
-#: checked above), so that scripts keep working: module -> the task module whose names it reads.  No other module
-#: below tasks/ may do it.
-LAZY_ALIASES = {"inference/decode.py": "pyro_attention.tasks.translation.decoding"}
-
-
 def test_inference_knows_no_task():
     """#16: nothing in inference/ imports a task's data (``data.translation``: BOS / EOS, ``TranslationBatch``) --
-    decoding a translation is in tasks/translation/decoding.py -- and only the listed old paths resolve names of a
-    task lazily."""
+    decoding a translation is in tasks/translation/decoding.py -- and nothing below tasks/ resolves names lazily
+    (``importlib``, invisible to the imports checked above)."""
     wrong = [f"{p.relative_to(ROOT)} imports {n}" for p in sorted((ROOT / "inference").rglob("*.py"))
              for n in _imports(p) if _is_under(n, ("pyro_attention.data.translation",))]
     for below in BELOW_TASKS:
         root = ROOT / below
         for path in [root] if root.is_file() else sorted(root.rglob("*.py")):
-            rel = str(path.relative_to(ROOT))
-            if "importlib" in _imports(path) and rel not in LAZY_ALIASES:
-                wrong.append(f"{rel} imports importlib (resolves names lazily?) and is not in LAZY_ALIASES")
-    for alias, target in LAZY_ALIASES.items():
-        assert target in (ROOT / alias).read_text(encoding="utf-8"), alias
+            if "importlib" in _imports(path):
+                wrong.append(f"{path.relative_to(ROOT)} imports importlib (resolves names lazily?)")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_old_import_path():
+    """The task modules' old paths are gone: everything imports the real ones."""
+    files = [p for folder in ("pyro_attention", "inference", "models", "examples", "benchmarks", "tests")
+             for p in sorted((ROOT / folder).rglob("*.py"))]
+    wrong = [f"{p.relative_to(ROOT)} imports {n}" for p in files for n in _imports(p) if _is_under(n, OLD_PATHS)]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_module_imports_another_modules_private_name():
+    """A name with a leading underscore belongs to its module: no package module, example or benchmark imports one
+    from another module (a name two modules share is public, under a name that says what it is)."""
+    files = [p for folder in ("pyro_attention", "inference", "models", "examples", "benchmarks")
+             for p in sorted((ROOT / folder).rglob("*.py"))]
+    wrong = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pyro_attention"):
+                wrong += [f"{path.relative_to(ROOT)}: from {node.module} import {a.name}" for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__")]
     assert not wrong, "\n".join(wrong)

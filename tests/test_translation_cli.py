@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from pyro_attention import cli
-from pyro_attention.translation import (
+from pyro_attention.tasks.translation import (
     CHECKPOINT_FORMAT,
     TranslationConfig,
     evaluate,
@@ -97,17 +97,19 @@ def test_train_two_steps(tmp_path, capsys):
     ("val_posterior_entropy", "val_guide_entropy", "val_guide_kl"),  # commit 3471abd
 ])
 def test_a_checkpoint_from_before_the_entropy_columns_resumes(tmp_path, missing):
-    from pyro_attention.tasks.translation.callbacks import _empty_history, _upgrade_history
+    """Format 1 gained the alignment columns of its history over its life; the upgrade to format 2 gives a
+    checkpoint without them empty cells for its past epochs, in the columns' places."""
+    from pyro_attention.tasks.translation.callbacks import empty_history
+    from pyro_attention.tasks.translation.migration import upgrade
 
     out = tmp_path / "old"
     assert _train(out, "--model", "marginal", "--epochs", "1") == 0
     state = torch.load(out / "last.pt", weights_only=True)
+    state["format_version"] = 1
     for column in missing:  # as a checkpoint of that commit has it
         del state["history"]["epochs"][column]
-    assert list(_upgrade_history(state["history"])["epochs"]) == list(_empty_history()["epochs"])
-    for column in missing:
-        del state["history"]["epochs"][column]
     torch.save(state, out / "last.pt")
+    assert list(upgrade(state)["history"]["epochs"]) == list(empty_history()["epochs"])
     assert _train(out, "--model", "marginal", "--epochs", "2", "--resume") == 0
     with open(out / "history.csv", newline="") as f:
         epochs = [r for r in csv.DictReader(f) if r["kind"] == "epoch"]
@@ -552,48 +554,59 @@ def test_toolkit_decoder_options_checkpoint_round_trip(tmp_path):
         TranslationConfig(init=2.0)
 
 
-def test_old_checkpoint_parameter_names_still_load():
-    """Weights saved before the score, the output layer, the bridge and the input feed were objects (``att_h.*``,
-    ``out.*``, ``init_h.*``, ``feed_proj.*``) load unchanged."""
-    from pyro_attention.networks import RegionQA, Seq2Seq
-
-    for kw in ({}, {"output": "product", "input_feed": "attentional"}):
-        torch.manual_seed(0)
-        net = Seq2Seq(6, 7, embedding_size=4, encoder_size=3, decoder_size=5, attention_size=4, **kw)
-        legacy = {k.replace("score.", "").replace("head.out", "out").replace("bridge.", "").replace("feed.", "feed_"): v
-                  for k, v in net.state_dict().items()}
-        assert "att_h.weight" in legacy and "init_h.weight" in legacy
-        assert ("out.weight" if not kw else "feed_proj.weight") in legacy
-        fresh = Seq2Seq(6, 7, embedding_size=4, encoder_size=3, decoder_size=5, attention_size=4, **kw)
-        fresh.load_state_dict(legacy)
-        assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), net.state_dict().values(),
-                                                     strict=True))
-    qa = RegionQA(4, 3, question_size=2, hidden_size=5)
-    legacy = {k.replace("head.", ""): v for k, v in qa.state_dict().items()}
-    assert "out_hidden.weight" in legacy
-    RegionQA(4, 3, question_size=2, hidden_size=5).load_state_dict(legacy)
-
-
-def test_a_run_saved_under_older_parameter_names_resumes_exactly(tmp_path):
-    """A ``last.pt`` written before the score, the output layer, the bridge and the input feed were objects (its
-    weights, Pyro param store and Adam state under ``att_h.*``, ``out.*``, ``init_h.*``, ``feed_proj.*``) resumes
-    as if nothing had been renamed: 1 epoch + resume == 2 epochs, Adam state included."""
-    from pyro_attention.networks.seq2seq import _LEGACY_KEYS
+def _format_1(state: dict) -> dict:
+    """A format-2 checkpoint as format 1 wrote it before the Seq2Seq parts were objects and before the entries
+    format 2 always has: weights, Pyro param store and Adam state under the old names, the later entries absent."""
+    from pyro_attention.tasks.translation.migration import SEQ2SEQ_RENAMES
 
     def old_name(name: str) -> str:
-        return next((o + name[len(n):] for o, n in _LEGACY_KEYS.items() if name.startswith(n)), name)
+        return next((o + name[len(n):] for o, n in SEQ2SEQ_RENAMES.items() if name.startswith(n)), name)
 
+    state = {k: v for k, v in state.items() if k not in ("position", "epoch_loss", "epoch_tokens", "epoch_batches",
+                                                          "world_size", "rng_ranks")}
+    state["format_version"] = 1
+    state["network"] = {old_name(k): v for k, v in state["network"].items()}
+    for store in ("param_store", "optim"):  # Pyro's names: "network$$$score.att_h.weight"
+        state[store] = {"$$$".join(old_name(part) for part in k.split("$$$")): v for k, v in state[store].items()}
+    state["history"]["epochs"].pop("val_guide_kl")
+    return state
+
+
+def test_a_format_1_checkpoint_is_upgraded_on_reading(tmp_path):
+    """Reading a checkpoint upgrades it format by format (``migration.upgrade``): a format-1 file evaluates to the
+    same numbers as the format-2 file it was made from; a format newer than the package is refused by name."""
+    from pyro_attention.tasks.translation.migration import FORMAT_VERSION, upgrade
+
+    out = tmp_path / "run"
+    assert _train(out, "--model", "marginal", "--output", "product", "--input-feed", "attentional", "--epochs",
+                  "1") == 0
+    state = torch.load(out / "last.pt", weights_only=True)
+    assert state["format_version"] == FORMAT_VERSION == 2
+    old = _format_1(state)
+    assert {"init_h.weight", "feed_proj.weight", "att_h.weight"} <= set(old["network"])
+    upgraded = upgrade(dict(old))
+    assert upgraded.keys() == state.keys() and upgraded["network"].keys() == state["network"].keys()
+    assert upgraded["optim"].keys() == state["optim"].keys() and upgraded["epoch_batches"] == state["epoch_batches"]
+    assert upgraded["history"]["epochs"]["val_guide_kl"] == [None]
+    torch.save(old, tmp_path / "old.pt")
+    same = evaluate(out / "last.pt", "val", bleu=False)["ppl"]
+    assert evaluate(tmp_path / "old.pt", "val", bleu=False)["ppl"] == same
+    with pytest.raises(ValueError, match=r"new\.pt: checkpoint format 3; this pyro-attention reads formats 1 to 2"):
+        torch.save({**state, "format_version": 3}, tmp_path / "new.pt")
+        load_checkpoint(tmp_path / "new.pt")
+
+
+def test_a_run_saved_in_format_1_resumes_exactly(tmp_path):
+    """A ``last.pt`` of format 1 (weights, Pyro param store and Adam state under ``att_h.*``, ``out.*``,
+    ``init_h.*``, ``feed_proj.*``; no position, epoch loss or process count) resumes as if it had been written
+    today: 1 epoch + resume == 2 epochs, Adam state included."""
     opts = ["--model", "marginal", "--output", "product", "--input-feed", "attentional", "--dropout", "0.2",
             "--train-size", "24", "--lr", "0.05"]
     a, b = tmp_path / "a", tmp_path / "b"
     assert _train(a, *opts, "--epochs", "1") == 0
-    state = torch.load(a / "last.pt", weights_only=True)
-    state["network"] = {old_name(k): v for k, v in state["network"].items()}
-    for store in ("param_store", "optim"):  # Pyro's names: "network$$$score.att_h.weight"
-        state[store] = {"$$$".join(old_name(part) for part in k.split("$$$")): v for k, v in state[store].items()}
-    assert {"init_h.weight", "feed_proj.weight", "att_h.weight"} <= set(state["network"])
-    assert "network$$$feed_proj.weight" in state["optim"] and "network$$$init_h.bias" in state["param_store"]
-    torch.save(state, a / "last.pt")
+    old = _format_1(torch.load(a / "last.pt", weights_only=True))
+    assert "network$$$feed_proj.weight" in old["optim"] and "network$$$init_h.bias" in old["param_store"]
+    torch.save(old, a / "last.pt")
     assert cli.main(["train", "--out", str(a), "--resume", "--epochs", "2", "--quiet"]) == 0
     assert _train(b, *opts, "--epochs", "2") == 0
     sa, sb = (torch.load(p / "last.pt", weights_only=True) for p in (a, b))
@@ -629,7 +642,7 @@ def _signal_on_step(monkeypatch, signum: int, at: int, times: int = 1) -> None:
 def test_a_signal_stops_after_the_step_writes_last_pt_and_the_run_resumes_exactly(tmp_path, monkeypatch, signame):
     import signal
 
-    from pyro_attention.translation import TrainingInterrupted
+    from pyro_attention.tasks.translation import TrainingInterrupted
 
     base = dict(train_size=24, val_size=8, batch_size=8, embedding=8, encoder=8, decoder=16, attention=8, epochs=2,
                 model="marginal")
@@ -729,8 +742,8 @@ def test_an_ignored_sigint_stays_ignored(tmp_path, monkeypatch):
 def test_device_option(tmp_path):
     """``--device``: checked where it enters, naming what this machine has; the run's tensors live there and its
     checkpoints are device-free (a GPU run resumes and evaluates on a CPU)."""
-    from pyro_attention.runner import row_config
-    from pyro_attention.translation import resolve_device
+    from pyro_attention.tasks.translation import resolve_device
+    from pyro_attention.tasks.translation.runner import row_config
 
     assert resolve_device("cpu") == torch.device("cpu")
     with pytest.raises(ValueError, match="'gpu' is not a device name; use cpu, cuda, cuda:N or mps"):

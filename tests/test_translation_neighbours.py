@@ -10,7 +10,7 @@ import torch
 
 from pyro_attention import cli
 from pyro_attention.models import NEIGHBOURS
-from pyro_attention.translation import TranslationConfig, evaluate, load_checkpoint, train, translate_lines
+from pyro_attention.tasks.translation import TranslationConfig, evaluate, load_checkpoint, train, translate_lines
 
 TINY = dict(
     train_size=16, val_size=8, test_size=4, batch_size=8, embedding=8, encoder=8, decoder=16, attention=8, epochs=1

@@ -13,25 +13,8 @@ types and error handling they share and ``add_config_options`` (a config's flags
 type, bounds, help, default), ``main`` the parser and :func:`main`.
 """
 
-# ruff: noqa: F401 - the commands' handlers re-exported under their old names (pyro_attention/cli.py was one module)
 from __future__ import annotations
 
-from pyro_attention.cli.align import _align
-from pyro_attention.cli.common import (
-    _DefaultsHelpFormatter,
-    _fail,
-    _float_in,
-    _int_at_least,
-    _learning_rate,
-    _os_error_text,
-    _positive_float,
-)
-from pyro_attention.cli.demo import _all_rows, _ambiguous, _demo, _demo_clevr
-from pyro_attention.cli.evaluate import _add_decoding_options, _evaluate, _print_scores
-from pyro_attention.cli.experiment import _experiment
-from pyro_attention.cli.inspect import _inspect
 from pyro_attention.cli.main import main, make_parser
-from pyro_attention.cli.train import _add_train_options, _config_error, _train, _translation_config
-from pyro_attention.cli.translate import _translate
 
 __all__ = ["main", "make_parser"]

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import argparse
 
-from pyro_attention.cli.common import _fail, add_command, add_config_options, option_error
+from pyro_attention.cli.common import add_command, add_config_options, exit_with_error, option_error
 from pyro_attention.outputs import write_text
 
 
 def _align(args: argparse.Namespace) -> int:
-    from pyro_attention.align import AlignConfig, format_rows, run_align
+    from pyro_attention.tasks.align import AlignConfig, format_rows, run_align
 
     keys = [f for f in AlignConfig.__dataclass_fields__ if f in vars(args)]
     try:  # a bad option or combination of options: exit status 2, naming the flag
@@ -20,7 +20,7 @@ def _align(args: argparse.Namespace) -> int:
     try:
         rows = run_align(config)
     except (FileNotFoundError, ValueError) as error:
-        _fail(args.parser, error)
+        exit_with_error(args.parser, error)
         return 1
     table = format_rows(rows)
     print(table)
@@ -28,11 +28,11 @@ def _align(args: argparse.Namespace) -> int:
         if args.markdown:
             write_text(args.markdown, table + "\n")
         if args.json:
-            from pyro_attention.align import json_rows, merge_json
+            from pyro_attention.tasks.align import json_rows, merge_json
 
             merge_json(args.json, json_rows(rows, "user" if config.gold_links else config.corpus))
     except (OSError, ValueError) as error:  # a folder that cannot be written, a damaged --json file
-        _fail(args.parser, error)
+        exit_with_error(args.parser, error)
         return 1
     return 0
 
@@ -42,8 +42,8 @@ def add_align(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     al = add_command(sub, "align", _align,
                      "AER of prior / exact posterior / q / soft attention against gold alignments")
     add_gold_set_options(al)
-    from pyro_attention.align import ALIGN_NETWORKS, AlignConfig
     from pyro_attention.registry import ALL_PAIRS
+    from pyro_attention.tasks.align import ALIGN_NETWORKS, AlignConfig
 
     add_config_options(al, AlignConfig, ("extra_size",))
     al.add_argument("--models", nargs="+", default=["soft", "variational"], choices=tuple(ALL_PAIRS),
@@ -73,7 +73,7 @@ def add_gold_set_options(parser: argparse.ArgumentParser, extra_text: bool = Tru
     """The flags that choose a gold set as ``pyro-attention align`` reads it (``--corpus``, ``--data-dir``, a gold set
     of your own, and with ``extra_text`` its unlabelled extra text); returns their names in
     :class:`~pyro_attention.align.AlignConfig` (``AlignConfig(**{k: getattr(args, k) for k in names})``)."""
-    from pyro_attention.align import LINK_FORMATS, LINK_ORDERS
+    from pyro_attention.tasks.align import LINK_FORMATS, LINK_ORDERS
 
     parser.add_argument("--corpus", default="enfr", choices=["enfr", "csen"],
                         help="gold set: enfr (English-French Hansards, NAACL 2003) or csen (Czech-English)")

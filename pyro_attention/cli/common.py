@@ -8,11 +8,13 @@ import dataclasses
 import os
 import sys
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 
-def _int_at_least(low: int):  # noqa: ANN202 - an argparse type
+def int_at_least(low: int) -> Callable[[str], int]:
+    """A flag's type: an integer ``>= low``."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -25,10 +27,10 @@ def _int_at_least(low: int):  # noqa: ANN202 - an argparse type
     return parse
 
 
-def _float_in(low: float, high: float, low_open: bool = False, high_open: bool = False):  # noqa: ANN202
+def float_in(low: float, high: float, low_open: bool = False, high_open: bool = False) -> Callable[[str], float]:
     """A flag's type: a number in the interval, by the rule and in the words a config's field uses
     (``must be a number >= 0 and finite, got 'inf'``)."""
-    from pyro_attention.tasks.common import _within, interval_text
+    from pyro_attention.tasks.common import interval_text, within_bounds
 
     where = interval_text(low, high, low_open, high_open)
 
@@ -37,7 +39,7 @@ def _float_in(low: float, high: float, low_open: bool = False, high_open: bool =
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"must be a number {where}, got {text!r}") from None
-        if not _within(value, low, high, low_open, high_open):
+        if not within_bounds(value, low, high, low_open, high_open):
             raise argparse.ArgumentTypeError(f"must be a number {where}, got {text!r}")
         return value
 
@@ -45,14 +47,14 @@ def _float_in(low: float, high: float, low_open: bool = False, high_open: bool =
 
 
 def _positive_float(text: str) -> float:
-    return _float_in(0.0, float("inf"), low_open=True)(text)
+    return float_in(0.0, float("inf"), low_open=True)(text)
 
 
 def _learning_rate(text: str) -> float:
     """``--lr``: a number in ``(0, MAX_LR]`` (as ``TranslationConfig`` and ``fit`` check it)."""
     from pyro_attention.inference.optim import MAX_LR
 
-    return _float_in(0.0, MAX_LR, low_open=True)(text)
+    return float_in(0.0, MAX_LR, low_open=True)(text)
 
 
 #: the help of a command's ``checkpoint`` argument
@@ -82,7 +84,7 @@ def option_error(parser: argparse.ArgumentParser, message: str, keys: Sequence[s
     parser.error(message)
 
 
-def _fail(parser: argparse.ArgumentParser, error: Exception) -> None:
+def exit_with_error(parser: argparse.ArgumentParser, error: Exception) -> None:
     """A run-time error (data, checkpoint): one line on stderr and exit status 1, without the usage text.
 
     A decoding rule that the checkpoint's pair does not allow is an option error (``parser.error``, status 2).
@@ -91,11 +93,11 @@ def _fail(parser: argparse.ArgumentParser, error: Exception) -> None:
 
     if isinstance(error, RuleError):
         parser.error(f"argument --rule: {error}")
-    print(f"{parser.prog}: error: {_os_error_text(error)}", file=sys.stderr)
+    print(f"{parser.prog}: error: {os_error_text(error)}", file=sys.stderr)
     raise SystemExit(1)
 
 
-def _os_error_text(error: BaseException, path: str | os.PathLike | None = None) -> str:
+def os_error_text(error: BaseException, path: str | os.PathLike | None = None) -> str:
     """An ``OSError`` straight from the system (``[Errno 13] Permission denied: 'x'``) as ``x: Permission denied
     (errno 13)``, or ``cannot write PATH: ...`` when ``path`` is the file being written; any other error as it is
     (this package's messages name their file already)."""
@@ -110,7 +112,7 @@ def _os_error_text(error: BaseException, path: str | os.PathLike | None = None) 
     return str(error)
 
 
-class _DefaultsHelpFormatter(argparse.HelpFormatter):
+class DefaultsHelpFormatter(argparse.HelpFormatter):
     """Adds ``(default: X)`` to an option's help unless the help already names its default; options without one
     (``None``, flags that are off, options that only override a config file) are left as written."""
 
@@ -160,9 +162,9 @@ def add_config_options(
         if meta.get("choices") is not None:
             kwargs["choices"] = meta["choices"]
         if meta.get("low") is not None:
-            kwargs["type"] = _int_at_least(meta["low"])
+            kwargs["type"] = int_at_least(meta["low"])
         elif meta.get("interval") is not None:
-            kwargs["type"] = _float_in(*meta["interval"])
+            kwargs["type"] = float_in(*meta["interval"])
         elif hints[name] is bool:
             kwargs["action"] = "store_true"
         elif hints[name] == bool | None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from pyro_attention.cli.common import _int_at_least, add_command, add_config_options, config_values
+from pyro_attention.cli.common import add_command, add_config_options, config_values, int_at_least
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -138,18 +138,18 @@ def add_demo(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     )
     demo.add_argument("--data-dir", default=None, help="clevr: folder holding clevr-scenes/ (default: see README)")
     demo.add_argument(
-        "--train-size", type=_int_at_least(1), default=2000, help="training scenes (clevr: generated questions)"
+        "--train-size", type=int_at_least(1), default=2000, help="training scenes (clevr: generated questions)"
     )
     demo.add_argument(
-        "--val-size", type=_int_at_least(1), default=500, help="held-out scenes (clevr: generated questions)"
+        "--val-size", type=int_at_least(1), default=500, help="held-out scenes (clevr: generated questions)"
     )
     from pyro_attention.tasks.region_qa import RegionTraining
 
     add_config_options(demo, RegionTraining, ("epochs", "hidden_size", "seed"))
     demo.add_argument(
-        "--threads", type=_int_at_least(0), default=1, help="torch threads (1 avoids oversubscription; 0: torch's)"
+        "--threads", type=int_at_least(0), default=1, help="torch threads (1 avoids oversubscription; 0: torch's)"
     )
-    demo.add_argument("--num-plots", type=_int_at_least(0), default=4, help="held-out examples in the heatmap")
+    demo.add_argument("--num-plots", type=int_at_least(0), default=4, help="held-out examples in the heatmap")
     demo.add_argument("--out", default="pyro-attention-demo", help="folder for the figure")
     demo.add_argument("--quiet", action="store_true", help="no progress bars")
     demo.add_argument(

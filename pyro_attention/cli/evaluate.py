@@ -8,7 +8,7 @@ import sys
 
 import torch
 
-from pyro_attention.cli.common import CHECKPOINT_HELP, _fail, _float_in, _int_at_least, add_command
+from pyro_attention.cli.common import CHECKPOINT_HELP, add_command, exit_with_error, float_in, int_at_least
 
 
 def _print_scores(res: dict) -> None:
@@ -69,7 +69,7 @@ def _evaluate(args: argparse.Namespace) -> int:
             progress=not args.quiet,
         )
     except (ValueError, OSError) as e:
-        _fail(args.parser, e)
+        exit_with_error(args.parser, e)
     _print_scores(res)
     try:
         if args.hypotheses and res["hypotheses"] is not None:
@@ -79,14 +79,14 @@ def _evaluate(args: argparse.Namespace) -> int:
             scores = {k: v for k, v in res.items() if k != "hypotheses"}
             write_text(args.json, json.dumps(scores, indent=2) + "\n")
     except OSError as e:
-        _fail(args.parser, e)
+        exit_with_error(args.parser, e)
     return 0
 
 
-def _add_decoding_options(p: argparse.ArgumentParser) -> None:
-    from pyro_attention.inference.decode import DECODE_RULES
+def add_decoding_options(p: argparse.ArgumentParser) -> None:
+    from pyro_attention.tasks.translation.decoding import DECODE_RULES
 
-    p.add_argument("--beam", type=_int_at_least(1), default=5, help="beam size (1: greedy; default 5)")
+    p.add_argument("--beam", type=int_at_least(1), default=5, help="beam size (1: greedy; default 5)")
     p.add_argument(
         "--rule",
         choices=DECODE_RULES,
@@ -94,15 +94,15 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
         help="prediction rule (default marginal for categorical pairs, soft otherwise)",
     )
     p.add_argument(
-        "--length-penalty", type=_float_in(0, float("inf")), default=0.0, help="GNMT length penalty alpha (0: none)"
+        "--length-penalty", type=float_in(0, float("inf")), default=0.0, help="GNMT length penalty alpha (0: none)"
     )
     p.add_argument(
         "--max-decode-len",
-        type=_int_at_least(1),
+        type=int_at_least(1),
         default=None,
         help="longest translation (default 2 x source length + 10)",
     )
-    p.add_argument("--threads", type=_int_at_least(0), default=1, help="torch threads (1; 0: torch's choice)")
+    p.add_argument("--threads", type=int_at_least(0), default=1, help="torch threads (1; 0: torch's choice)")
     p.add_argument("--device", default=None, help="cpu (default), cuda, cuda:N or mps: where the model runs")
 
 
@@ -116,16 +116,18 @@ def add_evaluate(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     ev.add_argument("--tgt-file", help="their tokenised targets")
     ev.add_argument("--ref-file", help="raw references for BLEU, line-aligned (default: detokenised targets)")
     ev.add_argument("--data-dir", help="where the corpus lives now (default: as in training)")
-    ev.add_argument("--size", type=_int_at_least(1), help="first N pairs only (synthetic: generate N)")
+    ev.add_argument("--size", type=int_at_least(1), help="first N pairs only (synthetic: generate N)")
     ev.add_argument(
         "--kmax",
-        type=_int_at_least(0),
+        type=int_at_least(0),
         default=5,
         help="K of the K-max perplexity and of --rule kmax (default 5; 0: skip K-max)",
     )
-    ev.add_argument("--batch-size", type=_int_at_least(1), default=64, help="sentences per scoring batch")
+    ev.add_argument("--batch-size", type=int_at_least(1), default=64, help="sentences per scoring batch")
     ev.add_argument(
-        "--num-samples", type=_int_at_least(1), help="importance samples per token (relaxed; default: the training config's, at least 100)"
+        "--num-samples",
+        type=int_at_least(1),
+        help="importance samples per token (relaxed; default: the training config's, at least 100)",
     )
     ev.add_argument("--no-bleu", action="store_true", help="skip decoding and BLEU")
     ev.add_argument(
@@ -137,4 +139,4 @@ def add_evaluate(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     ev.add_argument("--hypotheses", help="write the detokenised translations to this file")
     ev.add_argument("--json", help="write the scores to this JSON file")
     ev.add_argument("--quiet", action="store_true", help="no progress bars")
-    _add_decoding_options(ev)
+    add_decoding_options(ev)

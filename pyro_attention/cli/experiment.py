@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pyro_attention.cli.common import _fail, _int_at_least, add_command
+from pyro_attention.cli.common import add_command, exit_with_error, int_at_least
 
 
 def _experiment(args: argparse.Namespace) -> int:
@@ -18,7 +18,7 @@ def _experiment(args: argparse.Namespace) -> int:
         try:
             figure = plot_table(args.plot, args.figure)
         except (OSError, ValueError) as error:
-            _fail(args.parser, error)
+            exit_with_error(args.parser, error)
             return 1
         print(figure if figure else f"{args.plot}: no row has a val_ppl_per_epoch curve; nothing drawn")
         return 0
@@ -28,7 +28,7 @@ def _experiment(args: argparse.Namespace) -> int:
         try:
             merged = merge_rows(args.merge, args.out, only=args.rows, note=args.note)
         except (OSError, ValueError) as error:
-            _fail(args.parser, error)
+            exit_with_error(args.parser, error)
             return 1
         for label, how in merged:
             print(f"{args.merge}: {how} row {label} from {args.out}")
@@ -53,7 +53,7 @@ def _experiment(args: argparse.Namespace) -> int:
     except ExperimentFileError as error:  # the file or --rows, found before anything runs: an error of the call
         args.parser.error(str(error))  # status 2, as train --config's
     except (OSError, ValueError) as error:
-        _fail(args.parser, error)
+        exit_with_error(args.parser, error)
         return 1
     except TrainingInterrupted as stop:
         print(f"pyro-attention experiment: {stop.signal_name}: {stop.checkpoint} written; run the same command "
@@ -70,7 +70,7 @@ def add_experiment(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     ex.add_argument("--config", help="experiment file (TOML or JSON): [shared] settings, [[rows]] (required)")
     ex.add_argument("--out", help="runs folder: one sub-folder per row, table.json, table.md (required)")
     ex.add_argument("--rows", nargs="+", default=None, metavar="LABEL", help="work on these rows only (default all)")
-    ex.add_argument("--max-epochs", type=_int_at_least(1), default=None,
+    ex.add_argument("--max-epochs", type=int_at_least(1), default=None,
                     help="train at most N epochs per row in this call, then move on (default: to the end)")
     ex.add_argument("--evaluate-paused", action="store_true",
                     help="train nothing: evaluate each half-trained row's best.pt as it is, into "
@@ -86,7 +86,7 @@ def add_experiment(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     ex.add_argument("--no-bleu", action="store_true", help="skip decoding (perplexities and entropies only)")
     ex.add_argument("--device", default=None,
                     help="train and evaluate every row here: cpu, cuda, cuda:N or mps (default: the file's, else cpu)")
-    ex.add_argument("--threads", type=_int_at_least(0), default=None,
+    ex.add_argument("--threads", type=int_at_least(0), default=None,
                     help="torch threads for every row (default: the file's; 0: torch's choice)")
     ex.add_argument("--matmul-precision", default=None,
                     help="torch.set_float32_matmul_precision of every row's training steps: highest, high or "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from pyro_attention.cli.common import _fail, _int_at_least, _os_error_text, add_command
+from pyro_attention.cli.common import add_command, exit_with_error, int_at_least, os_error_text
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -24,10 +24,10 @@ def _inspect(args: argparse.Namespace) -> int:
             data_dir=args.data_dir,
         )
     except OSError as error:  # the NetCDF file or a figure
-        _fail(args.parser, ValueError(_os_error_text(error, args.out)) if error.errno is not None else error)
+        exit_with_error(args.parser, ValueError(os_error_text(error, args.out)) if error.errno is not None else error)
         return 1
     except ValueError as error:
-        _fail(args.parser, error)
+        exit_with_error(args.parser, error)
         return 1
     print(result["table"])
     print(f"wrote {Path(args.out).resolve()}")
@@ -46,7 +46,7 @@ def add_inspect(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     ins.add_argument(
         "--split", default="val", choices=["train", "val", "test"], help="split of the checkpoint's corpus"
     )
-    ins.add_argument("--size", type=_int_at_least(1), default=20, help="sentence pairs to inspect")
-    ins.add_argument("--num-samples", type=_int_at_least(2), default=100, help="draws per group")
-    ins.add_argument("--num-plots", type=_int_at_least(0), default=4, help="sentence pairs drawn (with --plots)")
+    ins.add_argument("--size", type=int_at_least(1), default=20, help="sentence pairs to inspect")
+    ins.add_argument("--num-samples", type=int_at_least(2), default=100, help="draws per group")
+    ins.add_argument("--num-plots", type=int_at_least(0), default=4, help="sentence pairs drawn (with --plots)")
     ins.add_argument("--data-dir", default=None, help="where the corpus lives now (default: as in training)")

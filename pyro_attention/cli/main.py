@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from pyro_attention.cli.align import add_align
-from pyro_attention.cli.common import _DefaultsHelpFormatter, _os_error_text
+from pyro_attention.cli.common import DefaultsHelpFormatter, os_error_text
 from pyro_attention.cli.demo import add_demo
 from pyro_attention.cli.evaluate import add_evaluate
 from pyro_attention.cli.experiment import add_experiment
@@ -25,7 +25,7 @@ def make_parser() -> argparse.ArgumentParser:
     for add in (add_demo, add_train, add_evaluate, add_translate, add_align, add_inspect, add_experiment):
         add(sub)
     for command in sub.choices.values():  # every option's help says its default
-        command.formatter_class = _DefaultsHelpFormatter
+        command.formatter_class = DefaultsHelpFormatter
     return parser
 
 
@@ -39,5 +39,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         if error.errno is None and not error.filename:
             raise
         prog = args.parser.prog if hasattr(args, "parser") else f"pyro-attention {args.command}"
-        print(f"{prog}: error: {_os_error_text(error)}", file=sys.stderr)
+        print(f"{prog}: error: {os_error_text(error)}", file=sys.stderr)
         raise SystemExit(1) from None

@@ -11,7 +11,7 @@ import sys
 
 import torch
 
-from pyro_attention.cli.common import _fail, add_command, add_config_options, option_error
+from pyro_attention.cli.common import add_command, add_config_options, exit_with_error, option_error
 
 
 def _add_train_options(p: argparse.ArgumentParser) -> None:
@@ -36,10 +36,10 @@ def _config_error(
     """``parser.error`` naming the flag when the message starts with a config key, or the config file ``path``
     when the key's value came from the file (``from_file``) and not from a flag."""
     from pyro_attention.tasks.translation import TranslationConfig
-    from pyro_attention.tasks.translation.config import _message_key
+    from pyro_attention.tasks.translation.config import message_key
 
     message = str(error)
-    if from_file and _message_key(message) in from_file:
+    if from_file and message_key(message) in from_file:
         parser.error(f"{path}: {message}")
     option_error(parser, message, TranslationConfig.keys())
 
@@ -47,7 +47,7 @@ def _config_error(
 def _translation_config(args: argparse.Namespace, parser: argparse.ArgumentParser):  # noqa: ANN202
     from pyro_attention.registry import parse_options
     from pyro_attention.tasks.translation import TranslationConfig, read_config_file
-    from pyro_attention.tasks.translation.checkpoints import _read_checkpoint
+    from pyro_attention.tasks.translation.checkpoints import read_checkpoint
 
     keys = set(TranslationConfig.keys())
     from_file: dict = {}
@@ -64,7 +64,7 @@ def _translation_config(args: argparse.Namespace, parser: argparse.ArgumentParse
         config = TranslationConfig.from_dict(given)
         last = config.out_dir / "last.pt"
         if args.resume and last.is_file():  # the resumed run's options, with what was given on top
-            saved = TranslationConfig.from_dict(_read_checkpoint(last)["config"])
+            saved = TranslationConfig.from_dict(read_checkpoint(last)["config"])
             config = TranslationConfig.from_dict(given, base=saved)
         return config
     except (ValueError, FileNotFoundError) as e:
@@ -87,7 +87,7 @@ def _train(args: argparse.Namespace) -> int:
     try:
         train(config, progress=not args.quiet, resume=args.resume, overwrite=args.overwrite)
     except (ValueError, OSError, FloatingPointError) as e:
-        _fail(parser, e)
+        exit_with_error(parser, e)
     except TrainingInterrupted as stop:
         argv = list(getattr(args, "argv", None) or ["train"])
         again = shlex.join(["pyro-attention", *argv, *([] if "--resume" in argv else ["--resume"])])

@@ -7,8 +7,8 @@ import sys
 
 import torch
 
-from pyro_attention.cli.common import CHECKPOINT_HELP, _fail, _int_at_least, add_command
-from pyro_attention.cli.evaluate import _add_decoding_options
+from pyro_attention.cli.common import CHECKPOINT_HELP, add_command, exit_with_error, int_at_least
+from pyro_attention.cli.evaluate import add_decoding_options
 
 #: the flags passed to :func:`~pyro_attention.tasks.translation.translate_lines` as they are, by name
 _PASSED = ("beam", "rule", "length_penalty", "max_decode_len", "tokenize", "lowercase", "progress", "device")
@@ -24,7 +24,7 @@ def _translate(args: argparse.Namespace) -> int:
         lines = sys.stdin.read().splitlines() if args.input == "-" else read_lines(args.input)
         out = translate_lines(args.checkpoint, lines, k=args.kmax, **{k: getattr(args, k) for k in _PASSED})
     except (ValueError, OSError) as e:
-        _fail(args.parser, e)
+        exit_with_error(args.parser, e)
     for line in out:
         sys.stdout.write(line + "\n")
     sys.stdout.flush()
@@ -37,7 +37,7 @@ def add_translate(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
                      "Translate one sentence per line; detokenised output on stdout.")
     tl.add_argument("checkpoint", help=CHECKPOINT_HELP)
     tl.add_argument("input", nargs="?", default="-", help="input file (plain or .gz); '-' or none: stdin")
-    tl.add_argument("--kmax", type=_int_at_least(1), default=5, help="K of --rule kmax (5)")
+    tl.add_argument("--kmax", type=int_at_least(1), default=5, help="K of --rule kmax (5)")
     tl.add_argument(
         "--tokenize",
         choices=("none", "moses"),
@@ -51,4 +51,4 @@ def add_translate(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
         help="lower-case the input (default: when the training corpus is lower-cased)",
     )
     tl.add_argument("--progress", action="store_true", help="a progress bar on stderr")
-    _add_decoding_options(tl)
+    add_decoding_options(tl)

@@ -22,7 +22,9 @@ from pyro_attention.data.clevr import (
     read_scenes,
     region_features,
 )
+from pyro_attention.data.corpora import data_dir, iwslt14_paths, multi30k_paths
 from pyro_attention.data.region_qa import RegionBatch, RegionQADataset, make_region_qa
+from pyro_attention.data.subword import apply_subword, train_subword
 from pyro_attention.data.synthetic_translation import (
     SyntheticTranslation,
     encode_synthetic,
@@ -32,15 +34,10 @@ from pyro_attention.data.synthetic_translation import (
 from pyro_attention.data.text import (
     ParallelCorpus,
     Vocab,
-    apply_subword,
     bucket_batches,
     bucket_indices,
-    data_dir,
-    iwslt14_paths,
-    multi30k_paths,
     read_lines,
     read_parallel,
-    train_subword,
     undo_bpe,
     unescape_moses,
 )

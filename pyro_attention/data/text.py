@@ -37,37 +37,18 @@ from typing import Any
 
 import torch
 
-from pyro_attention.data.corpora import (  # noqa: F401 - re-exported: they lived here
-    DATA_ENV,
-    IWSLT14_LANGUAGES,
-    IWSLT14_SPLITS,
-    MULTI30K_LANGUAGES,
-    MULTI30K_SPLITS,
-    _corpus_dir,
-    data_dir,
-    iwslt14_paths,
-    multi30k_paths,
+from pyro_attention.data.corpora import (
     require_file,
 )
-from pyro_attention.data.subword import _import_tokenizers, apply_subword, train_subword  # noqa: F401 - as above
 from pyro_attention.data.translation import BOS, EOS, PAD, SPECIALS, TranslationBatch, collate
 
 __all__ = [
-    "DATA_ENV",
-    "IWSLT14_SPLITS",
-    "MULTI30K_LANGUAGES",
-    "MULTI30K_SPLITS",
     "ParallelCorpus",
     "Vocab",
-    "apply_subword",
     "bucket_batches",
     "bucket_indices",
-    "data_dir",
-    "iwslt14_paths",
-    "multi30k_paths",
     "read_lines",
     "read_parallel",
-    "train_subword",
     "undo_bpe",
     "unescape_moses",
 ]

@@ -172,21 +172,3 @@ class HeadNetwork(AttentionNetwork):
 
     def output_experts(self, enc: Encoded) -> ExpertLogits | None:
         return self.head.experts(enc.state["query"], enc.values)
-
-
-def rename_legacy_keys(module: nn.Module, renames: dict[str, str]) -> None:
-    """Let ``module.load_state_dict`` read weights saved under older parameter names: a key whose name below the
-    module starts with an old prefix (``"att_h."``) is loaded as the new one (``"score.att_h."``).  The renames are
-    kept as ``module.legacy_keys`` for what is keyed by parameter name outside the state dict (a checkpoint's Pyro
-    param store and optimiser state: :func:`~pyro_attention.tasks.translation.checkpoints.rename_legacy_params`)."""
-    module.legacy_keys = dict(renames)
-
-    def hook(state_dict: dict, prefix: str, *args: Any) -> None:
-        for key in list(state_dict):
-            if key.startswith(prefix):
-                rest = key[len(prefix):]
-                old = next((o for o in renames if rest.startswith(o)), None)
-                if old is not None:
-                    state_dict[prefix + renames[old] + rest[len(old):]] = state_dict.pop(key)
-
-    module._register_load_state_dict_pre_hook(hook)

@@ -11,7 +11,7 @@ from torch import Tensor
 
 from pyro_attention.data.translation import TranslationBatch
 from pyro_attention.networks.base import Encoded, ExpertLogits, mask_scores
-from pyro_attention.networks.lexical import DiagonalTension, IBM1Network, JumpTransition, _check_lexical
+from pyro_attention.networks.lexical import DiagonalTension, IBM1Network, JumpTransition, check_lexical
 from pyro_attention.networks.seq2seq import Seq2Seq
 
 __all__ = ["DistortionNetwork", "filter_step"]
@@ -57,7 +57,7 @@ class DistortionNetwork(Seq2Seq):
         for fixed in ("output", "input_feed"):
             if fixed in kwargs:
                 raise ValueError(f"DistortionNetwork: {fixed} is fixed (the lexical expert, the soft context)")
-        _check_lexical("DistortionNetwork", lexical, source_vocab, target_vocab)
+        check_lexical("DistortionNetwork", lexical, source_vocab, target_vocab)
         super().__init__(source_vocab, target_vocab, output="product", **kwargs)
         del self.head  # Seq2Seq's product layer: the lexical model's expert takes its place
         self.lexical = IBM1Network(source_vocab, target_vocab) if lexical is None else lexical

@@ -302,7 +302,7 @@ class HMMNetwork(HeadNetwork):
                  tension: float | None = 4.0, max_jump: int = 5, null_prob: float | None = None,
                  decoder_expert: DecoderExpert | None = None) -> None:
         super().__init__()
-        _check_lexical("HMMNetwork", lexical, source_vocab, target_vocab)
+        check_lexical("HMMNetwork", lexical, source_vocab, target_vocab)
         _check_null_prob("HMMNetwork", null_prob)
         if decoder_expert is not None and decoder_expert.num_classes != target_vocab:
             raise ValueError(f"HMMNetwork: decoder_expert has {decoder_expert.num_classes} classes, the network "
@@ -417,7 +417,7 @@ class HMMNetwork(HeadNetwork):
         return self.lexical.lexical_log_probs(source_ids)
 
 
-def _check_lexical(owner: str, lexical: IBM1Network | None, source_vocab: int, target_vocab: int) -> None:
+def check_lexical(owner: str, lexical: IBM1Network | None, source_vocab: int, target_vocab: int) -> None:
     if lexical is not None and (lexical.source_vocab, lexical.num_classes) != (source_vocab, target_vocab):
         raise ValueError(f"{owner}: lexical has vocabularies {lexical.source_vocab} / {lexical.num_classes}, the "
                          f"network {source_vocab} / {target_vocab}")

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from pyro_attention.data.region_qa import PAD, RegionBatch
-from pyro_attention.networks.base import Encoded, HeadNetwork, rename_legacy_keys
+from pyro_attention.networks.base import Encoded, HeadNetwork
 from pyro_attention.networks.output import ConcatTanhOutput, OutputLayer, ProductOfExperts, check_output
 
 
@@ -75,7 +75,6 @@ class RegionQA(HeadNetwork):
         self.post_answer = nn.Embedding(num_answers, H)
         self.post_key = nn.Linear(feature_size, H, bias=False)
         self.post_v = nn.Linear(H, 1, bias=False)
-        rename_legacy_keys(self, {"out_hidden.": "head.out_hidden.", "out.": "head.out."})
 
     def _question(self, batch: RegionBatch, embed: nn.Module) -> Tensor:
         q = batch.question

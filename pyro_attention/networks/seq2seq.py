@@ -35,15 +35,9 @@ from torch import Tensor, nn
 
 from pyro_attention.data.translation import PAD, SPECIALS, TranslationBatch
 from pyro_attention.networks.attention import ATTENTION_SCORES
-from pyro_attention.networks.base import Encoded, HeadNetwork, mask_scores, rename_legacy_keys
+from pyro_attention.networks.base import Encoded, HeadNetwork, mask_scores
 from pyro_attention.networks.output import OUTPUT_LAYERS, OutputLayer, TanhOutput, check_output
 from pyro_attention.networks.recurrence import BRIDGES, INPUT_FEEDS, Bridge, InputFeed, States
-
-#: parameter names before the attention score, the output layer, the bridge and the input feed became objects ->
-#: their names now
-_LEGACY_KEYS = {"att_h.": "score.att_h.", "att_x.": "score.att_x.", "att_v.": "score.att_v.",
-                "out_h.": "head.out_h.", "out_c.": "head.out_c.", "out.": "head.out.",
-                "init_h.": "bridge.init_h.", "feed_proj.": "feed.proj."}
 
 
 @dataclass
@@ -164,7 +158,6 @@ class Seq2Seq(HeadNetwork):
                     p.uniform_(-init, init)
                 for embed in (self.src_embed, self.tgt_embed, self.q_src_embed, self.q_tgt_embed):
                     embed.weight[PAD].zero_()
-        rename_legacy_keys(self, _LEGACY_KEYS)
 
     @staticmethod
     def _check_args(source_vocab: int, target_vocab: int, embedding_size: int, encoder_size: int, decoder_size: int,

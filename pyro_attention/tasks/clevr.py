@@ -27,7 +27,7 @@ from typing import Any
 import pyro
 
 from pyro_attention.data.clevr import ClevrSplits, clevr_splits
-from pyro_attention.tasks.common import OptimConfig, option, renamed, with_default
+from pyro_attention.tasks.common import OptimConfig, option, with_default
 from pyro_attention.tasks.region_qa import (
     RegionQAConfig,
     RegionTraining,
@@ -47,7 +47,6 @@ PAPER_VQA: dict[str, tuple[float, float]] = {
 }
 
 
-@renamed(num_epochs="epochs")
 @dataclass
 class ClevrConfig(RegionTraining):
     """Data and training settings of the CLEVR comparison (defaults: the documented run); ``num_epochs``, the old
@@ -77,8 +76,8 @@ class ClevrResult:
 
 def resolve_data_dir(data_dir: str | None = None) -> Path:
     """``data_dir``, else ``$PYRO_ATTENTION_DATA``, else ``../shared/data`` beside the working directory or checkout."""
-    from pyro_attention.data.text import DATA_ENV
-    from pyro_attention.data.text import data_dir as _data_dir
+    from pyro_attention.data.corpora import DATA_ENV
+    from pyro_attention.data.corpora import data_dir as _data_dir
 
     try:
         return _data_dir(data_dir)

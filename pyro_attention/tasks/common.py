@@ -11,9 +11,8 @@ config file or Python.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -68,13 +67,13 @@ def check_bounds(config: Any, prefix: str = "") -> None:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
             if value < low:
                 raise ValueError(f"{name} must be >= {low}, got {value}")
-        if interval is not None and not _within(value, *interval):
+        if interval is not None and not within_bounds(value, *interval):
             raise ValueError(f"{name} must be {interval_text(*interval)}{meta.get('note', '')}, got {value}")
         if choices is not None and value not in choices:
             raise ValueError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
 
 
-def _within(value: Any, low: float, high: float, low_open: bool, high_open: bool) -> bool:
+def within_bounds(value: Any, low: float, high: float, low_open: bool, high_open: bool) -> bool:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
         return False
     if high == math.inf and value == math.inf:  # an interval open to infinity takes finite numbers
@@ -115,29 +114,3 @@ class OptimConfig:
         prefix = f"{type(self).__name__}: " if self.message_prefix is None else self.message_prefix
         self.lr = check_lr(self.lr, prefix + "lr")
         check_bounds(self, prefix)
-
-
-def renamed(**old_names: str) -> Callable[[type], type]:
-    """A class decorator for a dataclass whose field was renamed: the constructor still takes the old keyword and the
-    old attribute still reads and writes the field (``@renamed(num_epochs="epochs")``)."""
-
-    def decorate(cls: type) -> type:
-        init = cls.__init__
-
-        @functools.wraps(init)
-        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
-            for old, new in old_names.items():
-                if old in kwargs:
-                    if new in kwargs:
-                        raise TypeError(f"{cls.__name__}: give {new} or its old name {old}, not both")
-                    kwargs[new] = kwargs.pop(old)
-            init(self, *args, **kwargs)
-
-        cls.__init__ = __init__
-        for old, new in old_names.items():
-            setattr(cls, old, property(lambda self, n=new: getattr(self, n),
-                                       lambda self, value, n=new: setattr(self, n, value),
-                                       doc=f"The old name of ``{new}``."))
-        return cls
-
-    return decorate

@@ -25,7 +25,7 @@ from pyro_attention.inference import alignment_posterior, entropy, fit, log_like
 from pyro_attention.networks import RegionQA
 from pyro_attention.pair import AlignmentPair
 from pyro_attention.registry import NEIGHBOUR_ROWS, PAPER_ROWS, PairSpec
-from pyro_attention.tasks.common import OptimConfig, option, renamed, with_default
+from pyro_attention.tasks.common import OptimConfig, option, with_default
 
 #: (pair name, estimator) rows of the paper's tables, in order (:data:`pyro_attention.registry.PAPER_ROWS`)
 ROWS: list[tuple[str, str | None]] = [(spec.name, spec.estimator) for spec in PAPER_ROWS]
@@ -46,7 +46,6 @@ class RegionTraining(OptimConfig):
     num_samples: int = option(200, "importance samples of an estimated NLL (PSIS k-hat needs about 200)", low=1)
 
 
-@renamed(num_epochs="epochs")
 @dataclass
 class RegionQAConfig(RegionTraining):
     """Sizes and optimisation settings of the comparison (defaults: the demo's small size); ``num_epochs``, the old

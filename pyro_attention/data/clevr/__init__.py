@@ -50,11 +50,9 @@ References:
 
 **Modules.**  ``scenes`` (the dataset's vocabularies, :class:`Scene`, :class:`ClevrQuestion`, the readers),
 ``encoding`` (region features, questions as a region-QA dataset), ``programs`` (the executor), ``generate`` (the
-template families) and ``splits`` (the experiment's splits); every name is importable from this package, as when
-it was one module.
+template families) and ``splits`` (the experiment's splits); their public names are importable from this package.
 """
 
-# ruff: noqa: F401 - the package's names, importable as from the one module it was
 from __future__ import annotations
 
 from pyro_attention.data.clevr.encoding import (
@@ -64,21 +62,6 @@ from pyro_attention.data.clevr.encoding import (
     tokenize,
 )
 from pyro_attention.data.clevr.generate import (
-    _ATTR_ORDER,
-    _GENERATORS,
-    _KINDS,
-    _PLURAL,
-    _cap,
-    _compare_integer,
-    _one_hop,
-    _phrase,
-    _Program,
-    _query_words,
-    _random_spec,
-    _same_relate,
-    _single_or,
-    _unique_spec,
-    _zero_hop,
     generate_questions,
 )
 from pyro_attention.data.clevr.programs import (
@@ -99,8 +82,6 @@ from pyro_attention.data.clevr.scenes import (
     ClevrFormatError,
     ClevrQuestion,
     Scene,
-    _load_json_gz,
-    _number_list,
     answer_string,
     check_question,
     clevr_dir,
@@ -115,3 +96,37 @@ from pyro_attention.data.clevr.splits import (
     ClevrSplits,
     clevr_splits,
 )
+
+__all__ = [
+    "ANSWERS",
+    "ATTRIBUTES",
+    "COLORS",
+    "ClevrDataset",
+    "ClevrFormatError",
+    "ClevrQuestion",
+    "ClevrSplits",
+    "FAMILIES",
+    "FEATURES",
+    "MATERIALS",
+    "MAX_COUNT",
+    "MAX_OBJECTS",
+    "RELATIONS",
+    "SHAPES",
+    "SIZES",
+    "Scene",
+    "answer_string",
+    "check_question",
+    "clevr_dir",
+    "clevr_splits",
+    "encode_questions",
+    "execute",
+    "family_of",
+    "generate_questions",
+    "gold_object",
+    "load_clevr",
+    "parse_scene",
+    "read_questions",
+    "read_scenes",
+    "region_features",
+    "tokenize",
+]

@@ -21,7 +21,7 @@ precision and recall (Och & Ney 2003, :mod:`pyro_attention.aer`):
 
 The network (``network``, :data:`ALIGN_NETWORKS`) is an object that trains itself: ``seq2seq`` (the paper's
 ``tanh`` output layer) and ``product`` (the product of experts) train :class:`~pyro_attention.networks.Seq2Seq`
-with :func:`pyro_attention.translation.train`; ``ibm1`` (uniform prior, lexical expert on the source word's
+with :func:`pyro_attention.tasks.translation.train`; ``ibm1`` (uniform prior, lexical expert on the source word's
 embedding: IBM Model 1 with a neural lexical table, :class:`~pyro_attention.networks.lexical.IBM1Network`),
 ``distortion`` (IBM Model 1 first, then Seq2Seq's learned prior on its free lexical table,
 :class:`~pyro_attention.networks.distortion.DistortionNetwork`) and ``hmm`` (IBM Model 1 first, then an HMM prior --
@@ -47,7 +47,6 @@ The package: :mod:`~pyro_attention.tasks.align.config` (:class:`AlignConfig`), :
 (gold sets), :mod:`~pyro_attention.tasks.align.networks` (:data:`ALIGN_NETWORKS`, how each trains),
 :mod:`~pyro_attention.tasks.align.agreement` (both directions together) and
 :mod:`~pyro_attention.tasks.align.scoring` (links, AER rows, :func:`run_align`, tables and JSON).
-``pyro_attention.align``, the old path, re-exports every name.
 """
 
 from __future__ import annotations

@@ -191,7 +191,7 @@ def fit_agreement(forward: Any, reverse: Any, data: JointBitext, *, num_epochs: 
         to the posterior mean under a ``Dirichlet(alpha)`` prior given that epoch's expected counts
         (:class:`DirichletTables`); the chains train by gradient as before.  ``None``: the tables by gradient.
     """
-    from pyro_attention.inference.train import _optim_args, _Record
+    from pyro_attention.inference.train import RecordFit, adam_args
 
     if num_epochs < 0 or batch_size < 1:
         raise ValueError(f"fit_agreement: need num_epochs >= 0 and batch_size >= 1, got {num_epochs}, {batch_size}")
@@ -215,7 +215,7 @@ def fit_agreement(forward: Any, reverse: Any, data: JointBitext, *, num_epochs: 
         model(batches)
         return agreement_loss(forward, reverse, batches, agreement, tables)
 
-    svi = pyro.infer.SVI(model, guide, FusedClippedAdam(_optim_args(lr, rates, clip_norm)), loss=loss)
+    svi = pyro.infer.SVI(model, guide, FusedClippedAdam(adam_args(lr, rates, clip_norm)), loss=loss)
     step = SVIStep(svi, tokens=lambda b: int(b[0].target_mask.sum() + b[1].target_mask.sum()),
                    diverged=lambda value, trainer: (f"fit_agreement: training diverged: non-finite loss {value} at "
                                                     f"step {trainer.step} (epoch {trainer.epoch + 1}); lower lr (it "
@@ -228,7 +228,7 @@ def fit_agreement(forward: Any, reverse: Any, data: JointBitext, *, num_epochs: 
         table.requires_grad_(False)
     try:
         trainer = Trainer(step, lambda _: iter(data.batches(batch_size, shuffle=True, generator=generator)),
-                          num_epochs, [_Record(result, data)] + ([] if tables is None else [tables])).fit()
+                          num_epochs, [RecordFit(result, data)] + ([] if tables is None else [tables])).fit()
     finally:
         for table in frozen:
             table.requires_grad_(True)

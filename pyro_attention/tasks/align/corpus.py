@@ -7,8 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyro_attention.data.alignments import GoldAlignments, read_bitext, read_naacl, read_pharaoh
-from pyro_attention.data.text import data_dir as resolve_data_dir
-from pyro_attention.data.text import multi30k_paths, read_parallel
+from pyro_attention.data.corpora import data_dir as resolve_data_dir
+from pyro_attention.data.corpora import multi30k_paths
+from pyro_attention.data.text import read_parallel
 from pyro_attention.tasks.align.config import AlignConfig
 
 

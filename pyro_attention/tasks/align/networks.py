@@ -35,7 +35,7 @@ class Trained:
     decoder_expert: bool = False
 
 
-def _training_text(corpus: GoldCorpus, reverse: bool, gold_repeat: int = 1) -> tuple[list[list[str]], list[list[str]]]:
+def training_text(corpus: GoldCorpus, reverse: bool, gold_repeat: int = 1) -> tuple[list[list[str]], list[list[str]]]:
     """The training sentences: the gold pairs (``gold_repeat`` times, as unlabelled text) and the extra text."""
     src = corpus.source * gold_repeat + corpus.extra_source
     tgt = corpus.target * gold_repeat + corpus.extra_target
@@ -83,7 +83,7 @@ _SEQ2SEQ_KEYS = ("max_len", "embedding", "encoder", "decoder", "attention", "epo
 
 class Seq2SeqAligner(AlignNetwork):
     """:class:`~pyro_attention.networks.Seq2Seq` with output layer ``output``, trained by
-    :func:`pyro_attention.translation.train` (the gold pairs are its validation set)."""
+    :func:`pyro_attention.tasks.translation.train` (the gold pairs are its validation set)."""
 
     def __init__(self, name: str, description: str, output: str) -> None:
         super().__init__(name, description)
@@ -96,7 +96,7 @@ class Seq2SeqAligner(AlignNetwork):
         start = time.perf_counter()
         out = Path(config.out) / f"{self.name}-{model}{'-reverse' if reverse else ''}"
         out.mkdir(parents=True, exist_ok=True)
-        src, tgt = _training_text(corpus, reverse, config.gold_repeat)
+        src, tgt = training_text(corpus, reverse, config.gold_repeat)
         gold_src, gold_tgt = (corpus.target, corpus.source) if reverse else (corpus.source, corpus.target)
         files = {
             "train_src": _write(out / "train.src", src),
@@ -119,7 +119,7 @@ class Seq2SeqAligner(AlignNetwork):
 
 
 @dataclass
-class _Bitext:
+class Bitext:
     """Token ids of a parallel text, batched by length (bucket order shuffled per epoch) for :func:`fit`."""
 
     source: list[list[int]]
@@ -154,20 +154,20 @@ class LexicalAligner(AlignNetwork):
 
 
 def _bitext(corpus: GoldCorpus, reverse: bool, null_word: bool = False,
-            gold_repeat: int = 1) -> tuple[Vocab, Vocab, _Bitext]:
+            gold_repeat: int = 1) -> tuple[Vocab, Vocab, Bitext]:
     """Vocabularies and ids of the training text (``null_word``: the NULL word in front of every source sentence;
-    ``gold_repeat``: :func:`_training_text`)."""
+    ``gold_repeat``: :func:`training_text`)."""
     from pyro_attention.networks.lexical import with_null_word
 
-    src, tgt = _training_text(corpus, reverse, gold_repeat)
+    src, tgt = training_text(corpus, reverse, gold_repeat)
     src_vocab, tgt_vocab = Vocab.build(src), Vocab.build(tgt)
     source = [src_vocab.encode(s) for s in src]
     if null_word:
         source = [with_null_word(s) for s in source]
-    return src_vocab, tgt_vocab, _Bitext(source, [tgt_vocab.encode(t) for t in tgt])
+    return src_vocab, tgt_vocab, Bitext(source, [tgt_vocab.encode(t) for t in tgt])
 
 
-def _fit_lexical(network: Any, data: _Bitext, epochs: int, batch_size: int, lr: float, seed: int,
+def _fit_lexical(network: Any, data: Bitext, epochs: int, batch_size: int, lr: float, seed: int,
                  log: Callable[[str], None], label: str, param_lr: dict[str, float] | None = None) -> Any:
     """The ``marginal`` pair of ``network`` trained by :func:`~pyro_attention.inference.fit`, its losses logged."""
     import pyro
@@ -213,7 +213,7 @@ class StagedAligner(AlignNetwork):
         self.null_word, self.decoder_expert, self.agreement = null_word, decoder_expert, agreement
         self.build = build
 
-    def _ibm1(self, corpus: GoldCorpus, config: AlignConfig, reverse: bool) -> tuple[Any, Vocab, Vocab, _Bitext, bool]:
+    def _ibm1(self, corpus: GoldCorpus, config: AlignConfig, reverse: bool) -> tuple[Any, Vocab, Vocab, Bitext, bool]:
         """One direction's IBM Model 1 network (untrained), its vocabularies and text."""
         from pyro_attention.networks.lexical import IBM1Network
 

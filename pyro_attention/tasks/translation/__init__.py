@@ -35,10 +35,8 @@ thread count assumed: floating-point reductions may differ across thread counts)
 **Modules.**  ``config`` (:class:`TranslationConfig`, its checks, the constants), ``corpora`` (splits, vocabularies,
 batches, :func:`build_pair`), ``checkpoints`` (atomic writes, reading, compatibility), ``callbacks`` (validation and
 the translation callbacks of the loop), ``training`` (:func:`train`), ``evaluation`` (:func:`evaluate`,
-:func:`translate_lines`).  ``pyro_attention.translation``, the old path, re-exports every name of these modules.
-``decoding`` (beam search and greedy decoding over the network's
-:class:`~pyro_attention.tasks.translation.decoding.IncrementalDecoder` interface) has its old path at
-``pyro_attention.inference.decode``.
+:func:`translate_lines`), ``decoding`` (beam search and greedy decoding over the network's
+:class:`~pyro_attention.tasks.translation.decoding.IncrementalDecoder` interface).
 """
 
 from __future__ import annotations

@@ -27,11 +27,12 @@ from pyro_attention.inference.loop import Callback, PlateauDecay, Trainer, stop_
 from pyro_attention.networks import Seq2Seq
 from pyro_attention.outputs import writing
 from pyro_attention.pair import AlignmentPair
-from pyro_attention.tasks.translation.checkpoints import _rng_state, _tensorboard, save_checkpoint
-from pyro_attention.tasks.translation.config import ALIGNMENT_FIELDS, CHECKPOINT_FORMAT, CSV_FIELDS, _on_cpu
+from pyro_attention.tasks.translation.checkpoints import capture_rng_state, save_checkpoint, tensorboard_writer
+from pyro_attention.tasks.translation.config import ALIGNMENT_FIELDS, CHECKPOINT_FORMAT, CSV_FIELDS, on_cpu
+from pyro_attention.tasks.translation.migration import FORMAT_VERSION
 
 if TYPE_CHECKING:  # the run the callbacks share is built by training.py, which imports this module
-    from pyro_attention.tasks.translation.training import _Run
+    from pyro_attention.tasks.translation.training import TrainingRun
 
 
 @dataclass
@@ -105,29 +106,18 @@ class TrainResult:
     stopped_early: bool = False
 
 
-def _empty_history() -> dict[str, Any]:
+def empty_history() -> dict[str, Any]:
     return {"steps": {k: [] for k in ("epoch", "step", "loss", "tokens", "lr", "seconds")},
             "epochs": {k: [] for k in ("epoch", "step", "val_nll", "val_ppl", "val_exact", "val_prior_entropy",
                                        "val_posterior_entropy", "val_guide_entropy", "val_guide_kl", "lr", "seconds")}}
 
 
-def _upgrade_history(history: dict[str, Any]) -> dict[str, Any]:
-    """A checkpoint's history in today's columns: a run saved before a column existed (``val_prior_entropy``, the
-    posterior and guide columns) gets ``None`` (an empty cell of ``history.csv``) for its past epochs, in the
-    column's place."""
-    epochs = history["epochs"]
-    if set(_empty_history()["epochs"]) - set(epochs):  # a list of its own per column: each grows on its own
-        history["epochs"] = {k: epochs[k] if k in epochs else [None] * len(epochs["epoch"])
-                             for k in _empty_history()["epochs"]}
-    return history
-
-
-def _epoch_generator(seed: int, epoch: int) -> torch.Generator:
+def epoch_generator(seed: int, epoch: int) -> torch.Generator:
     """The generator that orders the batches of ``epoch``: a function of ``(seed, epoch)`` only."""
     return torch.Generator().manual_seed(seed * 1_000_003 + epoch)
 
 
-def _write_csv(path: Path, history: dict[str, Any]) -> None:
+def write_history_csv(path: Path, history: dict[str, Any]) -> None:
     """Rewrite the CSV from ``history`` (step rows and epoch rows, in the order they happened).
 
     A resumed run starts from the checkpoint's history, so rows of an interrupted epoch are dropped.
@@ -180,15 +170,15 @@ class TrainingInterrupted(KeyboardInterrupt):
         self.checkpoint, self.signal_name, self.epoch, self.step = checkpoint, signal_name, epoch, step
 
 
-def _last_row(kind: str, columns: dict[str, list]) -> dict[str, Any]:
+def last_row(kind: str, columns: dict[str, list]) -> dict[str, Any]:
     """The last entry of a history table as a ``history.csv`` row (``epoch`` counted from 1)."""
     return _csv_row(kind, **{k: v[-1] for k, v in columns.items()})
 
 
-class _Validate(Callback):
+class Validate(Callback):
     """After every epoch: validation perplexity (computed by process 0, shared with the others) as ``run.val``."""
 
-    def __init__(self, run: _Run) -> None:
+    def __init__(self, run: TrainingRun) -> None:
         self.run = run
 
     def on_epoch_end(self, trainer: Trainer) -> None:
@@ -197,10 +187,10 @@ class _Validate(Callback):
                                    else None)
 
 
-class _History(Callback):
+class History(Callback):
     """The history a checkpoint keeps (and ``history.csv`` shows): a row per step and per epoch."""
 
-    def __init__(self, run: _Run, plateau: PlateauDecay) -> None:
+    def __init__(self, run: TrainingRun, plateau: PlateauDecay) -> None:
         self.run, self.plateau = run, plateau
 
     def _append(self, table: str, values: tuple) -> None:
@@ -218,12 +208,12 @@ class _History(Callback):
                                 trainer.elapsed))
 
 
-class _Checkpointing(Callback):
+class Checkpointing(Callback):
     """``last.pt`` inside an epoch every ``checkpoint_every`` steps and once ``checkpoint_minutes`` have passed since
     the last write, and after every epoch; ``best.pt`` when the epoch improved.  Every process builds the state
     (gathering random states is a collective); process 0 writes."""
 
-    def __init__(self, run: _Run, plateau: PlateauDecay) -> None:
+    def __init__(self, run: TrainingRun, plateau: PlateauDecay) -> None:
         self.run, self.plateau = run, plateau
         self.written = 0.0  # trainer.elapsed when last.pt was last written (this sitting's clock)
 
@@ -252,10 +242,10 @@ class _Checkpointing(Callback):
     def state(self, trainer: Trainer, val: Validation | None) -> dict[str, Any]:
         """The checkpoint's contents now (``val``: the epoch's validation; ``None`` inside an epoch)."""
         run, plateau = self.run, self.plateau
-        rng_ranks = gather_objects(_rng_state())  # a collective: every process takes part
+        rng_ranks = gather_objects(capture_rng_state())  # a collective: every process takes part
         return {
             "format": CHECKPOINT_FORMAT,
-            "format_version": 1,
+            "format_version": FORMAT_VERSION,
             "package_version": __version__,
             "torch_version": str(torch.__version__),
             "pyro_version": str(pyro.__version__),
@@ -263,10 +253,10 @@ class _Checkpointing(Callback):
             "config": run.config.to_dict(),
             "src_vocab": run.src_vocab.to_json(),
             "tgt_vocab": run.tgt_vocab.to_json(),
-            "network": _on_cpu(run.network.state_dict()),
-            "pair_modules": {name: _on_cpu(m.state_dict()) for name, m in run.pair.owned_modules().items()},
+            "network": on_cpu(run.network.state_dict()),
+            "pair_modules": {name: on_cpu(m.state_dict()) for name, m in run.pair.owned_modules().items()},
             "param_store": {name: p.detach().cpu().clone() for name, p in pyro.get_param_store().named_parameters()},
-            "optim": _on_cpu(run.optim.get_state()),
+            "optim": on_cpu(run.optim.get_state()),
             "rng": rng_ranks[0],
             "rng_ranks": rng_ranks if run.world_size > 1 else None,
             "world_size": run.world_size,
@@ -286,16 +276,16 @@ class _Checkpointing(Callback):
         }
 
 
-class _TensorBoard(Callback):
+class TensorBoardLog(Callback):
     """Process 0: loss, learning rate and tokens per second every step, validation every epoch, under
-    ``out/tensorboard`` (when ``config.tensorboard`` asks for it: see :func:`_tensorboard`)."""
+    ``out/tensorboard`` (when ``config.tensorboard`` asks for it: see :func:`tensorboard_writer`)."""
 
-    def __init__(self, run: _Run) -> None:
+    def __init__(self, run: TrainingRun) -> None:
         self.run, self.board = run, None
 
     def on_fit_start(self, trainer: Trainer) -> None:
         with writing(self.run.out / "tensorboard"):
-            self.board = _tensorboard(self.run.config, self.run.out)
+            self.board = tensorboard_writer(self.run.config, self.run.out)
 
     def on_step_end(self, trainer: Trainer) -> None:
         if self.board is not None:
@@ -318,10 +308,10 @@ class _TensorBoard(Callback):
             self.board.close()
 
 
-class _EpochLog(Callback):
+class EpochLog(Callback):
     """The line every epoch logs: train loss, validation, best or the learning-rate decay."""
 
-    def __init__(self, run: _Run, plateau: PlateauDecay) -> None:
+    def __init__(self, run: TrainingRun, plateau: PlateauDecay) -> None:
         self.run, self.plateau = run, plateau
 
     def on_epoch_end(self, trainer: Trainer) -> None:
@@ -337,11 +327,11 @@ class _EpochLog(Callback):
         )
 
 
-class _StopOnSignal(Callback):
+class StopOnSignal(Callback):
     """SIGINT / SIGTERM (one process) stop training after the current step: ``last.pt`` written (inside an epoch:
     with the position in it), :class:`TrainingInterrupted` raised.  A second signal abandons the step at once."""
 
-    def __init__(self, run: _Run, checkpoints: _Checkpointing) -> None:
+    def __init__(self, run: TrainingRun, checkpoints: Checkpointing) -> None:
         self.run, self.checkpoints = run, checkpoints
         self.requests: Any = None
         self.flag: dict[str, str | None] = {"signal": None}

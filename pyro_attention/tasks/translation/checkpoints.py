@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 import pyro
 import torch
-from pyro.params.param_store import param_with_module_name
 
 from pyro_attention import __version__
 from pyro_attention.data.text import Vocab
@@ -29,6 +28,7 @@ from pyro_attention.tasks.translation.config import (
     resolve_device,
 )
 from pyro_attention.tasks.translation.corpora import build_pair
+from pyro_attention.tasks.translation.migration import upgrade
 
 
 def save_checkpoint(state: dict[str, Any], path: str | os.PathLike) -> Path:
@@ -70,7 +70,7 @@ def _umask() -> int:
     return mask
 
 
-def _rng_state() -> dict[str, Any]:
+def capture_rng_state() -> dict[str, Any]:
     import random
 
     name, keys, pos, has_gauss, cached = np.random.get_state()
@@ -84,7 +84,7 @@ def _rng_state() -> dict[str, Any]:
     return state
 
 
-def _set_rng_state(state: dict[str, Any]) -> None:
+def restore_rng_state(state: dict[str, Any]) -> None:
     import random
 
     torch.set_rng_state(state["torch"])
@@ -109,7 +109,7 @@ class Checkpoint:
     state: dict[str, Any]
 
 
-def _read_checkpoint(path: Path) -> dict[str, Any]:
+def read_checkpoint(path: Path) -> dict[str, Any]:
     if path.is_dir():
         candidates = [path / "best.pt", path / "last.pt"]
         found = next((p for p in candidates if p.is_file()), None)
@@ -140,15 +140,16 @@ def _read_checkpoint(path: Path) -> dict[str, Any]:
     if bad:
         raise ValueError(f"{path}: the weights {bad[:5]}{' ...' if len(bad) > 5 else ''} hold NaN or infinite values "
                          "(training diverged before this checkpoint was written); use an earlier checkpoint")
+    state = upgrade(state, str(path))
     state["_path"] = str(path)
     return state
 
 
-#: what every checkpoint holds (the rest has defaults for older formats)
+#: what every checkpoint holds (the rest: what its format holds, :mod:`~pyro_attention.tasks.translation.migration`)
 _REQUIRED_KEYS = ("config", "src_vocab", "tgt_vocab", "network", "epoch", "step")
 
 
-def _move(ckpt: Checkpoint, device: str) -> None:
+def move_checkpoint(ckpt: Checkpoint, device: str) -> None:
     where = resolve_device(device)
     for module in ckpt.pair.modules().values():
         module.to(where)
@@ -157,14 +158,14 @@ def _move(ckpt: Checkpoint, device: str) -> None:
 def load_checkpoint(path: str | os.PathLike, device: str | None = None) -> Checkpoint:
     """Load a checkpoint file (or a run folder: its ``best.pt``, else ``last.pt``) into a ready pair, on ``device``
     (default: the CPU, whatever device it was trained on)."""
-    state = _read_checkpoint(Path(path))
+    state = read_checkpoint(Path(path))
     config = TranslationConfig.from_dict({**state["config"], "device": "cpu"})
     src_vocab, tgt_vocab = _vocab(state, "src_vocab"), _vocab(state, "tgt_vocab")
     network, pair = build_pair(config, src_vocab, tgt_vocab)
-    _load_weights(pair, state)
+    load_weights(pair, state)
     checkpoint = Checkpoint(Path(state["_path"]), config, src_vocab, tgt_vocab, network, pair, state)
     if device is not None:
-        _move(checkpoint, device)
+        move_checkpoint(checkpoint, device)
         checkpoint.config = config.replace(device=device)
     network.eval()
     return checkpoint
@@ -177,10 +178,10 @@ def _vocab(state: dict[str, Any], key: str) -> Vocab:
     return Vocab.from_json(state[key], f"checkpoint {state.get('_path', '(in memory)')}: {what} is damaged")
 
 
-def _load_weights(pair: AlignmentPair, state: dict[str, Any]) -> None:
+def load_weights(pair: AlignmentPair, state: dict[str, Any]) -> None:
     """The network's weights and those of the modules the pair owns (structure potentials, scale heads)."""
     try:
-        pair.load_state_dict({"network": state["network"], **state.get("pair_modules", {})})
+        pair.load_state_dict({"network": state["network"], **state["pair_modules"]})
     except (RuntimeError, ValueError) as e:
         raise ValueError(f"{state.get('_path', 'checkpoint')}: weights do not fit {pair!r}: {e}") from None
 
@@ -197,7 +198,7 @@ def warm_start(
 
     :returns: the names of the weights copied and of those left as initialised.
     """
-    state = _read_checkpoint(Path(path))
+    state = read_checkpoint(Path(path))
     diffs = [d for d in (_vocab_difference("source vocabulary", _vocab(state, "src_vocab"), src_vocab),
                          _vocab_difference("target vocabulary", _vocab(state, "tgt_vocab"), tgt_vocab)) if d]
     if diffs:
@@ -216,34 +217,10 @@ def warm_start(
     return [n for n in names if n not in fresh], fresh
 
 
-def rename_legacy_params(state: dict[str, Any], pair: AlignmentPair) -> None:
-    """Rename, in place, the Pyro parameters of a checkpoint's param store and optimiser state that its modules now
-    call otherwise (their ``legacy_keys``, :func:`~pyro_attention.networks.base.rename_legacy_keys`; e.g.
-    ``network$$$init_h.weight`` -> ``network$$$bridge.init_h.weight``), so that a run saved before a part of the network
-    became an object resumes with its parameters checked and its Adam state (which is keyed by these names)."""
-    stores = [state.get("param_store", {}), state.get("optim", {})]
-    for module_name, module in pair.modules().items():
-        for path, sub in module.named_modules():
-            renames = getattr(sub, "legacy_keys", None)
-            if not renames:
-                continue
-            prefix = f"{path}." if path else ""
-            for store in stores:
-                for key in list(store):
-                    owner, _, name = key.partition("$$$")
-                    if owner != module_name or not name.startswith(prefix):
-                        continue
-                    rest = name[len(prefix):]
-                    old = next((o for o in renames if rest.startswith(o)), None)
-                    if old is not None:
-                        new = prefix + renames[old] + rest[len(old):]
-                        store[param_with_module_name(module_name, new)] = store.pop(key)
-
-
-def _check_param_store(state: dict[str, Any]) -> None:
+def check_param_store(state: dict[str, Any]) -> None:
     """Every parameter the checkpoint's param store held is back (restored through the pair's modules)."""
     live = dict(pyro.get_param_store().named_parameters())
-    for name, value in state.get("param_store", {}).items():
+    for name, value in state["param_store"].items():
         if name not in live or not torch.equal(live[name].detach().cpu(), value.cpu()):
             raise ValueError(
                 f"{state.get('_path', 'checkpoint')}: Pyro parameter {name!r} of the checkpoint is not restored by "
@@ -251,7 +228,7 @@ def _check_param_store(state: dict[str, Any]) -> None:
             )
 
 
-def _tensorboard(config: TranslationConfig, out: Path) -> Any:
+def tensorboard_writer(config: TranslationConfig, out: Path) -> Any:
     """A ``SummaryWriter`` on ``out/tensorboard`` when ``config.tensorboard`` asks for one (``None``: when the
     ``tensorboard`` package is installed)."""
     if config.tensorboard is False:

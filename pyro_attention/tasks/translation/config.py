@@ -13,12 +13,13 @@ import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any, ClassVar
 
 import torch
 from tqdm.auto import tqdm
 
-from pyro_attention.data.text import IWSLT14_LANGUAGES, MULTI30K_LANGUAGES, MULTI30K_SPLITS, require_file
+from pyro_attention.data.corpora import IWSLT14_LANGUAGES, MULTI30K_LANGUAGES, MULTI30K_SPLITS, require_file
 from pyro_attention.inference.loop import MATMUL_PRECISIONS
 from pyro_attention.networks.attention import ATTENTION_SCORES
 from pyro_attention.networks.output import OUTPUT_LAYERS
@@ -48,11 +49,11 @@ ALIGNMENT_FIELDS = {"prior": "prior_entropy", "posterior": "posterior_entropy", 
 Log = Callable[[str], None]
 
 
-def _log(text: str) -> None:
+def log_to_stdout(text: str) -> None:
     tqdm.write(text)
 
 
-def _no_bar(progress: bool) -> bool | None:
+def tqdm_disabled(progress: bool) -> bool | None:
     """tqdm's ``disable``: ``True`` without progress; else ``None``, with which tqdm turns itself off when its
     output (stderr) is not a terminal, so a log file or a pipe gets the per-epoch lines, not every bar update."""
     return None if progress else True
@@ -235,7 +236,7 @@ class TranslationConfig(OptimConfig, ModelOptions, CorpusOptions):
         if self.model in ESTIMATOR_PAIRS:
             if self.estimator is None:
                 self.estimator = PAIR_ESTIMATORS[self.model][0]
-            _choice("estimator", self.estimator, PAIR_ESTIMATORS[self.model])
+            check_choice("estimator", self.estimator, PAIR_ESTIMATORS[self.model])
         elif self.estimator is not None:
             with_choice = "; ".join(f"{k}: {', '.join(v)}" for k, v in PAIR_ESTIMATORS.items())
             raise ValueError(
@@ -259,13 +260,13 @@ class TranslationConfig(OptimConfig, ModelOptions, CorpusOptions):
     def _check_data(self) -> None:
         if self.data == "multi30k":
             for name in ("src", "tgt"):
-                _choice(name, getattr(self, name), MULTI30K_LANGUAGES)
+                check_choice(name, getattr(self, name), MULTI30K_LANGUAGES)
             for name in ("train_split", "val_split", "test_split"):
                 if getattr(self, name) is not None:
-                    _choice(name, getattr(self, name), MULTI30K_SPLITS)
+                    check_choice(name, getattr(self, name), MULTI30K_SPLITS)
         elif self.data == "iwslt14":
             for name in ("src", "tgt"):
-                _choice(name, getattr(self, name), IWSLT14_LANGUAGES)
+                check_choice(name, getattr(self, name), IWSLT14_LANGUAGES)
             if self.train_split != "valid":
                 raise ValueError(
                     f"train_split: IWSLT14 here has only the splits 'valid' and 'test' (no train split); to train "
@@ -301,7 +302,7 @@ class TranslationConfig(OptimConfig, ModelOptions, CorpusOptions):
 
         :raises ValueError: for an unknown key (listing the allowed ones) or a bad value (naming the key).
         """
-        values = _normalise_keys(values)
+        values = normalise_keys(values)
         if "model" in values and (base is None or base.model != values["model"]):
             values.setdefault("estimator", None)
             values.setdefault("options", None)
@@ -314,12 +315,12 @@ class TranslationConfig(OptimConfig, ModelOptions, CorpusOptions):
 
         :raises ValueError: for a bad value, naming the file when the value came from it.
         """
-        overrides = _normalise_keys(overrides)
+        overrides = normalise_keys(overrides)
         values = {k: v for k, v in read_config_file(path).items() if k not in overrides}
         try:
             return cls.from_dict({**values, **overrides})
         except ValueError as e:
-            if _message_key(str(e)) in values:
+            if message_key(str(e)) in values:
                 raise ValueError(f"{path}: {e}") from None
             raise
 
@@ -368,18 +369,18 @@ def resolve_device(name: str, local_rank: int | None = None) -> torch.device:
     return device
 
 
-def _on_cpu(value: Any) -> Any:
+def on_cpu(value: Any) -> Any:
     """``value`` with every tensor (in nested dicts, lists and tuples) moved to the CPU: checkpoints are device-free."""
     if isinstance(value, torch.Tensor):
         return value.cpu()
     if isinstance(value, dict):
-        return {k: _on_cpu(v) for k, v in value.items()}
+        return {k: on_cpu(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(_on_cpu(v) for v in value)
+        return type(value)(on_cpu(v) for v in value)
     return value
 
 
-def _normalise_keys(values: dict[str, Any], unlisted: Sequence[str] = ()) -> dict[str, Any]:
+def normalise_keys(values: dict[str, Any], unlisted: Sequence[str] = ()) -> dict[str, Any]:
     """``values`` with their keys as ``TranslationConfig``'s (``-`` read as ``_``); an unknown key is an error that
     lists the allowed keys, less ``unlisted`` (keys a caller sets itself and refuses with its own message)."""
     out = {}
@@ -411,7 +412,7 @@ def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
         if suffix == ".json":
             values = json.loads(path.read_text(encoding="utf-8"))
         else:
-            values = _toml().loads(path.read_text(encoding="utf-8"))
+            values = toml_module().loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not valid JSON ({e})") from None
     except ValueError as e:  # tomllib.TOMLDecodeError is a ValueError
@@ -419,12 +420,13 @@ def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(values, dict):
         raise ValueError(f"{path}: a config file holds one table of key = value pairs")
     try:
-        return _normalise_keys(values)
+        return normalise_keys(values)
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from None
 
 
-def _toml():
+def toml_module() -> ModuleType:
+    """``tomllib`` (Python 3.11+), else the ``tomli`` backport."""
     try:
         import tomllib
     except ModuleNotFoundError:  # pragma: no cover - Python 3.10
@@ -456,7 +458,7 @@ def _check_type(name: str, value: Any, hint: Any) -> Any:
     raise ValueError(f"config key {name!r} must be {names}, got {value!r}")
 
 
-def _choice(name: str, value: Any, allowed: Sequence[str]) -> None:
+def check_choice(name: str, value: Any, allowed: Sequence[str]) -> None:
     if value not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
 
@@ -466,7 +468,7 @@ def _at_least(name: str, value: int, low: int) -> None:
         raise ValueError(f"{name} must be >= {low}, got {value}")
 
 
-def _message_key(message: str) -> str | None:
+def message_key(message: str) -> str | None:
     """The config key an error message is about (``"lr must be ..."``, ``"options: ..."``,
     ``"config key 'epochs' must be ..."``), or ``None``."""
     quoted = re.match(r"config key '(\w+)'", message)

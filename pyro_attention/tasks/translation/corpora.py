@@ -7,16 +7,9 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from pyro_attention.data.corpora import data_dir, iwslt14_paths, multi30k_paths
 from pyro_attention.data.synthetic_translation import make_synthetic_translation
-from pyro_attention.data.text import (
-    Vocab,
-    bucket_batches,
-    data_dir,
-    iwslt14_paths,
-    multi30k_paths,
-    read_lines,
-    read_parallel,
-)
+from pyro_attention.data.text import Vocab, bucket_batches, read_lines, read_parallel
 from pyro_attention.data.translation import SPECIALS, TranslationBatch
 from pyro_attention.networks import Seq2Seq
 from pyro_attention.pair import AlignmentPair
@@ -27,8 +20,8 @@ from pyro_attention.tasks.translation.config import (
     SYNTHETIC_SIZES,
     Log,
     TranslationConfig,
-    _choice,
-    _log,
+    check_choice,
+    log_to_stdout,
 )
 
 
@@ -105,7 +98,7 @@ def load_split(
         refs = _references(ref_file, corpus.lines, corpus.target, config.tgt) if references else None
         desc = f"{src_file} / {tgt_file}"
         return _finish(which, corpus.source, corpus.target, refs, desc, max_len, size)
-    _choice("split", which, SPLITS)
+    check_choice("split", which, SPLITS)
     if config.data == "synthetic":
         n = size if size is not None else SYNTHETIC_SIZES[which]
         data = make_synthetic_translation(
@@ -177,7 +170,7 @@ def _finish(which, source, target, refs, desc, max_len, size) -> Split:  # noqa:
     return Split(which, source, target, refs, desc, dropped, total, max_len)
 
 
-def load_corpora(config: TranslationConfig, log: Log | None = _log, test: bool = False) -> Corpora:
+def load_corpora(config: TranslationConfig, log: Log | None = log_to_stdout, test: bool = False) -> Corpora:
     """Train and validation (and, with ``test=True``, test, with its BLEU references) splits of ``config``'s
     corpus.
 

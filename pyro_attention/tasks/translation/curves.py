@@ -11,7 +11,7 @@ from typing import Any
 
 from pyro_attention.outputs import writing
 from pyro_attention.tasks.translation.config import ALIGNMENT_FIELDS
-from pyro_attention.tasks.translation.rowfiles import _read_json, sittings_of
+from pyro_attention.tasks.translation.rowfiles import read_json, sittings_of
 
 
 def epoch_curves(history_csv: Path) -> dict[str, list]:
@@ -91,7 +91,7 @@ def plot_curves(runs: Path, labels: Sequence[str], path: Path) -> Path | None:
     return plot_rows(rows, path, f"validation perplexity per epoch: {runs.name}")
 
 
-def _curve_label(row: dict[str, Any]) -> str:
+def curve_label(row: dict[str, Any]) -> str:
     """A row's legend entry: its label, marked with the device it ran on when that is not the CPU, and where the row
     says it did not finish (``"finished": false``)."""
     marks = [str(row["device"])] if row.get("device") not in (None, "cpu") else []
@@ -127,7 +127,7 @@ def plot_rows(rows: Sequence[dict[str, Any]], path: Path, title: str) -> Path | 
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, r in enumerate(curves):
         ppls, colour = r["val_ppl_per_epoch"], colours[i % len(colours)]
-        label = _curve_label(r)
+        label = curve_label(r)
         by_epoch.plot(range(1, len(ppls) + 1), ppls, marker="o", markersize=3, color=colour, label=label)
         if r.get("wall_s_per_epoch"):
             by_clock.plot([x / 60 for x in r["wall_s_per_epoch"]], ppls, marker="o", markersize=3, color=colour,
@@ -177,10 +177,10 @@ def plot_table(table: str | os.PathLike, path: str | os.PathLike | None = None) 
 
     :raises ValueError: naming the file when it is not a list of rows.
     """
-    from pyro_attention.data.text import require_file
+    from pyro_attention.data.corpora import require_file
 
     table = require_file(table, "table")
-    rows = _read_json(table, None)
+    rows = read_json(table, None)
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise ValueError(f"{table}: a table is a JSON list of rows (objects), as the runner's table.json")
     path = Path(path) if path is not None else table.with_name(f"{table.stem}-val_ppl.png")

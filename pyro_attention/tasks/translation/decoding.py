@@ -15,7 +15,7 @@ hypotheses per sentence and ranks finished ones by ``log p / lp(length)`` with t
 
 The search sees the network only through :class:`IncrementalDecoder`, the step-by-step interface that
 :class:`~pyro_attention.networks.Seq2Seq` provides: the decoder state is opaque here (beam search reorders it with
-``reorder_state``).  ``pyro_attention.inference.decode``, the old path, re-exports these names.
+``reorder_state``).
 """
 
 from __future__ import annotations

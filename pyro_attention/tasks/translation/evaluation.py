@@ -21,13 +21,19 @@ from tqdm.auto import tqdm
 from pyro_attention.data.translation import TranslationBatch
 from pyro_attention.outputs import write_text, writing
 from pyro_attention.pair import AlignmentPair
-from pyro_attention.tasks.translation.checkpoints import Checkpoint, _move, load_checkpoint
-from pyro_attention.tasks.translation.config import ALIGNMENT_FIELDS, SPLITS, TranslationConfig, _choice, _no_bar
+from pyro_attention.tasks.translation.checkpoints import Checkpoint, load_checkpoint, move_checkpoint
+from pyro_attention.tasks.translation.config import (
+    ALIGNMENT_FIELDS,
+    SPLITS,
+    TranslationConfig,
+    check_choice,
+    tqdm_disabled,
+)
 from pyro_attention.tasks.translation.corpora import Split, load_split, make_batches
 
 #: the fewest importance samples per token an evaluation draws for an estimated likelihood (the training config's
 #: ``num_samples``, often 20 for the validation bound, is raised to it): PSIS k-hat needs at least 25
-EVALUATION_SAMPLES = 100
+EVAL_DRAWS = 100
 
 
 def _as_checkpoint(checkpoint: Checkpoint | str | os.PathLike) -> Checkpoint:
@@ -38,7 +44,7 @@ def _default_rule(pair: AlignmentPair, rule: str | None) -> str:
     from pyro_attention.tasks.translation.decoding import DECODE_RULES
 
     if rule is not None:
-        _choice("rule", rule, DECODE_RULES)
+        check_choice("rule", rule, DECODE_RULES)
     return pair.check_rule(rule, decoding=True)  # None: the pair's default decoding rule
 
 
@@ -108,7 +114,7 @@ def _decoding_key(ckpt: Checkpoint, sources: Sequence[Sequence[str]], **settings
     return {**checkpoint_key(ckpt.path), **settings, "sources": len(sources), "sha256": digest}
 
 
-def _decode(
+def decode_batches(
     ckpt: Checkpoint,
     sources: Sequence[Sequence[str]],
     beam: int,
@@ -128,7 +134,7 @@ def _decode(
     if cache is not None:
         cache.open(_decoding_key(ckpt, sources, beam=beam, rule=rule, k=k, length_penalty=length_penalty,
                                  max_decode_len=max_decode_len, chunk=chunk))
-    bar = tqdm(total=len(sources), disable=_no_bar(progress), desc="decoding", unit="sent", leave=False)
+    bar = tqdm(total=len(sources), disable=tqdm_disabled(progress), desc="decoding", unit="sent", leave=False)
     for start in range(0, len(order), chunk):
         rows = order[start : start + chunk]
         hyps = None if cache is None else cache.chunks.get(start)
@@ -181,8 +187,7 @@ def evaluate(
     :param kmax: ``K`` of the K-max perplexity (categorical pairs; 0 skips it) and of ``rule="kmax"``.
     :param rule: decoding rule, ``"soft"``, ``"marginal"`` or ``"kmax"`` (default: ``"marginal"`` for the
         categorical pairs, ``"soft"`` otherwise).
-    :param num_samples: importance samples per token of an estimated likelihood (the Dirichlet pair's; default:
-        the training config's, at least :data:`EVALUATION_SAMPLES`, enough to fit PSIS k-hat).
+    :param num_samples: importance samples per token of an estimate (default: the config's, >= EVAL_DRAWS).
     :param lowercase: case-insensitive BLEU (default: when the corpus is lower-cased, Multi30k and IWSLT14).
     :param seed: seeds Pyro's RNGs first (``pyro.set_rng_seed``) so that the Dirichlet pair's sampled bound is
         reproducible; ``None`` leaves them alone.
@@ -205,8 +210,7 @@ def evaluate(
     ckpt.network.eval()
     kmax_bound = kmax if "kmax" in pair.prediction_rules() else 0  # only categorical alignments have a K-max bound
     spread = _TokenSpread(len(ckpt.tgt_vocab))
-    scores = _score(pair, batches, num_samples or max(config.num_samples, EVALUATION_SAMPLES), kmax_bound, spread,
-                    progress)
+    scores = _score(pair, batches, num_samples or max(config.num_samples, EVAL_DRAWS), kmax_bound, spread, progress)
     result: dict[str, Any] = {
         "checkpoint": str(ckpt.path),
         "model": config.model,
@@ -237,7 +241,7 @@ def _loaded(checkpoint: Checkpoint | str | os.PathLike, device: str | None, seed
     """The checkpoint, on ``device`` when given, with Pyro's RNGs seeded by ``seed`` when given."""
     ckpt = _as_checkpoint(checkpoint)
     if device is not None:
-        _move(ckpt, device)
+        move_checkpoint(ckpt, device)
     if seed is not None:
         pyro.set_rng_seed(seed)
     return ckpt
@@ -329,7 +333,7 @@ def _score(
 
     s = _Scores()
     with shared_enumeration():  # the likelihood and the exact posterior of a batch from one enumerated pass
-        for batch in tqdm(batches, disable=_no_bar(progress), desc="scoring", unit="batch", leave=False):
+        for batch in tqdm(batches, disable=tqdm_disabled(progress), desc="scoring", unit="batch", leave=False):
             ll = log_likelihood(pair, batch, num_samples=num_samples)
             spread.add(batch.target, batch.target_mask, ll.per_token)
             s.total += float(ll.per_example.sum())
@@ -370,7 +374,7 @@ def _add_bleu(
     ``reasons``, a warning when every source (at least 5 different ones) translates to the same output."""
     from pyro_attention import metrics
 
-    hyps = _decode(ckpt, data.source, beam, rule, kmax or 5, length_penalty, max_decode_len, progress)
+    hyps = decode_batches(ckpt, data.source, beam, rule, kmax or 5, length_penalty, max_decode_len, progress)
     text = [metrics.detokenize(h, config.tgt) for h in hyps]
     lc = config.lowercased if lowercase is None else lowercase
     scored = metrics.bleu(text, data.references, lowercase=lc)
@@ -468,13 +472,13 @@ def translate_lines(
         )
     ckpt = _as_checkpoint(checkpoint)
     if device is not None:
-        _move(ckpt, device)
+        move_checkpoint(ckpt, device)
     rule = _default_rule(ckpt.pair, rule)
     split = _tokenizer(tokenize, ckpt.config.src)
     lc = ckpt.config.lowercased if lowercase is None else lowercase
     sources = [split(line.lower() if lc else line) for line in lines]
     real = [i for i, s in enumerate(sources) if s]
-    hyps = _decode(ckpt, [sources[i] for i in real], beam, rule, k, length_penalty, max_decode_len, progress)
+    hyps = decode_batches(ckpt, [sources[i] for i in real], beam, rule, k, length_penalty, max_decode_len, progress)
     out = [""] * len(sources)
     for i, hyp in zip(real, hyps, strict=True):
         out[i] = detokenize(hyp, ckpt.config.tgt)

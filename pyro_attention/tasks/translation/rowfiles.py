@@ -19,7 +19,7 @@ from pyro_attention.outputs import write_error, write_text
 T = TypeVar("T")
 
 
-def _read_json(path: Path, default: Any) -> Any:
+def read_json(path: Path, default: Any) -> Any:
     """The JSON value in ``path`` (``default`` when there is no such file).
 
     :raises ValueError: naming the file when it is not JSON (edited or cut short by hand: the runner writes its own
@@ -39,13 +39,13 @@ RESULT_KEYS = ("label", "pair", "estimator", "output", "val_ppl", "test_ppl", "p
 TRAINED_KEYS = ("epochs", "best_epoch", "best_val_ppl", "stopped_early", "steps", "target_tokens", "wall_s")
 
 
-def _read_record(path: Path, keys: Sequence[str]) -> dict[str, Any] | None:
+def read_record(path: Path, keys: Sequence[str]) -> dict[str, Any] | None:
     """The JSON object in ``path`` (``None`` when there is no such file).
 
     :raises ValueError: naming the file when it is not JSON, or not an object with ``keys`` (edited by hand)."""
     if not path.is_file():
         return None
-    record = _read_json(path, None)
+    record = read_json(path, None)
     if not isinstance(record, dict):
         raise ValueError(f"{path}: not a JSON object as the runner writes it; it is {json.dumps(record)[:80]}")
     missing = [k for k in keys if k not in record]
@@ -55,13 +55,13 @@ def _read_record(path: Path, keys: Sequence[str]) -> dict[str, Any] | None:
     return record
 
 
-def _read_sittings(folder: Path) -> list[dict[str, Any]]:
+def read_sittings(folder: Path) -> list[dict[str, Any]]:
     """The row's ``sittings.json``: one entry per sitting, each with its ``wall_s`` (seconds) and ``until_step``
     (``[]`` when there is no such file).
 
     :raises ValueError: naming the file and the entry when it is JSON of another shape (edited by hand)."""
     path = folder / "sittings.json"
-    sittings = _read_json(path, [])
+    sittings = read_json(path, [])
 
     def number(x: Any) -> bool:
         return isinstance(x, (int, float)) and not isinstance(x, bool)
@@ -84,7 +84,7 @@ def evaluated_result(folder: Path) -> Path | None:
     return next((p for p in (folder / "result.json", folder / "result-paused.json") if p.is_file()), None)
 
 
-def _write_json(path: Path, value: Any) -> None:
+def write_json(path: Path, value: Any) -> None:
     write_text(path, json.dumps(value, indent=1, default=str) + "\n")
 
 
@@ -99,7 +99,7 @@ def sittings_of(records: Iterable[tuple[float, T]]) -> list[list[tuple[float, T]
     return out
 
 
-def _unrecorded_sittings(sittings: list[dict[str, Any]], state: dict[str, Any]) -> list[dict[str, Any]]:
+def unrecorded_sittings(sittings: list[dict[str, Any]], state: dict[str, Any]) -> list[dict[str, Any]]:
     """The sittings that trained the steps of ``last.pt`` (its ``state``) past the last one ``sittings.json``
     records: a sitting killed outright (SIGKILL, its machine lost) writes no entry, but its checkpoints keep its
     clock.  Each is read from the checkpoint's history (:func:`sittings_of`) and counted up to its last checkpoint

@@ -1,7 +1,7 @@
 """``pyro-attention experiment``: a table of translation rows, trained to convergence, resumable row by row.
 
 An experiment file (TOML or JSON) has one table of shared settings and a list of rows; every key is an option of
-:class:`~pyro_attention.translation.TranslationConfig` (the ``train`` flags), a row's keys win over the shared
+:class:`~pyro_attention.tasks.translation.TranslationConfig` (the ``train`` flags), a row's keys win over the shared
 ones, and every row has a unique ``label``::
 
     [shared]
@@ -36,7 +36,7 @@ A process training or evaluating a row holds the folder's ``.lock`` (a second pr
 refused, naming the first one's PID; ``--status`` reads the lock to tell a row being worked on now).
 
 A trained row is evaluated from ``best.pt``: validation and test perplexity (exact where the pair allows,
-:func:`~pyro_attention.translation.evaluate`), BLEU with beam 5 (sacreBLEU on detokenised output against the
+:func:`~pyro_attention.tasks.translation.evaluate`), BLEU with beam 5 (sacreBLEU on detokenised output against the
 raw references, signature stored; and ``bleu_tok_none``: the tokenised output against the tokenised reference
 with ``tokenize="none"``, as a toolkit trained on the tokenised text is scored), K-max (K=5) BLEU for the
 categorical rows, and the prior's entropy.  ``RUNS/table.json`` (a list of rows) and ``RUNS/table.md`` are
@@ -66,20 +66,20 @@ from pyro_attention.tasks.translation import (
     load_split,
     train,
 )
-from pyro_attention.tasks.translation.checkpoints import _read_checkpoint
-from pyro_attention.tasks.translation.config import ALIGNMENT_FIELDS, _normalise_keys, _toml
-from pyro_attention.tasks.translation.curves import _curve_label, epoch_curves, plot_curves
-from pyro_attention.tasks.translation.evaluation import DecodeCache, _decode, checkpoint_key
+from pyro_attention.tasks.translation.checkpoints import read_checkpoint
+from pyro_attention.tasks.translation.config import ALIGNMENT_FIELDS, normalise_keys, toml_module
+from pyro_attention.tasks.translation.curves import curve_label, epoch_curves, plot_curves
+from pyro_attention.tasks.translation.evaluation import DecodeCache, checkpoint_key, decode_batches
 from pyro_attention.tasks.translation.rowfiles import (
     RESULT_KEYS,
     TRAINED_KEYS,
-    _read_json,
-    _read_record,
-    _read_sittings,
-    _unrecorded_sittings,
-    _write_json,
     evaluated_result,
+    read_json,
+    read_record,
+    read_sittings,
     run_lock,
+    unrecorded_sittings,
+    write_json,
 )
 
 Log = Callable[[str], None]
@@ -106,12 +106,12 @@ def read_experiment(path: str | os.PathLike) -> tuple[dict[str, Any], list[dict[
     :raises ExperimentFileError: naming the file (and the row) for a missing or unreadable file, a missing,
         duplicate or unsafe label, an unknown key or a bad value.
     """
-    from pyro_attention.data.text import require_file
+    from pyro_attention.data.corpora import require_file
 
     try:
         path = require_file(path, "experiment file")
         text = path.read_text(encoding="utf-8")
-        raw = json.loads(text) if path.suffix.lower() == ".json" else _toml().loads(text)
+        raw = json.loads(text) if path.suffix.lower() == ".json" else toml_module().loads(text)
     except FileNotFoundError as e:  # require_file's message names the file and what is wrong with it
         raise ExperimentFileError(str(e)) from None
     except OSError as e:
@@ -123,7 +123,7 @@ def read_experiment(path: str | os.PathLike) -> tuple[dict[str, Any], list[dict[
         raise ExperimentFileError(f"{path}: an experiment file holds a table [shared] and a non-empty list [[rows]]"
                                   + (f"; unknown top-level keys {sorted(unknown)}" if unknown else ""))
     try:
-        shared = _normalise_keys(dict(raw.get("shared", {})), unlisted=("out",))
+        shared = normalise_keys(dict(raw.get("shared", {})), unlisted=("out",))
     except ValueError as e:
         raise ExperimentFileError(f"{path}: [shared]: {e}") from None
     rows, seen = [], set()
@@ -140,7 +140,7 @@ def read_experiment(path: str | os.PathLike) -> tuple[dict[str, Any], list[dict[
         if "out" in row or "out" in shared:
             raise ExperimentFileError(f"{where}: 'out' is set by the runner (RUNS/<label>); remove it")
         try:
-            settings = _normalise_keys(row, unlisted=("out",))
+            settings = normalise_keys(row, unlisted=("out",))
             TranslationConfig.from_dict({**shared, **settings})
         except (ValueError, TypeError) as e:
             raise ExperimentFileError(f"{where}: {e}") from None
@@ -180,7 +180,7 @@ def run_experiment(
     """
     log = log or (lambda _: None)
     shared, rows = read_experiment(path)
-    chosen = _chosen(path, rows, only)
+    chosen = chosen_rows(path, rows, only)
     runs = Path(runs)
     with writing(runs):  # "cannot write RUNS: ..." rather than the bare reason
         runs.mkdir(parents=True, exist_ok=True)
@@ -200,8 +200,8 @@ def run_experiment(
     for r in rows:  # a finished row's result, else the one evaluated while it was paused
         found = evaluated_result(runs / r["label"])
         if found is not None:
-            table.append(_read_record(found, RESULT_KEYS))
-    _write_json(runs / "table.json", table)
+            table.append(read_record(found, RESULT_KEYS))
+    write_json(runs / "table.json", table)
     write_text(runs / "table.md", markdown_table(table) + "\n")
     figure = plot_curves(runs, [r["label"] for r in rows], runs / "val_ppl.png")
     log(f"{len(table)} of {len(rows)} rows finished; table: {runs / 'table.json'}, {runs / 'table.md'}"
@@ -216,16 +216,18 @@ def _work_on_row(config: TranslationConfig, folder: Path, label: str, max_epochs
     if not (folder / "trained.json").is_file():
         if evaluate_paused:  # a row with last.pt and best.pt (run_experiment passes over the others)
             log(f"[{label}] evaluating the paused row's {folder / 'best.pt'} (unfinished)")
-            _write_json(folder / "result-paused.json",
+            write_json(folder / "result-paused.json",
                         evaluate_row(config, folder, label, bleu=bleu, trained=_paused(folder)))
             return
         if not _train_row(config, folder, max_epochs, progress, log, label):
             return
     log(f"[{label}] evaluating {folder / 'best.pt'}")
-    _write_json(folder / "result.json", evaluate_row(config, folder, label, bleu=bleu))
+    write_json(folder / "result.json", evaluate_row(config, folder, label, bleu=bleu))
 
 
-def _chosen(path: str | os.PathLike, rows: list[dict[str, Any]], only: Sequence[str] | None) -> list[dict[str, Any]]:
+def chosen_rows(
+    path: str | os.PathLike, rows: list[dict[str, Any]], only: Sequence[str] | None
+) -> list[dict[str, Any]]:
     """The rows labelled in ``only`` (all when it is empty), in the file's order; a label the file lacks is an error
     naming the file, the closest labels and all the rows (:class:`ExperimentFileError`)."""
     labels = [r["label"] for r in rows]
@@ -243,14 +245,14 @@ def _train_row(config: TranslationConfig, folder: Path, max_epochs: int | None, 
     resume = (folder / "last.pt").is_file()
     done = 0
     if resume:
-        state = _read_checkpoint(folder / "last.pt")  # no network built just to read a counter
+        state = read_checkpoint(folder / "last.pt")  # no network built just to read a counter
         done = int(state["epoch"])
-        recorded = _read_sittings(folder)
-        lost = _unrecorded_sittings(recorded, state)
+        recorded = read_sittings(folder)
+        lost = unrecorded_sittings(recorded, state)
         if lost:
             log(f"[{label}] {len(lost)} sitting(s) ended without a record (killed, not stopped): their "
                 f"{sum(s['wall_s'] for s in lost):.0f} s up to the last checkpoint are added to sittings.json")
-            _write_json(folder / "sittings.json", recorded + lost)
+            write_json(folder / "sittings.json", recorded + lost)
     target = config.epochs if max_epochs is None else min(config.epochs, done + max_epochs)
     log(f"[{label}] {'resuming at epoch ' + str(done) if resume else 'training'} (this sitting: up to epoch "
         f"{target} of {config.epochs})")
@@ -258,20 +260,20 @@ def _train_row(config: TranslationConfig, folder: Path, max_epochs: int | None, 
     try:
         result = train(config.replace(epochs=target), progress, resume=resume, log=lambda m: log(f"[{label}] {m}"))
     except TrainingInterrupted as stop:  # the sitting's time still counts
-        sittings = _read_sittings(folder)
+        sittings = read_sittings(folder)
         sittings.append({"wall_s": time.perf_counter() - start, "until_epoch": stop.epoch, "until_step": stop.step,
                          "threads": config.threads, "matmul_precision": config.matmul_precision,
                          "interrupted": stop.signal_name})
-        _write_json(folder / "sittings.json", sittings)
+        write_json(folder / "sittings.json", sittings)
         raise
-    sittings = _read_sittings(folder)
+    sittings = read_sittings(folder)
     steps = result.history["steps"]
     sittings.append({"wall_s": time.perf_counter() - start, "until_epoch": result.epoch, "until_step": result.step,
                      "threads": config.threads, "matmul_precision": config.matmul_precision})
-    _write_json(folder / "sittings.json", sittings)
+    write_json(folder / "sittings.json", sittings)
     finished = result.stopped_early or result.epoch >= config.epochs
     if finished:
-        _write_json(folder / "trained.json", {
+        write_json(folder / "trained.json", {
             "epochs": result.epoch, "best_epoch": result.best_epoch + 1, "best_val_ppl": result.best_metric,
             "stopped_early": result.stopped_early, "steps": result.step, "target_tokens": sum(steps["tokens"]),
             "wall_s": sum(s["wall_s"] for s in sittings),
@@ -284,9 +286,9 @@ def _train_row(config: TranslationConfig, folder: Path, max_epochs: int | None, 
 def _paused(folder: Path) -> dict[str, Any]:
     """What ``trained.json`` says of a finished row, for a half-trained one: from its ``last.pt`` (epochs, best
     epoch, steps, target tokens) and ``sittings.json`` (wall-clock seconds), ``"finished": false``."""
-    state = _read_checkpoint(folder / "last.pt")
-    sittings = _read_sittings(folder)
-    sittings += _unrecorded_sittings(sittings, state)
+    state = read_checkpoint(folder / "last.pt")
+    sittings = read_sittings(folder)
+    sittings += unrecorded_sittings(sittings, state)
     return {"epochs": int(state["epoch"]), "best_epoch": int(state["best_epoch"]) + 1,
             "best_val_ppl": float(state["best_metric"]), "stopped_early": False, "steps": int(state["step"]),
             "target_tokens": sum(state["history"]["steps"]["tokens"]),
@@ -303,7 +305,7 @@ def evaluate_row(config: TranslationConfig, folder: Path, label: str, bleu: bool
 
     from pyro_attention import metrics
 
-    trained = trained if trained is not None else _read_record(folder / "trained.json", TRAINED_KEYS)
+    trained = trained if trained is not None else read_record(folder / "trained.json", TRAINED_KEYS)
     if trained is None:
         raise ValueError(f"{folder / 'trained.json'}: not found; the row has not been trained to its end")
     best = folder / "best.pt"
@@ -335,7 +337,7 @@ def evaluate_row(config: TranslationConfig, folder: Path, label: str, bleu: bool
         rule = ckpt.pair.default_rule(decoding=True)
         row["decode_rule"] = rule
         cache = DecodeCache(folder / f"decoded-{rule}.jsonl")  # a stopped evaluation goes on where it stopped
-        hyps = _decode(ckpt, data.source, 5, rule, 5, 0.0, None, False, cache=cache)
+        hyps = decode_batches(ckpt, data.source, 5, rule, 5, 0.0, None, False, cache=cache)
         row["decode_sentences_per_s"] = cache.sentences / max(cache.seconds, 1e-9)
         scored = metrics.bleu([metrics.detokenize(h, config.tgt) for h in hyps], data.references,
                               lowercase=config.lowercased)
@@ -343,7 +345,7 @@ def evaluate_row(config: TranslationConfig, folder: Path, label: str, bleu: bool
         refs = [" ".join(t) for t in data.target]
         row["bleu_tok_none"] = sacrebleu.corpus_bleu([" ".join(h) for h in hyps], [refs], tokenize="none").score
         if kmax_decoding:
-            kmax = _decode(ckpt, data.source, 5, "kmax", 5, 0.0, None, False,
+            kmax = decode_batches(ckpt, data.source, 5, "kmax", 5, 0.0, None, False,
                            cache=DecodeCache(folder / "decoded-kmax.jsonl"))
             text = [metrics.detokenize(h, config.tgt) for h in kmax]
             row["bleu_kmax5"] = metrics.bleu(text, data.references, lowercase=config.lowercased).score
@@ -354,11 +356,11 @@ def _scored(path: Path, checkpoint: Path, score: Callable[[], dict[str, Any]]) -
     """``score()``, kept in ``path`` for the checkpoint file as it is now (path, size, modification time): an
     evaluation stopped after scoring a split does not score it again for the same ``best.pt``."""
     key = checkpoint_key(checkpoint)
-    kept = _read_json(path, None)
+    kept = read_json(path, None)
     if isinstance(kept, dict) and kept.get("key") == key:
         return kept["scores"]
     scores = score()
-    _write_json(path, {"key": key, "scores": scores})
+    write_json(path, {"key": key, "scores": scores})
     return scores
 
 
@@ -384,7 +386,7 @@ def merge_rows(table: str | os.PathLike, runs: str | os.PathLike, *, only: Seque
         evaluated, no evaluated row at all.
     """
     table, runs = Path(table), Path(runs)
-    rows = _read_json(table, [])
+    rows = read_json(table, [])
     if not isinstance(rows, list) or not all(isinstance(r, dict) and "label" in r for r in rows):
         raise ValueError(f"{table}: a table is a JSON list of rows (objects with a \"label\"), as the runner's "
                          "table.json")
@@ -399,7 +401,7 @@ def merge_rows(table: str | os.PathLike, runs: str | os.PathLike, *, only: Seque
                 raise ValueError(f"{runs / label}: no result.json (nor result-paused.json): the row has not been "
                                  "evaluated; --status says where it stands")
             continue
-        row = _read_record(found, RESULT_KEYS)
+        row = read_record(found, RESULT_KEYS)
         row.pop("note", None)
         if note is not None:
             row["note"] = note
@@ -411,7 +413,7 @@ def merge_rows(table: str | os.PathLike, runs: str | os.PathLike, *, only: Seque
         merged.append((row["label"], "added" if at is None else "replaced"))
     if not merged:
         raise ValueError(f"{runs}: no evaluated row (a result.json in a row's folder)")
-    _write_json(table, rows)
+    write_json(table, rows)
     return merged
 
 
@@ -441,7 +443,7 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
 
     for r in rows:
         lines.append(
-            f"| {_curve_label(r)} | {r['pair']} | {r['estimator'] or '-'} | {r['output']} | "
+            f"| {curve_label(r)} | {r['pair']} | {r['estimator'] or '-'} | {r['output']} | "
             f"{ppl_cell(r, 'val_ppl')} | {ppl_cell(r)} | {num(r['bleu'])} | "
             f"{num(r['bleu_tok_none'])} | {num(r['bleu_kmax5'])} | "
             f"{num(r['prior_entropy'], '.3f')} | {r['epochs']} | {num(r['wall_s'], '.0f')} | "

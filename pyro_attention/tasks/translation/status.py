@@ -11,17 +11,17 @@ from pathlib import Path
 from typing import Any
 
 from pyro_attention.tasks.translation import TranslationConfig
-from pyro_attention.tasks.translation.checkpoints import _read_checkpoint
+from pyro_attention.tasks.translation.checkpoints import read_checkpoint
 from pyro_attention.tasks.translation.curves import curve_table
 from pyro_attention.tasks.translation.rowfiles import (
     RESULT_KEYS,
     TRAINED_KEYS,
-    _read_record,
-    _read_sittings,
-    _unrecorded_sittings,
+    read_record,
+    read_sittings,
     run_busy,
+    unrecorded_sittings,
 )
-from pyro_attention.tasks.translation.runner import _chosen, ppl_cell, read_experiment, row_config
+from pyro_attention.tasks.translation.runner import chosen_rows, ppl_cell, read_experiment, row_config
 
 __all__ = ["experiment_curves", "experiment_status", "row_status", "status_table"]
 
@@ -40,7 +40,7 @@ def _row_configs(
 ) -> list[tuple[TranslationConfig, str]]:
     """``(config, label)`` of every chosen row of the experiment file ``path`` in ``runs``, which must exist."""
     shared, rows = read_experiment(path)
-    chosen = _chosen(path, rows, only)
+    chosen = chosen_rows(path, rows, only)
     if not Path(runs).is_dir():  # most likely a mistyped --out: said, rather than every row "not started"
         raise ValueError(f"{runs}: no such runs folder (no row of {path} has started there)")
     return [(row_config(shared, row, Path(runs)), row["label"]) for row in chosen]
@@ -82,7 +82,7 @@ def row_status(config: TranslationConfig, label: str) -> dict[str, Any]:
     ``None`` where a state has no such number.
     """
     folder = config.out_dir
-    sittings = _read_sittings(folder)
+    sittings = read_sittings(folder)
     status: dict[str, Any] = {
         "label": label, "state": "not started", "error": None, "epochs": 0, "max_epochs": config.epochs,
         "position": 0, "epoch_batches": None, "step": 0, "best_val_ppl": None, "best_epoch": None,
@@ -93,8 +93,8 @@ def row_status(config: TranslationConfig, label: str) -> dict[str, Any]:
         **_last_logged(folder / "history.csv"),
         "busy": run_busy(folder),
     }  # fmt: skip
-    row = _read_record(folder / "result.json", RESULT_KEYS)
-    trained = _read_record(folder / "trained.json", TRAINED_KEYS)
+    row = read_record(folder / "result.json", RESULT_KEYS)
+    trained = read_record(folder / "trained.json", TRAINED_KEYS)
     if row is not None:
         curve = row.get("val_ppl_per_epoch") or [None]
         entropy = (row.get("val_prior_entropy_per_epoch") or [None])[-1]
@@ -111,22 +111,22 @@ def row_status(config: TranslationConfig, label: str) -> dict[str, Any]:
     if not (folder / "last.pt").is_file():
         return {**status, "state": "started" if status["logged_step"] else "not started"}
     try:
-        state = _read_checkpoint(folder / "last.pt")
+        state = read_checkpoint(folder / "last.pt")
     except ValueError as error:  # a damaged file: said in the row, the other rows still listed
         return {**status, "state": "unreadable", "error": str(error)}
     epochs = state["history"]["epochs"]
-    lost = _unrecorded_sittings(sittings, state)  # a killed sitting, or the one running now, to its last.pt
-    status.update(state="training", epochs=int(state["epoch"]), position=int(state.get("position", 0)),
+    lost = unrecorded_sittings(sittings, state)  # a killed sitting, or the one running now, to its last.pt
+    status.update(state="training", epochs=int(state["epoch"]), position=int(state["position"]),
                   step=int(state["step"]), bad_epochs=int(state["bad_epochs"]), lr=float(state["lr"]),
                   wall_s=status["wall_s"] + sum(s["wall_s"] for s in lost), sittings=len(sittings) + len(lost))
-    if state.get("epoch_batches") or epochs["step"]:  # a checkpoint from before the key: its first epoch's steps
-        status.update(epoch_batches=int(state.get("epoch_batches") or epochs["step"][0]))
+    if state["epoch_batches"]:
+        status.update(epoch_batches=int(state["epoch_batches"]))
         if status["logged_kind"] == "step":  # every epoch has the same batches, so the step says where it is
             status.update(logged_batch=status["logged_step"] - (status["logged_epoch"] - 1) * status["epoch_batches"])
     if epochs["val_ppl"]:  # before the first validation best_metric is still the trainer's infinity
         status.update(best_val_ppl=float(state["best_metric"]),
                       best_epoch=int(state["best_epoch"]) + 1, last_val_ppl=epochs["val_ppl"][-1],
-                      prior_entropy=(epochs.get("val_prior_entropy") or [None])[-1])
+                      prior_entropy=(epochs["val_prior_entropy"] or [None])[-1])
     return status
 
 

@@ -22,30 +22,35 @@ from pyro_attention.networks import Seq2Seq
 from pyro_attention.outputs import writing
 from pyro_attention.pair import AlignmentPair
 from pyro_attention.tasks.translation.callbacks import (
+    Checkpointing,
+    EpochLog,
+    History,
+    StopOnSignal,
+    TensorBoardLog,
     TrainResult,
+    Validate,
     Validation,
-    _Checkpointing,
-    _empty_history,
-    _epoch_generator,
-    _EpochLog,
-    _History,
-    _last_row,
-    _StopOnSignal,
-    _TensorBoard,
-    _upgrade_history,
-    _Validate,
-    _write_csv,
+    empty_history,
+    epoch_generator,
+    last_row,
+    write_history_csv,
 )
 from pyro_attention.tasks.translation.checkpoints import (
-    _check_param_store,
-    _load_weights,
-    _read_checkpoint,
-    _set_rng_state,
     check_compatible,
-    rename_legacy_params,
+    check_param_store,
+    load_weights,
+    read_checkpoint,
+    restore_rng_state,
     warm_start,
 )
-from pyro_attention.tasks.translation.config import CSV_FIELDS, Log, TranslationConfig, _log, _no_bar, resolve_device
+from pyro_attention.tasks.translation.config import (
+    CSV_FIELDS,
+    Log,
+    TranslationConfig,
+    log_to_stdout,
+    resolve_device,
+    tqdm_disabled,
+)
 from pyro_attention.tasks.translation.corpora import build_pair, build_vocabs, load_corpora, make_batches
 from pyro_attention.tasks.translation.rowfiles import run_lock
 
@@ -56,7 +61,7 @@ def train(
     *,
     resume: bool = False,
     overwrite: bool = False,
-    log: Log | None = _log,
+    log: Log | None = log_to_stdout,
 ) -> TrainResult:
     """Train ``config``'s pair by SVI and write checkpoints and ``history.csv`` to ``config.out_dir``.
 
@@ -102,17 +107,17 @@ def _train(
                                       - start["position"], 0)
     if remaining == 0 and not stopped:
         run.log(f"nothing to do: {start['epoch']} of {config.epochs} epochs done (raise --epochs to train further)")
-    checkpoints = _Checkpointing(run, plateau)
-    callbacks = [_Validate(run), plateau, _History(run, plateau), checkpoints]
+    checkpoints = Checkpointing(run, plateau)
+    callbacks = [Validate(run), plateau, History(run, plateau), checkpoints]
     if run.rank == 0:
         callbacks.append(CsvLogger(run.csv_path, CSV_FIELDS, append=True,
-                                   step_row=lambda _: _last_row("step", run.history["steps"]),
-                                   epoch_row=lambda _: _last_row("epoch", run.history["epochs"])))
-        callbacks.append(_TensorBoard(run))
+                                   step_row=lambda _: last_row("step", run.history["steps"]),
+                                   epoch_row=lambda _: last_row("epoch", run.history["epochs"])))
+        callbacks.append(TensorBoardLog(run))
     callbacks += [
-        ProgressBar(type(run.pair).__name__, total=remaining, disable=_no_bar(progress and run.rank == 0),
+        ProgressBar(type(run.pair).__name__, total=remaining, disable=tqdm_disabled(progress and run.rank == 0),
                     dynamic_ncols=True),
-        _EpochLog(run, plateau), early, _StopOnSignal(run, checkpoints),
+        EpochLog(run, plateau), early, StopOnSignal(run, checkpoints),
     ]
     trainer = Trainer(_svi_step(run, plateau), run.epoch_batches, config.epochs, callbacks, epoch=start["epoch"],
                       global_step=start["step"], position=start["position"], epoch_loss=start["epoch_loss"],
@@ -123,7 +128,7 @@ def _train(
 
 
 @dataclass
-class _Run:
+class TrainingRun:
     """A translation run being trained: what :func:`_train`'s callbacks share."""
 
     config: TranslationConfig
@@ -155,13 +160,13 @@ class _Run:
     def epoch_batches(self, epoch: int) -> list[TranslationBatch]:
         """The batches of ``epoch`` in its order (drawn from ``(seed, epoch)``), the network in training mode."""
         self.network.train()
-        order = torch.randperm(len(self.train_batches), generator=_epoch_generator(self.config.seed, epoch)).tolist()
+        order = torch.randperm(len(self.train_batches), generator=epoch_generator(self.config.seed, epoch)).tolist()
         return [self.train_batches[i] for i in order]
 
 
 def _prepare(
     config: TranslationConfig, *, resume: bool, overwrite: bool, log: Log | None
-) -> tuple[_Run, dict[str, Any]]:
+) -> tuple[TrainingRun, dict[str, Any]]:
     """Data, vocabularies, the pair and its optimiser, restored from ``last.pt`` when resuming; the output folder
     made and ``history.csv`` (re)written.  Returns the run and the counters to start from."""
     rank, world_size = init_from_env()
@@ -199,20 +204,18 @@ def _prepare(
     start = dict(epoch=0, step=0, best=math.inf, best_epoch=-1, bad=0, lr=config.lr, position=0, epoch_loss=0.0,
                  epoch_tokens=0)
     if saved is not None:
-        rename_legacy_params(saved, pair)  # a run saved under older parameter names keeps its Adam state
-        _load_weights(pair, saved)
-        _check_param_store(saved)
+        load_weights(pair, saved)
+        check_param_store(saved)
         start.update(epoch=saved["epoch"], step=saved["step"], best=saved["best_metric"],
                      best_epoch=saved["best_epoch"], bad=saved["bad_epochs"], lr=saved["lr"],
-                     position=saved.get("position", 0), epoch_loss=saved.get("epoch_loss", 0.0),
-                     epoch_tokens=saved.get("epoch_tokens", 0))
+                     position=saved["position"], epoch_loss=saved["epoch_loss"], epoch_tokens=saved["epoch_tokens"])
         pair.set_step(start["step"])  # KL annealing continues where it stopped (a no-op for the other pairs)
     broadcast_parameters()
     if saved is not None and saved["config"].get("lr") != config.lr:
         start["lr"] = config.lr  # a new --lr replaces the saved (possibly decayed) one
     optim = _optimiser(config, start["lr"], saved)
-    run = _Run(config, rank, world_size, log, src_vocab, tgt_vocab, network, pair, optim, train_batches, val_batches,
-               _upgrade_history(saved["history"]) if saved is not None else _empty_history())
+    run = TrainingRun(config, rank, world_size, log, src_vocab, tgt_vocab, network, pair, optim, train_batches,
+                      val_batches, saved["history"] if saved is not None else empty_history())
     if saved is not None:
         _restore_rng(run, saved, start)
     _make_out(run)
@@ -226,7 +229,7 @@ def _saved_state(config: TranslationConfig, *, resume: bool, overwrite: bool) ->
     if resume:
         if not last_path.is_file():
             raise FileNotFoundError(f"cannot resume: {last_path} does not exist (train without --resume first)")
-        return _read_checkpoint(last_path)
+        return read_checkpoint(last_path)
     if last_path.exists() and not overwrite:
         raise FileExistsError(
             f"{config.out_dir} already holds a checkpoint ({last_path}); pass --resume to continue it, --overwrite to "
@@ -246,15 +249,15 @@ def _optimiser(config: TranslationConfig, lr: float, saved: dict[str, Any] | Non
     return optim
 
 
-def _restore_rng(run: _Run, saved: dict[str, Any], start: dict[str, Any]) -> None:
+def _restore_rng(run: TrainingRun, saved: dict[str, Any], start: dict[str, Any]) -> None:
     """This process's random states of the checkpoint (written by as many processes as resume it), and say so."""
-    ranks, written_by = saved.get("rng_ranks"), saved.get("world_size", 1)
+    ranks, written_by = saved["rng_ranks"], saved["world_size"]
     if written_by != run.world_size:
         raise ValueError(
             f"{run.last_path}: written by {written_by} process(es), resumed by {run.world_size}: the shards and "
             "sampling streams cannot continue exactly; resume with the same number of processes"
         )
-    _set_rng_state(ranks[run.rank] if run.world_size > 1 else saved["rng"])
+    restore_rng_state(ranks[run.rank] if run.world_size > 1 else saved["rng"])
     epoch, position, epochs = start["epoch"], start["position"], run.config.epochs
     run.log(  # epochs counted from 1, as in the progress bar and the "epoch E/N" lines
         f"resumed from {run.last_path}: "
@@ -263,7 +266,7 @@ def _restore_rng(run: _Run, saved: dict[str, Any], start: dict[str, Any]) -> Non
     )
 
 
-def _make_out(run: _Run) -> None:
+def _make_out(run: TrainingRun) -> None:
     """Process 0: the output folder, without the temporary files of an interrupted save, and ``history.csv``
     rewritten from the history (a resumed run drops the rows of an interrupted epoch)."""
     if run.rank != 0:
@@ -273,10 +276,10 @@ def _make_out(run: _Run) -> None:
     for stale in run.out.glob(".*.pt.*.tmp"):  # a save that a crash interrupted (the checkpoint itself is intact)
         with contextlib.suppress(OSError):
             stale.unlink(missing_ok=True)
-    _write_csv(run.csv_path, run.history)
+    write_history_csv(run.csv_path, run.history)
 
 
-def _svi_step(run: _Run, plateau: PlateauDecay) -> SVIStep:
+def _svi_step(run: TrainingRun, plateau: PlateauDecay) -> SVIStep:
     """One SVI step on this process's shard of a batch (the warm-up guide first), per token of the global batch."""
     config, elbo, pair = run.config, run.pair.elbo(), run.pair
     return SVIStep(
@@ -297,7 +300,7 @@ def _svi_step(run: _Run, plateau: PlateauDecay) -> SVIStep:
     )
 
 
-def _guide_only(run: _Run, elbo: Any) -> DataParallelSVI | None:
+def _guide_only(run: TrainingRun, elbo: Any) -> DataParallelSVI | None:
     """The SVI of ``guide_steps``: the guide's own parameters stepped alone (``None`` without ``guide_steps``)."""
     if not run.config.guide_steps:
         return None
