@@ -205,7 +205,7 @@ def _attrs(pair: AlignmentPair, ll: Any, posterior_source: str) -> dict:
     where the posterior group comes from and why there is no LOO."""
     return {
         "pair": type(pair).__name__,
-        "estimator": "" if pair.chosen_estimator() is None else str(pair.chosen_estimator()),
+        "estimator": str(pair.estimator) if pair.has_estimator_choice() else "",
         "log_likelihood_method": ll.method,
         "log_likelihood_exact": int(ll.exact),
         "latent": pair.latent,

@@ -10,7 +10,7 @@ ELBO for a pair::
 
     HardAttention(net, Enumerate())              # == HardAttention(net, "enum")
     VariationalAttention(net, ScoreFunction())   # == VariationalAttention(net, "sample")
-    pair.elbo()                                  # == pair.get_estimator().elbo(pair)
+    pair.elbo()                                  # == pair.estimator.elbo(pair)
 
 * :class:`MaximumLikelihood` (``"mle"``): ``Trace_ELBO``, empty guide; exact (the NLL); soft, segmentation,
   syntactic;
@@ -27,10 +27,11 @@ ELBO for a pair::
 *Exact* means the loss is the exact negative log-likelihood (deterministic pairs), or the expectation over the
 guide is computed exactly (enumeration; for a guide equal to the true posterior that is ``-log p(y | x)``).
 
-Strings keep working wherever they worked: an estimator equals its :attr:`~Estimator.name` (``Enumerate() ==
-"enum"``, hashes like it, and prints as it), so ``pair.estimator == "enum"``, ``--estimator sample``,
-``make_pair(name, net, "sample")`` and checkpoints that stored the string are unchanged.  :func:`resolve`
-turns a string or an object into the pair's estimator and refuses the others with the allowed ones listed.
+Names are for the edges: the command line (``--estimator sample``), configs and checkpoints store an estimator's
+:attr:`~Estimator.name`, and :func:`resolve` turns a name or an object into the pair's estimator when the pair is
+built (``make_pair(name, net, "sample")``), refusing the others with the allowed ones listed.  Inside, an estimator
+is an object: it equals another of its class with the same parameters, never a string (``str(estimator)`` is
+its name, for printing).
 
 The ELBO classes themselves are in :mod:`pyro_attention.inference.elbo`.
 """
@@ -84,8 +85,8 @@ BASELINES = ("soft", None)
 class Estimator:
     """How training treats the alignment: a Pyro ELBO and the guide site's ``infer`` options.
 
-    Subclasses set :attr:`name` (the string the estimator replaces), :attr:`exact` and implement :meth:`elbo`.
-    An estimator equals another of the same class with the same :meth:`params`, and equals its name.
+    Subclasses set :attr:`name` (what the command line and configs call it), :attr:`exact` and implement
+    :meth:`elbo`.  An estimator equals another of the same class with the same :meth:`params`.
     """
 
     #: the string that selects this estimator (``"enum"``, ``"sample"``, ...); ``str(estimator)`` is it
@@ -106,14 +107,12 @@ class Estimator:
         return ()
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, str):
-            return other == self.name
         if isinstance(other, Estimator):
             return type(other) is type(self) and other.params() == self.params()
         return NotImplemented
 
     def __hash__(self) -> int:
-        return hash(self.name)  # equal to its name, so hashed like it
+        return hash(type(self))  # equal estimators are of one class (their parameters may be unhashable)
 
     def __str__(self) -> str:
         return self.name
@@ -278,7 +277,7 @@ class KLAnnealing:
     def _init_annealing(self, anneal_steps: int, schedule: str, kl_scale: float = 1.0) -> None:
         """Build the pair's :class:`KLSchedule` and make ``MeanField(kl_schedule)`` its estimator."""
         self.kl_schedule = KLSchedule(anneal_steps, schedule, kl_scale, owner=type(self).__name__)
-        self.set_estimator(MeanField(self.kl_schedule))  # type: ignore[attr-defined] - an AlignmentPair
+        self._choose_estimator(MeanField(self.kl_schedule))  # type: ignore[attr-defined] - an AlignmentPair
 
     def _schedule(self) -> KLSchedule:
         if "kl_schedule" not in self.__dict__:  # a subclass that did not call _init_annealing

@@ -130,7 +130,7 @@ class GuidedCategoricalAlignment(CategoricalAlignmentModel):
 
     def __init__(self, network: AttentionNetwork, estimator: Estimator | str = "enum") -> None:
         super().__init__(network)
-        self.set_estimator(estimator)
+        self._choose_estimator(estimator)
 
     def guide_logits(self, enc: Encoded) -> Tensor:  # pragma: no cover - interface
         raise NotImplementedError
@@ -141,5 +141,5 @@ class GuidedCategoricalAlignment(CategoricalAlignmentModel):
     def guide(self, batch: Any) -> None:
         enc = self.encode_for_model(batch)
         with self.plates(enc):
-            infer = self.get_estimator().guide_infer(self, enc)
+            infer = self.estimator.guide_infer(self, enc)
             pyro.sample("align", dist.Categorical(logits=self.guide_logits(enc)), infer=infer)

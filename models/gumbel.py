@@ -87,9 +87,6 @@ from pyro_attention.models.relaxed import SimplexAlignmentModel
 from pyro_attention.models.variational import VariationalAttention
 from pyro_attention.networks.base import AttentionNetwork, Encoded
 
-#: the names of the estimators the pair accepts (``GumbelAttention.estimators`` holds the objects)
-KL_ESTIMATORS = ("sampled", "categorical")
-
 
 class MaskedConcrete(TorchDistribution):
     r"""The Concrete (Gumbel-softmax) distribution over the positions where ``mask`` holds.
@@ -215,12 +212,12 @@ class GumbelAttention(SimplexAlignmentModel):
             raise ValueError(f"GumbelAttention: temperature must be > 0, got {temperature}")
         self.temperature = float(temperature)
         self.straight_through = straight_through
-        self.set_estimator(estimator)
+        self._choose_estimator(estimator)
 
     def __repr__(self) -> str:
         return (
             f"GumbelAttention(temperature={self.temperature}, straight_through={self.straight_through}, "
-            f"estimator={str(self.get_estimator())!r})"
+            f"estimator={str(self.estimator)!r})"
         )
 
     def _concrete(self, enc: Encoded, scores: Tensor) -> MaskedConcrete:

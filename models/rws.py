@@ -87,7 +87,7 @@ class RWSAttention(CategoricalAlignmentModel):
             raise ValueError(f"RWSAttention: num_particles must be >= 2, got {num_particles}")
         self.num_particles = int(num_particles)
         self.per_token = per_token
-        self.set_estimator(ReweightedWakeSleep(self.num_particles, per_token))
+        self._choose_estimator(ReweightedWakeSleep(self.num_particles, per_token))
 
     def __repr__(self) -> str:
         return f"RWSAttention(num_particles={self.num_particles}, per_token={self.per_token})"

@@ -5,7 +5,7 @@ A pair = alignment family x task network x estimator.  Conventions (VISION.md):
 * ``pair.model(batch)`` and ``pair.guide(batch)``; the random alignment is the sample site ``"align"``, the
   observation is ``"y"`` (``obs=`` the targets, masked where padded);
 * plates ``"batch"`` (dim -2) and ``"target"`` (dim -1), so enumeration uses dims -3 and below;
-* ``pair.elbo()`` returns the Pyro ELBO the estimator needs: ``pair.get_estimator().elbo(pair)``, where the
+* ``pair.elbo()`` returns the Pyro ELBO the estimator needs: ``pair.estimator.elbo(pair)``, where the
   estimator is an object of :mod:`pyro_attention.inference.estimators` (models define no ELBO);
 * padded sources get exactly zero prior and posterior mass; padded targets contribute nothing to any loss
   (``"y"`` is masked there and every guide equals the prior there, so ``log p(z) - log q(z) = 0``).
@@ -56,9 +56,6 @@ if TYPE_CHECKING:
     from pyro_attention.inference.estimators import Estimator
     from pyro_attention.inference.evaluate import LogLikelihood
 
-#: Estimators of the pairs with a discrete alignment and an (amortised or prior) guide, by name (the pairs'
-#: ``estimators`` hold the objects).
-ESTIMATORS = ("enum", "sample")
 MAX_PLATE_NESTING = 2
 #: the combination rules of :meth:`AlignmentPair.predict` (a pair allows those of its ``prediction_rules()``)
 RULES = ("marginal", "soft", "kmax")
@@ -112,16 +109,18 @@ class AlignmentPair:
         self._estimator = type(self).estimators[0] if type(self).estimators else None
 
     # -- the estimator ----------------------------------------------------------------------------------------
-    def set_estimator(self, estimator: Estimator | str | None) -> Estimator:
-        """Make ``estimator`` (an object, its name, or ``None``: the default) the pair's; ``ValueError`` naming
-        the allowed ones when :attr:`estimators` has none of its kind."""
+    def _choose_estimator(self, estimator: Estimator | str | None) -> None:
+        """Make ``estimator`` (an object; its name, as the command line and configs give it; ``None``: the
+        default) the pair's, at construction; ``ValueError`` naming the allowed ones when :attr:`estimators` has
+        none of its kind."""
         from pyro_attention.inference.estimators import resolve
 
         self._estimator = resolve(estimator, type(self).estimators, type(self).__name__)
-        return self._estimator
 
-    def get_estimator(self) -> Estimator:
-        """The estimator :meth:`elbo` uses (every pair has one; the chosen one where there is a choice)."""
+    @property
+    def estimator(self) -> Estimator:
+        """The estimator :meth:`elbo` uses: every pair has one, chosen at construction where :attr:`estimators`
+        offers a choice (:attr:`has_estimator_choice`)."""
         est = self.__dict__.get("_estimator")
         if est is None:
             raise NotImplementedError(
@@ -129,23 +128,10 @@ class AlignmentPair:
             )
         return est
 
-    @property
-    def estimator(self) -> Estimator:
-        """The estimator chosen at construction; only pairs with a choice of estimator (more than one in
-        :attr:`estimators`) have this attribute.  It equals its name (``pair.estimator == "enum"``)."""
-        if len(type(self).estimators) < 2:
-            raise AttributeError(
-                f"{type(self).__name__} has no choice of estimator (get_estimator() gives the one it uses)"
-            )
-        return self.get_estimator()
-
-    @estimator.setter
-    def estimator(self, estimator: Estimator | str | None) -> None:
-        self.set_estimator(estimator)
-
-    def chosen_estimator(self) -> Estimator | None:
-        """:attr:`estimator` where the pair has a choice of estimator; ``None`` where it has not."""
-        return self.get_estimator() if len(type(self).estimators) > 1 else None
+    @classmethod
+    def has_estimator_choice(cls) -> bool:
+        """Whether the pair is built with one of several estimators (the labels and exports name it)."""
+        return len(cls.estimators) > 1
 
     # -- plumbing -------------------------------------------------------------------------------------------
     def encode(self, batch: Any) -> Encoded:
@@ -400,12 +386,12 @@ class AlignmentPair:
         """The empty guide (exact or deterministic pairs)."""
 
     def elbo(self) -> pyro.infer.ELBO:
-        """The Pyro ELBO that trains the pair: its estimator's (``self.get_estimator().elbo(self)``)."""
-        return self.get_estimator().elbo(self)
+        """The Pyro ELBO that trains the pair: its estimator's (``self.estimator.elbo(self)``)."""
+        return self.estimator.elbo(self)
 
     def __repr__(self) -> str:
-        est = self.chosen_estimator()
-        return f"{type(self).__name__}({'estimator=' + repr(str(est)) if est is not None else ''})"
+        chosen = f"estimator={str(self.estimator)!r}" if self.has_estimator_choice() else ""
+        return f"{type(self).__name__}({chosen})"
 
 
 def observed_log_likelihood(logits: Tensor, enc: Encoded) -> Tensor:
@@ -437,11 +423,3 @@ def _site_probs(fn: Any) -> Tensor | None:
     if isinstance(fn, dist.Dirichlet):
         return fn.mean
     return None
-
-
-def check_estimator(pair: str, estimator: str) -> str:
-    """``estimator`` if it is a name of :data:`ESTIMATORS` (kept for callers of the string API; the pairs use
-    :meth:`AlignmentPair.set_estimator`)."""
-    if estimator not in ESTIMATORS:
-        raise ValueError(f"{pair}: estimator must be one of {ESTIMATORS}, got {estimator!r}")
-    return estimator

@@ -1,8 +1,8 @@
 """Estimators as objects (pyro_attention.inference.estimators).
 
-Each estimator object gives the same loss and gradients as the string it replaces and as the Pyro ELBO the pair
-returned before estimators were objects; strings and objects are interchangeable everywhere a pair is built or
-compared; a wrong estimator is refused with the allowed ones listed.
+Each estimator object gives the same loss and gradients as its name and as the Pyro ELBO the pair returned before
+estimators were objects; a name builds the same pair as the object where a pair is built, and an estimator never
+equals a string; a wrong estimator is refused with the allowed ones listed.
 """
 
 from __future__ import annotations
@@ -98,8 +98,8 @@ def test_estimator_object_gives_the_old_loss_and_gradients(float64, name, estima
     by_string = _loss_and_grads(name, estimator)
     pair, elbo, _, _ = by_string
     # the pair's estimator is the object, it builds the ELBO class the pair used to build itself
-    assert pair.get_estimator() == obj and type(pair.get_estimator()) is type(obj)
-    assert pair.get_estimator().exact is exact
+    assert pair.estimator == obj and type(pair.estimator) is type(obj)
+    assert pair.estimator.exact is exact
     assert type(elbo) is type(old_elbo(pair))
     # ... with the same loss and gradients as that ELBO built by hand
     _same(by_string, _loss_and_grads(name, estimator, old_elbo))
@@ -117,8 +117,8 @@ def test_annealed_estimator_matches_the_old_annealed_elbo(float64):
         _same(new, old)
         pair = new[0]
         assert pair.step == 1 and pair.kl_schedule.step == 1  # the step counter is the estimator's schedule's
-        assert pair.get_estimator() == MeanField(KLSchedule(4, "tanh", 0.5))
-        assert pair.get_estimator().kl_schedule is pair.kl_schedule
+        assert pair.estimator == MeanField(KLSchedule(4, "tanh", 0.5))
+        assert pair.estimator.kl_schedule is pair.kl_schedule
         assert pair.kl_weight(2) == pytest.approx(0.25)
 
 
@@ -146,35 +146,36 @@ def test_score_function_without_baseline_has_the_same_loss(float64):
     with_baseline = _loss_and_grads("variational", ScoreFunction())
     without = _loss_and_grads("variational", ScoreFunction(baseline=None))
     assert with_baseline[2] == without[2]
-    assert ScoreFunction(baseline=None) == "sample" and ScoreFunction(baseline=None) != ScoreFunction()
+    assert ScoreFunction(baseline=None).name == "sample" and ScoreFunction(baseline=None) != ScoreFunction()
 
 
-def test_strings_and_objects_are_interchangeable():
+def test_names_build_the_same_pair_as_objects_and_objects_never_equal_strings():
+    """A name selects an estimator at the edges (a constructor, ``make_pair``, ``PairSpec``, the command line); inside,
+    an estimator is an object: equal to another of its class and parameters, never to a string."""
     net = ToyNetwork()
     for cls in (HardAttention, VariationalAttention):
         for name, obj in (("enum", Enumerate()), ("sample", ScoreFunction())):
             by_name, by_object = cls(net, name), cls(net, obj)
-            assert by_name.estimator == by_object.estimator == obj == name
-            assert name == by_name.estimator  # reflected
-            assert str(by_object.estimator) == name and f"{by_object.estimator}" == name
-            assert hash(by_object.estimator) == hash(name) and {name: 1}[by_object.estimator] == 1
-            assert by_object.estimator in ("enum", "sample")
+            assert by_name.estimator == by_object.estimator == obj and by_object.estimator is obj  # kept as given
+            assert by_object.estimator != name and name != by_object.estimator and name not in {obj}
+            assert str(by_object.estimator) == name == by_object.estimator.name
+            assert hash(by_name.estimator) == hash(obj) and {obj: 1}[by_name.estimator] == 1
             assert repr(by_object) == repr(by_name) == f"{cls.__name__}(estimator={name!r})"
-            assert by_object.get_estimator() is obj  # an object is kept as given
-        assert cls(net).estimator == "enum"  # the default
+        assert cls(net).estimator == Enumerate()  # the default
+    assert ScoreFunction() != ScoreFunction(baseline=None) and Enumerate() != ScoreFunction()
     # make_pair, PairSpec
     for name, choices in PAIR_ESTIMATORS.items():
         for choice in choices:
             obj = make_pair(name, net, choice).estimator
-            assert isinstance(obj, Estimator) and obj == choice
-            assert make_pair(name, net, obj).estimator == choice
+            assert isinstance(obj, Estimator) and obj.name == choice
+            assert make_pair(name, net, obj).estimator == obj
             assert PairSpec(name, obj).label == PairSpec(name, choice).label == f"{name} ({choice})"
     # Gumbel: the name or the object
     assert GumbelAttention(net).estimator == Reparameterized()
     for pair in (GumbelAttention(net, estimator="categorical"), GumbelAttention(net, estimator=CategoricalKL())):
-        assert pair.estimator == CategoricalKL() == "categorical"
+        assert pair.estimator == CategoricalKL() and pair.estimator.name == "categorical"
         assert repr(pair) == "GumbelAttention(temperature=0.1, straight_through=False, estimator='categorical')"
-    # the registry's string table is what the classes accept
+    # the registry's name table is what the classes accept
     assert PAIR_ESTIMATORS == {
         "hard": ("enum", "sample"),
         "variational": ("enum", "sample"),
@@ -183,19 +184,19 @@ def test_strings_and_objects_are_interchangeable():
     assert "estimator" not in pair_options("gumbel")
 
 
-def test_pairs_without_a_choice_keep_no_estimator_attribute():
-    """``pair.estimator`` exists only where there is a choice (labels and attrs read it with getattr), while
-    ``get_estimator()`` gives every pair's."""
+def test_every_pair_has_its_estimator_and_says_whether_it_had_a_choice():
+    """``pair.estimator`` is the one accessor, on every pair; :meth:`has_estimator_choice` says whether the pair is
+    built with one of several (labels and exports name the chosen one)."""
     net = ToyNetwork()
     soft = SoftAttention(net)
-    assert getattr(soft, "estimator", None) is None and not hasattr(soft, "estimator")
-    assert soft.get_estimator() == MaximumLikelihood() and repr(soft) == "SoftAttention()"
+    assert soft.estimator == MaximumLikelihood() and not soft.has_estimator_choice() and repr(soft) == "SoftAttention()"
     gaussian = GaussianContextAttention(net, anneal_steps=3)
-    assert getattr(gaussian, "estimator", None) is None
-    assert gaussian.get_estimator() == MeanField(KLSchedule(3))
+    assert gaussian.estimator == MeanField(KLSchedule(3)) and not gaussian.has_estimator_choice()
     for name, cls in ALL_PAIRS.items():
         assert isinstance(cls.estimators[0], Estimator), name
-        assert (len(cls.estimators) > 1) == (name in PAIR_ESTIMATORS)
+        assert cls.has_estimator_choice() == (len(cls.estimators) > 1) == (name in PAIR_ESTIMATORS)
+    with pytest.raises(AttributeError):
+        soft.estimator = ScoreFunction()  # chosen at construction only
 
 
 def test_a_wrong_estimator_is_refused_with_the_allowed_ones():
@@ -231,10 +232,10 @@ def test_a_new_pair_needs_only_its_estimators(float64):
 
         def __init__(self, network, estimator=None):
             super().__init__(network)
-            self.set_estimator(estimator)
+            self._choose_estimator(estimator)
 
     net = ToyNetwork()
-    assert type(Prior(net).elbo()) is TraceEnum_ELBO and Prior(net).estimator == "enum"
+    assert type(Prior(net).elbo()) is TraceEnum_ELBO and Prior(net).estimator == Enumerate()
     assert type(Prior(net, "mle").elbo()) is Trace_ELBO
 
     class Bare(AlignmentPair):

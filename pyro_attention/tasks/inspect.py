@@ -55,7 +55,7 @@ def inspect_checkpoint(
     save_netcdf(idata, out)
     row = diagnostics(pair, batch, num_samples=num_samples)
     figures = []
-    label = type(pair).__name__ + (f" ({pair.chosen_estimator()})" if pair.chosen_estimator() is not None else "")
+    label = type(pair).__name__ + (f" ({pair.estimator})" if pair.has_estimator_choice() else "")
     shows = f"{label}, {type(pair.network).__name__} network, {split} split"
     if plots is not None:
         probs = alignment_posterior(pair, batch)
