@@ -66,6 +66,13 @@ class Callback:
     def on_fit_end(self, trainer: Trainer) -> None:
         """Always at the end, also after an exception (``trainer.failed``)."""
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the callback to resume it (Lightning's convention; nothing here)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state_dict`'s ``state``."""
+
 
 class Trainer:
     """The training loop.
@@ -74,8 +81,9 @@ class Trainer:
     :param batches: ``batches(epoch)``: the batches of ``epoch`` (from 0), in their order.
     :param epochs: train until ``epoch == epochs`` (or a callback stops it).
     :param callbacks: called in this order at every hook.
-    :param epoch, global_step, position, epoch_loss, epoch_tokens: counters to start from (a resumed run): epochs done,
-        steps done, batches done in the current epoch, and that epoch's summed ``loss * tokens`` and tokens.
+
+    A resumed run continues from a checkpoint's :meth:`state_dict` (:meth:`load_state_dict`): epochs done, steps
+    done, batches done in the current epoch, and that epoch's summed ``loss * tokens`` and tokens.
     """
 
     def __init__(
@@ -84,20 +92,25 @@ class Trainer:
         batches: Callable[[int], Iterable[Any]],
         epochs: int,
         callbacks: Sequence[Callback] = (),
-        *,
-        epoch: int = 0,
-        global_step: int = 0,
-        position: int = 0,
-        epoch_loss: float = 0.0,
-        epoch_tokens: int = 0,
     ) -> None:
         self.step_fn, self.batches, self.epochs, self.callbacks = step, batches, epochs, list(callbacks)
-        self.epoch, self.step, self.position = epoch, global_step, position
-        self.epoch_loss, self.epoch_tokens = epoch_loss, epoch_tokens
+        self.epoch, self.step, self.position = 0, 0, 0
+        self.epoch_loss, self.epoch_tokens = 0.0, 0
         self.loss, self.tokens, self.train_loss = math.nan, 0, math.nan
         self.seen, self.start = 0, 0.0  # tokens trained on by this run, and when it started (perf_counter)
         self.epoch_length: int | None = None  # batches in the current epoch, when they have a length
         self.should_stop, self.failed = False, False
+
+    def state_dict(self) -> dict[str, Any]:
+        """The counters a checkpoint keeps: ``epoch``, ``step``, ``position``, ``epoch_loss``, ``epoch_tokens``."""
+        return {"epoch": self.epoch, "step": self.step, "position": self.position, "epoch_loss": self.epoch_loss,
+                "epoch_tokens": self.epoch_tokens}
+
+    def load_state_dict(self, state: dict[str, Any]) -> Trainer:
+        """Continue from :meth:`state_dict`'s ``state`` (returns ``self``)."""
+        self.epoch, self.step, self.position = int(state["epoch"]), int(state["step"]), int(state["position"])
+        self.epoch_loss, self.epoch_tokens = float(state["epoch_loss"]), int(state["epoch_tokens"])
+        return self
 
     @property
     def elapsed(self) -> float:
@@ -320,22 +333,21 @@ class CsvLogger(Callback):
 class PlateauDecay(Callback):
     """After every epoch, ``metric(trainer)`` (lower is better): a new best resets the count of epochs without
     improvement; otherwise the count grows and the learning rate of ``optim`` (a Pyro optimiser) is multiplied by
-    ``factor``.  ``best``, ``best_epoch`` (from 0), ``bad`` and ``lr`` start from a resumed run's values."""
+    ``factor``.  Its state (:meth:`state_dict`): ``best``, ``best_epoch`` (from 0), ``bad`` and ``lr``."""
 
-    def __init__(
-        self,
-        optim: Any,
-        lr: float,
-        factor: float,
-        metric: Callable[[Trainer], float],
-        *,
-        best: float = math.inf,
-        best_epoch: int = -1,
-        bad: int = 0,
-    ) -> None:
+    def __init__(self, optim: Any, lr: float, factor: float, metric: Callable[[Trainer], float]) -> None:
         self.optim, self.lr, self.factor, self.metric = optim, lr, factor, metric
-        self.best, self.best_epoch, self.bad = best, best_epoch, bad
+        self.best, self.best_epoch, self.bad = math.inf, -1, 0
         self.improved = False
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"best": self.best, "best_epoch": self.best_epoch, "bad": self.bad, "lr": self.lr}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state``; its learning rate becomes the optimiser's."""
+        self.best, self.best_epoch, self.bad = float(state["best"]), int(state["best_epoch"]), int(state["bad"])
+        self.lr = float(state["lr"])
+        set_lr(self.optim, self.lr)
 
     def on_epoch_end(self, trainer: Trainer) -> None:
         value = self.metric(trainer)

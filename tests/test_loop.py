@@ -120,10 +120,11 @@ def test_fit_end_runs_when_a_step_raises():
 
 def test_a_run_resumed_inside_an_epoch_skips_the_batches_done():
     done = []
-    trainer = Trainer(lambda t, b: (done.append(b) or 1.0, 1), lambda epoch: [10 * epoch + i for i in range(3)], 2,
-                      epoch=0, global_step=2, position=2, epoch_loss=2.0, epoch_tokens=2)
-    trainer.fit()
+    trainer = Trainer(lambda t, b: (done.append(b) or 1.0, 1), lambda epoch: [10 * epoch + i for i in range(3)], 2)
+    state = {"epoch": 0, "step": 2, "position": 2, "epoch_loss": 2.0, "epoch_tokens": 2}
+    trainer.load_state_dict(state).fit()
     assert done == [2, 10, 11, 12] and trainer.step == 6 and trainer.epoch == 2
+    assert trainer.state_dict() == {"epoch": 2, "step": 6, "position": 0, "epoch_loss": 0.0, "epoch_tokens": 0}
 
 
 def test_svi_step_uses_the_warmup_first_and_refuses_a_non_finite_loss():
@@ -212,6 +213,11 @@ def test_plateau_decay_and_early_stopping():
     assert logged == ["early stopping: 2 epochs without improvement (patience 2)"]
     again = EarlyStopping(plateau, 2, logged.append)  # a resumed run that already reached it does not start
     assert Trainer(_step, lambda epoch: [1], 10, [again]).fit().step == 0 and "already reached" in logged[-1]
+    # its state is what a checkpoint keeps; a resumed one continues from it, the optimiser at its rate
+    assert plateau.state_dict() == {"best": 2.0, "best_epoch": 1, "bad": 2, "lr": pytest.approx(0.025)}
+    resumed = PlateauDecay(FusedClippedAdam({"lr": 0.1, "clip_norm": 5.0}), 0.1, 0.5, lambda t: 0.0)
+    resumed.load_state_dict(plateau.state_dict())
+    assert resumed.state_dict() == plateau.state_dict() and resumed.optim.pt_optim_args["lr"] == pytest.approx(0.025)
 
 
 def test_csv_logger_writes_a_row_per_step_and_epoch(tmp_path):

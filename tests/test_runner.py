@@ -348,7 +348,7 @@ def test_a_sitting_killed_without_a_record_is_counted_to_its_last_checkpoint(tmp
     # two killed sittings in a row: each sitting's clock restarts at zero
     steps = {"step": [1, 2, 3, 4, 5, 6], "epoch": [0, 0, 1, 1, 2, 2], "seconds": [1.0, 2.0, 0.5, 1.0, 0.4, 0.9]}
     epochs = {"step": [2, 4], "epoch": [0, 1], "seconds": [2.5, 1.5]}
-    state = {"epoch": 2, "step": 6, "history": {"steps": steps, "epochs": epochs}}
+    state = {"trainer": {"epoch": 2, "step": 6}, "history": {"steps": steps, "epochs": epochs}}
     assert unrecorded_sittings([{"wall_s": 2.5, "until_epoch": 1, "until_step": 2}], state) == [
         {"wall_s": 1.5, "until_epoch": 2, "until_step": 4, "threads": None, "interrupted": "unrecorded"},
         {"wall_s": 0.9, "until_epoch": 2, "until_step": 6, "threads": None, "interrupted": "unrecorded"}]

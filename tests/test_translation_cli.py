@@ -6,6 +6,7 @@ files, atomic checkpoint writes, and one epoch on a 64-pair Multi30k subset when
 
 from __future__ import annotations
 
+import copy
 import csv
 import io
 import json
@@ -69,21 +70,19 @@ def test_train_two_steps(tmp_path, capsys):
         "network",
         "optim",
         "rng",
-        "epoch",
-        "step",
-        "best_metric",
-        "lr",
+        "trainer",
+        "plateau",
         "history",
     ):
         assert key in state, key
-    assert state["epoch"] == 1 and state["step"] == 2
+    assert state["trainer"]["epoch"] == 1 and state["trainer"]["step"] == 2
     assert state["config"]["model"] == "variational" and state["config"]["estimator"] == "sample"
     assert set(state["rng"]) == {"torch", "python", "numpy"}
     assert state["optim"] and all(k.startswith("network$$$") for k in state["optim"])
     with open(out / "history.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert [r["kind"] for r in rows] == ["step", "step", "epoch"]
-    assert float(rows[-1]["val_ppl"]) == pytest.approx(state["best_metric"])
+    assert float(rows[-1]["val_ppl"]) == pytest.approx(state["plateau"]["best"])
     assert 0 < float(rows[-1]["val_prior_entropy"]) < math.log(100) and rows[0]["val_prior_entropy"] == ""
     for column in ("val_posterior_entropy", "val_guide_entropy"):  # the variational pair has both, and the KL
         assert 0 < float(rows[-1][column]) < math.log(100) and rows[0][column] == ""
@@ -104,10 +103,9 @@ def test_a_checkpoint_from_before_the_entropy_columns_resumes(tmp_path, missing)
 
     out = tmp_path / "old"
     assert _train(out, "--model", "marginal", "--epochs", "1") == 0
-    state = torch.load(out / "last.pt", weights_only=True)
-    state["format_version"] = 1
+    state = _format_1(torch.load(out / "last.pt", weights_only=True))
     for column in missing:  # as a checkpoint of that commit has it
-        del state["history"]["epochs"][column]
+        state["history"]["epochs"].pop(column, None)
     torch.save(state, out / "last.pt")
     assert list(upgrade(state)["history"]["epochs"]) == list(empty_history()["epochs"])
     assert _train(out, "--model", "marginal", "--epochs", "2", "--resume") == 0
@@ -184,13 +182,13 @@ def test_resume_is_exact(tmp_path, capsys):
     assert "resumed from" in capsys.readouterr().out
     assert _train(b, *opts, "--epochs", "2") == 0
     sa, sb = (torch.load(p / "last.pt", weights_only=True) for p in (a, b))
-    assert sa["epoch"] == sb["epoch"] == 2 and sa["step"] == sb["step"] == 6
+    assert sa["trainer"]["epoch"] == sb["trainer"]["epoch"] == 2 and sa["trainer"]["step"] == sb["trainer"]["step"] == 6
     assert sa["network"].keys() == sb["network"].keys()
     for key in sa["network"]:
         assert torch.equal(sa["network"][key], sb["network"][key]), key
     assert sa["history"]["steps"]["loss"] == sb["history"]["steps"]["loss"]
     assert sa["history"]["epochs"]["val_ppl"] == sb["history"]["epochs"]["val_ppl"]
-    assert sa["lr"] == sb["lr"]
+    assert sa["plateau"]["lr"] == sb["plateau"]["lr"]
     for name in sa["optim"]:
         for k, v in sa["optim"][name]["state"].get(0, {}).items():
             other = sb["optim"][name]["state"][0][k]
@@ -323,7 +321,7 @@ def test_failed_save_during_training_keeps_the_previous_checkpoint(tmp_path, mon
         train(config.replace(epochs=2), progress=False, resume=True, log=None)
     monkeypatch.undo()
     after = load_checkpoint(tmp_path / "last.pt")
-    assert after.state["epoch"] == before["epoch"] == 1
+    assert after.state["trainer"]["epoch"] == before["trainer"]["epoch"] == 1
     assert all(torch.equal(after.state["network"][k], before["network"][k]) for k in before["network"])
     assert _no_temp_files(tmp_path)
 
@@ -350,7 +348,8 @@ def test_checkpoints_inside_an_epoch_by_steps_and_by_minutes(tmp_path, monkeypat
     monkeypatch.setattr(Trainer, "fit", fit)
     writes = []
     monkeypatch.setattr(callbacks, "save_checkpoint",
-                        lambda state, path: writes.append((Path(path).name, state["step"], state["position"])))
+                        lambda state, path: writes.append((Path(path).name, state["trainer"]["step"],
+                                                          state["trainer"]["position"])))
     config = TranslationConfig(train_size=48, val_size=8, batch_size=8, embedding=8, encoder=8, decoder=16,
                                attention=8, epochs=2, out=str(tmp_path), checkpoint_minutes=minutes,
                                checkpoint_every=every)
@@ -555,15 +554,19 @@ def test_toolkit_decoder_options_checkpoint_round_trip(tmp_path):
 
 
 def _format_1(state: dict) -> dict:
-    """A format-2 checkpoint as format 1 wrote it before the Seq2Seq parts were objects and before the entries
-    format 2 always has: weights, Pyro param store and Adam state under the old names, the later entries absent."""
+    """A checkpoint of today's format as format 1 wrote it before the Seq2Seq parts were objects and before the
+    entries format 2 always has: the counters flat, weights, Pyro param store and Adam state under the old names,
+    the later entries absent."""
     from pyro_attention.tasks.translation.migration import SEQ2SEQ_RENAMES
 
     def old_name(name: str) -> str:
         return next((o + name[len(n):] for o, n in SEQ2SEQ_RENAMES.items() if name.startswith(n)), name)
 
-    state = {k: v for k, v in state.items() if k not in ("position", "epoch_loss", "epoch_tokens", "epoch_batches",
-                                                          "world_size", "rng_ranks")}
+    state = copy.deepcopy(state)
+    trainer, plateau = state.pop("trainer"), state.pop("plateau")
+    state.update(epoch=trainer["epoch"], step=trainer["step"], best_metric=plateau["best"],
+                 best_epoch=plateau["best_epoch"], bad_epochs=plateau["bad"], lr=plateau["lr"])
+    state = {k: v for k, v in state.items() if k not in ("epoch_batches", "world_size", "rng_ranks")}
     state["format_version"] = 1
     state["network"] = {old_name(k): v for k, v in state["network"].items()}
     for store in ("param_store", "optim"):  # Pyro's names: "network$$$score.att_h.weight"
@@ -581,18 +584,20 @@ def test_a_format_1_checkpoint_is_upgraded_on_reading(tmp_path):
     assert _train(out, "--model", "marginal", "--output", "product", "--input-feed", "attentional", "--epochs",
                   "1") == 0
     state = torch.load(out / "last.pt", weights_only=True)
-    assert state["format_version"] == FORMAT_VERSION == 2
+    assert state["format_version"] == FORMAT_VERSION == 3
     old = _format_1(state)
     assert {"init_h.weight", "feed_proj.weight", "att_h.weight"} <= set(old["network"])
     upgraded = upgrade(dict(old))
     assert upgraded.keys() == state.keys() and upgraded["network"].keys() == state["network"].keys()
+    assert upgraded["trainer"] == {**state["trainer"], "position": 0, "epoch_loss": 0.0, "epoch_tokens": 0}
+    assert upgraded["plateau"] == state["plateau"]
     assert upgraded["optim"].keys() == state["optim"].keys() and upgraded["epoch_batches"] == state["epoch_batches"]
     assert upgraded["history"]["epochs"]["val_guide_kl"] == [None]
     torch.save(old, tmp_path / "old.pt")
     same = evaluate(out / "last.pt", "val", bleu=False)["ppl"]
     assert evaluate(tmp_path / "old.pt", "val", bleu=False)["ppl"] == same
-    with pytest.raises(ValueError, match=r"new\.pt: checkpoint format 3; this pyro-attention reads formats 1 to 2"):
-        torch.save({**state, "format_version": 3}, tmp_path / "new.pt")
+    with pytest.raises(ValueError, match=r"new\.pt: checkpoint format 4; this pyro-attention reads formats 1 to 3"):
+        torch.save({**state, "format_version": 4}, tmp_path / "new.pt")
         load_checkpoint(tmp_path / "new.pt")
 
 
@@ -654,7 +659,7 @@ def test_a_signal_stops_after_the_step_writes_last_pt_and_the_run_resumes_exactl
             train(config, progress=False, log=None)
     assert stop.value.signal_name == signame and stop.value.step == 4
     state = torch.load(tmp_path / "cut" / "last.pt", weights_only=True)
-    assert state["step"] == 4 and state["position"] == 1 and state["epoch"] == 1
+    assert state["trainer"] == {**state["trainer"], "step": 4, "position": 1, "epoch": 1}
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored
     resumed = train(config, progress=False, resume=True, log=None)
     assert resumed.step == whole.step
@@ -717,7 +722,7 @@ def test_resume_with_a_new_lr_applies_it_and_says_so(tmp_path, capsys):
     state = torch.load(out / "last.pt", weights_only=True)
     groups = [g for s in state["optim"].values() for g in s["param_groups"]]
     assert groups and all(g["clip_norm"] == 2 for g in groups)
-    assert all(g["lr"] in (0.01, 0.01 * 0.5) for g in groups) and state["lr"] in (0.01, 0.005)
+    assert all(g["lr"] in (0.01, 0.01 * 0.5) for g in groups) and state["plateau"]["lr"] in (0.01, 0.005)
 
 
 def test_an_ignored_sigint_stays_ignored(tmp_path, monkeypatch):

@@ -146,7 +146,7 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
 
 
 #: what every checkpoint holds (the rest: what its format holds, :mod:`~pyro_attention.tasks.translation.migration`)
-_REQUIRED_KEYS = ("config", "src_vocab", "tgt_vocab", "network", "epoch", "step")
+_REQUIRED_KEYS = ("config", "src_vocab", "tgt_vocab", "network")
 
 
 def move_checkpoint(ckpt: Checkpoint, device: str) -> None:

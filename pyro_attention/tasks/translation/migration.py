@@ -12,6 +12,10 @@ renaming hooks in the networks.
   the weights -- in the network's state dict, Pyro's param store and the optimiser state, which are keyed by
   parameter name -- from ``att_h.*``, ``out.*``, ``init_h.*``, ``feed_proj.*`` to ``score.att_h.*``,
   ``head.out.*``, ``bridge.init_h.*``, ``feed.proj.*``.
+* **2 -> 3.**  The state of the training loop and of the learning-rate schedule has an owner: the flat counters
+  (``epoch``, ``step``, ``position``, ``epoch_loss``, ``epoch_tokens``) become ``trainer`` (the
+  :class:`~pyro_attention.inference.loop.Trainer`'s ``state_dict()``), and ``best_metric``, ``best_epoch``,
+  ``bad_epochs``, ``lr`` become ``plateau`` (the :class:`~pyro_attention.inference.loop.PlateauDecay`'s).
 
 A checkpoint newer than this package (a higher version) is refused by name.
 """
@@ -24,7 +28,7 @@ from typing import Any
 from pyro.params.param_store import param_with_module_name
 
 #: the format this package writes
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 
 #: format 1's names of :class:`~pyro_attention.networks.Seq2Seq`'s weights -> today's (prefixes)
 SEQ2SEQ_RENAMES = {
@@ -68,8 +72,20 @@ def _format_1_to_2(state: dict[str, Any]) -> dict[str, Any]:
     return {**state, "format_version": 2}
 
 
+_TRAINER_2 = ("epoch", "step", "position", "epoch_loss", "epoch_tokens")
+_PLATEAU_2 = {"best_metric": "best", "best_epoch": "best_epoch", "bad_epochs": "bad", "lr": "lr"}
+
+
+def _format_2_to_3(state: dict[str, Any]) -> dict[str, Any]:
+    moved = set(_TRAINER_2) | set(_PLATEAU_2)
+    return {**{k: v for k, v in state.items() if k not in moved},
+            "trainer": {k: state[k] for k in _TRAINER_2},
+            "plateau": {new: state[old] for old, new in _PLATEAU_2.items()},
+            "format_version": 3}
+
+
 #: version -> the step that upgrades a checkpoint of that version to the next
-STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _format_1_to_2}
+STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _format_1_to_2, 2: _format_2_to_3}
 
 
 def upgrade(state: dict[str, Any], where: str = "checkpoint") -> dict[str, Any]:

@@ -116,7 +116,7 @@ def unrecorded_sittings(sittings: list[dict[str, Any]], state: dict[str, Any]) -
              "interrupted": "unrecorded"} for *_, (seconds, (step, epoch)) in
             sittings_of((seconds, (step, epoch)) for step, _, seconds, epoch in rows)]
     if lost:
-        lost[-1].update(until_epoch=int(state["epoch"]), until_step=int(state["step"]))
+        lost[-1].update(until_epoch=int(state["trainer"]["epoch"]), until_step=int(state["trainer"]["step"]))
     return lost
 
 

@@ -246,7 +246,7 @@ def _train_row(config: TranslationConfig, folder: Path, max_epochs: int | None, 
     done = 0
     if resume:
         state = read_checkpoint(folder / "last.pt")  # no network built just to read a counter
-        done = int(state["epoch"])
+        done = int(state["trainer"]["epoch"])
         recorded = read_sittings(folder)
         lost = unrecorded_sittings(recorded, state)
         if lost:
@@ -289,8 +289,9 @@ def _paused(folder: Path) -> dict[str, Any]:
     state = read_checkpoint(folder / "last.pt")
     sittings = read_sittings(folder)
     sittings += unrecorded_sittings(sittings, state)
-    return {"epochs": int(state["epoch"]), "best_epoch": int(state["best_epoch"]) + 1,
-            "best_val_ppl": float(state["best_metric"]), "stopped_early": False, "steps": int(state["step"]),
+    trainer, plateau = state["trainer"], state["plateau"]
+    return {"epochs": int(trainer["epoch"]), "best_epoch": int(plateau["best_epoch"]) + 1,
+            "best_val_ppl": float(plateau["best"]), "stopped_early": False, "steps": int(trainer["step"]),
             "target_tokens": sum(state["history"]["steps"]["tokens"]),
             "wall_s": sum(s["wall_s"] for s in sittings), "finished": False}
 

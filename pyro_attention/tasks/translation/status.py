@@ -116,16 +116,17 @@ def row_status(config: TranslationConfig, label: str) -> dict[str, Any]:
         return {**status, "state": "unreadable", "error": str(error)}
     epochs = state["history"]["epochs"]
     lost = unrecorded_sittings(sittings, state)  # a killed sitting, or the one running now, to its last.pt
-    status.update(state="training", epochs=int(state["epoch"]), position=int(state["position"]),
-                  step=int(state["step"]), bad_epochs=int(state["bad_epochs"]), lr=float(state["lr"]),
+    trainer, plateau = state["trainer"], state["plateau"]
+    status.update(state="training", epochs=int(trainer["epoch"]), position=int(trainer["position"]),
+                  step=int(trainer["step"]), bad_epochs=int(plateau["bad"]), lr=float(plateau["lr"]),
                   wall_s=status["wall_s"] + sum(s["wall_s"] for s in lost), sittings=len(sittings) + len(lost))
     if state["epoch_batches"]:
         status.update(epoch_batches=int(state["epoch_batches"]))
         if status["logged_kind"] == "step":  # every epoch has the same batches, so the step says where it is
             status.update(logged_batch=status["logged_step"] - (status["logged_epoch"] - 1) * status["epoch_batches"])
     if epochs["val_ppl"]:  # before the first validation best_metric is still the trainer's infinity
-        status.update(best_val_ppl=float(state["best_metric"]),
-                      best_epoch=int(state["best_epoch"]) + 1, last_val_ppl=epochs["val_ppl"][-1],
+        status.update(best_val_ppl=float(plateau["best"]),
+                      best_epoch=int(plateau["best_epoch"]) + 1, last_val_ppl=epochs["val_ppl"][-1],
                       prior_entropy=(epochs["val_prior_entropy"] or [None])[-1])
     return status
 

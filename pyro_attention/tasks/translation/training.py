@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,15 +97,17 @@ def _train(
 ) -> TrainResult:
     """The run: prepared by :func:`_prepare`, trained by the one loop (:class:`~pyro_attention.inference.loop.
     Trainer`) with translation's callbacks."""
-    run, start = _prepare(config, resume=resume, overwrite=overwrite, log=log)
-    plateau = PlateauDecay(run.optim, start["lr"], config.lr_decay, lambda _: run.val.ppl, best=start["best"],
-                           best_epoch=start["best_epoch"], bad=start["bad"])
+    run, saved = _prepare(config, resume=resume, overwrite=overwrite, log=log)
+    plateau = PlateauDecay(run.optim, config.lr, config.lr_decay, lambda _: run.val.ppl)
+    if saved is not None:
+        plateau.load_state_dict(saved["plateau"])
     early = EarlyStopping(plateau, config.patience, run.log)
+    done = saved["trainer"] if saved is not None else {"epoch": 0, "position": 0}
     stopped = early.reached()
-    remaining = 0 if stopped else max(max(config.epochs - start["epoch"], 0) * len(run.train_batches)
-                                      - start["position"], 0)
+    remaining = 0 if stopped else max(max(config.epochs - done["epoch"], 0) * len(run.train_batches)
+                                      - done["position"], 0)
     if remaining == 0 and not stopped:
-        run.log(f"nothing to do: {start['epoch']} of {config.epochs} epochs done (raise --epochs to train further)")
+        run.log(f"nothing to do: {done['epoch']} of {config.epochs} epochs done (raise --epochs to train further)")
     checkpoints = Checkpointing(run, plateau)
     callbacks = [Validate(run), plateau, History(run, plateau), checkpoints]
     if run.rank == 0:
@@ -119,9 +120,10 @@ def _train(
                     dynamic_ncols=True),
         EpochLog(run, plateau), early, StopOnSignal(run, checkpoints),
     ]
-    trainer = Trainer(_svi_step(run, plateau), run.epoch_batches, config.epochs, callbacks, epoch=start["epoch"],
-                      global_step=start["step"], position=start["position"], epoch_loss=start["epoch_loss"],
-                      epoch_tokens=start["epoch_tokens"]).fit()
+    trainer = Trainer(_svi_step(run, plateau), run.epoch_batches, config.epochs, callbacks)
+    if saved is not None:
+        trainer.load_state_dict(saved["trainer"])
+    trainer.fit()
     run.log(f"best validation PPL {plateau.best:.4f} at epoch {plateau.best_epoch + 1}; checkpoints in {run.out}")
     return TrainResult(run.pair, run.network, run.src_vocab, run.tgt_vocab, run.out, trainer.epoch, trainer.step,
                        plateau.best, plateau.best_epoch, plateau.lr, run.history, early.stopped)
@@ -168,7 +170,8 @@ def _prepare(
     config: TranslationConfig, *, resume: bool, overwrite: bool, log: Log | None
 ) -> tuple[TrainingRun, dict[str, Any]]:
     """Data, vocabularies, the pair and its optimiser, restored from ``last.pt`` when resuming; the output folder
-    made and ``history.csv`` (re)written.  Returns the run and the counters to start from."""
+    made and ``history.csv`` (re)written.  Returns the run and the checkpoint it resumes (``None``: a fresh run),
+    whose ``trainer`` and ``plateau`` states the loop continues from."""
     rank, world_size = init_from_env()
     device = resolve_device(config.device, int(os.environ.get("LOCAL_RANK", rank)) if world_size > 1 else None)
     log = (log or (lambda _: None)) if rank == 0 else (lambda _: None)  # only process 0 logs and writes
@@ -201,25 +204,20 @@ def _prepare(
     for name, module in pair.modules().items():  # every parameter in the store before the first step
         module.to(device)
         pyro.module(name, module)
-    start = dict(epoch=0, step=0, best=math.inf, best_epoch=-1, bad=0, lr=config.lr, position=0, epoch_loss=0.0,
-                 epoch_tokens=0)
     if saved is not None:
         load_weights(pair, saved)
         check_param_store(saved)
-        start.update(epoch=saved["epoch"], step=saved["step"], best=saved["best_metric"],
-                     best_epoch=saved["best_epoch"], bad=saved["bad_epochs"], lr=saved["lr"],
-                     position=saved["position"], epoch_loss=saved["epoch_loss"], epoch_tokens=saved["epoch_tokens"])
-        pair.set_step(start["step"])  # KL annealing continues where it stopped (a no-op for the other pairs)
+        pair.set_step(saved["trainer"]["step"])  # KL annealing continues where it stopped (a no-op for the others)
+        if saved["config"]["lr"] != config.lr:
+            saved["plateau"]["lr"] = config.lr  # a new --lr replaces the saved (possibly decayed) one
     broadcast_parameters()
-    if saved is not None and saved["config"].get("lr") != config.lr:
-        start["lr"] = config.lr  # a new --lr replaces the saved (possibly decayed) one
-    optim = _optimiser(config, start["lr"], saved)
+    optim = _optimiser(config, saved["plateau"]["lr"] if saved is not None else config.lr, saved)
     run = TrainingRun(config, rank, world_size, log, src_vocab, tgt_vocab, network, pair, optim, train_batches,
                       val_batches, saved["history"] if saved is not None else empty_history())
     if saved is not None:
-        _restore_rng(run, saved, start)
+        _restore_rng(run, saved)
     _make_out(run)
-    return run, start
+    return run, saved
 
 
 def _saved_state(config: TranslationConfig, *, resume: bool, overwrite: bool) -> dict[str, Any] | None:
@@ -241,15 +239,14 @@ def _saved_state(config: TranslationConfig, *, resume: bool, overwrite: bool) ->
 def _optimiser(config: TranslationConfig, lr: float, saved: dict[str, Any] | None) -> FusedClippedAdam:
     """The optimiser at ``lr``, its state restored from ``saved`` with this run's ``lr`` and ``clip_norm``."""
     optim = FusedClippedAdam({"lr": lr, "clip_norm": config.clip_norm})
-    if saved is not None:
-        optim.set_state(saved["optim"])
-        for state in optim._state_waiting_to_be_consumed.values():  # the optimiser's own copies of the settings
-            for group in state["param_groups"]:
-                group["lr"], group["clip_norm"] = lr, config.clip_norm
+    if saved is not None:  # Pyro's public state: each parameter's optimiser state dict, whose groups carry the settings
+        optim.set_state({name: {**state, "param_groups": [{**group, "lr": lr, "clip_norm": config.clip_norm}
+                                                          for group in state["param_groups"]]}
+                         for name, state in saved["optim"].items()})
     return optim
 
 
-def _restore_rng(run: TrainingRun, saved: dict[str, Any], start: dict[str, Any]) -> None:
+def _restore_rng(run: TrainingRun, saved: dict[str, Any]) -> None:
     """This process's random states of the checkpoint (written by as many processes as resume it), and say so."""
     ranks, written_by = saved["rng_ranks"], saved["world_size"]
     if written_by != run.world_size:
@@ -258,11 +255,12 @@ def _restore_rng(run: TrainingRun, saved: dict[str, Any], start: dict[str, Any])
             "sampling streams cannot continue exactly; resume with the same number of processes"
         )
     restore_rng_state(ranks[run.rank] if run.world_size > 1 else saved["rng"])
-    epoch, position, epochs = start["epoch"], start["position"], run.config.epochs
+    trainer, plateau, epochs = saved["trainer"], saved["plateau"], run.config.epochs
+    epoch, position = trainer["epoch"], trainer["position"]
     run.log(  # epochs counted from 1, as in the progress bar and the "epoch E/N" lines
         f"resumed from {run.last_path}: "
         + (f"in epoch {epoch + 1}/{epochs}, {position} batches in" if position else f"after epoch {epoch}/{epochs}")
-        + f" (step {start['step']}), best validation {start['best']:.4g}, lr {start['lr']:.3g}"
+        + f" (step {trainer['step']}), best validation {plateau['best']:.4g}, lr {plateau['lr']:.3g}"
     )
 
 
