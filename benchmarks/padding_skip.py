@@ -1,26 +1,27 @@
 """The enumeration table with padded (target, source) pairs skipped against computed: the record behind
 docs/performance.md's row "padded pairs skipped by the fused table".
 
-:func:`~pyro_attention.distributions.enumeration.observed_table` evaluates the output layer at every (target
-token, source position) pair of a batch.  A length-bucketed batch is padded to its longest source and target; the
-fused path skips the padded pairs (their entries are 0, which no pair reads: ``tests/test_kernels.py``).  For
-``--batches`` training batches of a run (drawn at random with ``--seed``) this prints the share of the pairs that
-are padding and times the work two ways, alternating from batch to batch, after one untimed call of each: as it
-runs (padding skipped) and with every position of the encoded batch marked real for the table (all ``S x T``
-pairs computed, what the table did before; the entries at padded pairs are then the layer's values, which no pair
-reads).  Timed: ``observed_table`` forward and backward (a weighted sum as the loss), or with ``--step`` the
-whole training step of the run's pair (``loss_and_grads`` of its ELBO, the same Pyro seed both ways; the losses
-and the gradients' relative difference are printed: they agree up to the rounding of products grouped otherwise).
-Seconds are CPU seconds of the process (steadier than wall-clock time beside other jobs) and wall-clock seconds,
-the network in training mode, at ``--matmul-precision``.
+:func:`~pyro_attention.distributions.enumeration.observed_table` evaluates the output layer at every (target token,
+source position) pair of a batch. A length-bucketed batch is padded to its longest source and target; the fused path
+skips the padded pairs (their entries are 0, which no pair reads: ``tests/distributions/test_kernels.py``). For
+``--batches`` training batches of a run (drawn at random with ``--seed``) this prints the share of the pairs that are
+padding and times the work two ways, alternating from batch to batch, after one untimed call of each: as it runs
+(padding skipped) and with every position of the encoded batch marked real for the table (all ``S x T`` pairs
+computed, what the table did before; the entries at padded pairs are then the layer's values, which no pair reads).
+Timed: ``observed_table`` forward and backward (a weighted sum as the loss), or with ``--step`` the whole training
+step of the run's pair (``loss_and_grads`` of its ELBO, the same Pyro seed both ways; the losses and the gradients'
+relative difference are printed: they agree up to the rounding of products grouped otherwise). Seconds are CPU
+seconds of the process (steadier than wall-clock time beside other jobs) and wall-clock seconds, the network in
+training mode, at ``--matmul-precision``.
 
-``--checkpoint`` is a run's ``last.pt`` or ``best.pt`` (its corpus must be where its config says).  Without it, a
-fresh ``marginal`` run on the package's synthetic corpus (tiny sizes: what the test runs).  It measures and
-asserts nothing; say what else ran on the cores beside it.
+``--checkpoint`` is a run's ``last.pt`` or ``best.pt`` (its corpus must be where its config says). Without it, a
+fresh ``marginal`` run on the package's synthetic corpus (tiny sizes: what the test runs). It measures and asserts
+nothing; say what else ran on the cores beside it.
 
     python benchmarks/padding_skip.py --checkpoint ~/runs/table1-iwslt14/va-enum/last.pt --batches 6
     python benchmarks/padding_skip.py --checkpoint ~/runs/table1-iwslt14/va-enum/last.pt --batches 6 --step
     python benchmarks/padding_skip.py --batches 2 --step
+
 """
 
 from __future__ import annotations

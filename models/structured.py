@@ -80,7 +80,7 @@ which is exactly :math:`p(z \mid x)\,[r = \mathrm{first}(z)]` (the Markov proper
   (``S + 1`` values) and every ``"align_{i}"`` (2 values) in parallel inside ``pyro.markov`` over source
   positions, so variable elimination costs :math:`O(S^2)` per token, not :math:`2^S`; ``-loss`` is the exact
   ``log p(y | x)``, checked against brute force over all :math:`2^S` selections in
-  ``tests/test_structured.py``.  :meth:`SegmentationMarginal.log_likelihood` gives the same number per token by
+  ``tests/models/test_structured.py``.  :meth:`SegmentationMarginal.log_likelihood` gives the same number per token by
   the dynamic programme.  (``inference.log_likelihood`` multiplies the enumerated sites' tensors out by
   broadcasting; ``pyro.markov`` recycles enumeration dims, which that brute force cannot tell apart, so use the
   pair's own method.)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 import pyro
 import pytest
 import torch
@@ -43,3 +45,14 @@ def snapshot_draws():
     if draws != SNAPSHOT_DRAWS:
         pytest.skip(f"torch {torch.__version__} draws categoricals differently from the torch that made the snapshot "
                     f"({draws} against {SNAPSHOT_DRAWS} under seed 0): its sampled values cannot match")
+
+
+@pytest.fixture(autouse=True)
+def _sigint_as_in_a_terminal():
+    """A shell starts a background job (``pytest &``) with SIGINT ignored, and Python then leaves it ignored: each
+    test starts with Python's own SIGINT handler, as in a terminal, so the Ctrl-C tests behave the same either way."""
+    previous = signal.getsignal(signal.SIGINT)
+    if previous == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)

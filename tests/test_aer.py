@@ -19,6 +19,7 @@ from pyro_attention.data import (
     read_parallel,
     read_pharaoh,
 )
+from tests.support.paths import REPO
 
 # ----------------------------------------------------------------------------------------------------------------
 # The worked example
@@ -259,7 +260,7 @@ def test_symmetrize_intersect_union():
 
 
 def _gold_dir() -> Path:
-    candidates = [Path(__file__).resolve().parents[2] / "shared" / "data"]
+    candidates = [REPO.parent / "shared" / "data"]
     if os.environ.get("PYRO_ATTENTION_DATA"):
         candidates.append(Path(os.environ["PYRO_ATTENTION_DATA"]).expanduser())
     for root in candidates:

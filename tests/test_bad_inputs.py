@@ -8,7 +8,7 @@ or dtype, the option and the allowed values.  The error must be raised by this p
 torch or Pyro), and command-line mistakes must end in one ``error:`` line with exit status 1 or 2.
 
 ``docs/troubleshooting.md`` lists every entry (``test_every_mistake_is_documented`` keeps it from drifting);
-``python tests/test_bad_inputs.py`` prints its tables from a real run.
+``python -m tests.test_bad_inputs`` prints its tables from a real run.
 """
 
 from __future__ import annotations
@@ -70,8 +70,8 @@ from pyro_attention.tasks.translation import (
     translate_lines,
 )
 from pyro_attention.tasks.translation.decoding import greedy, translate
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "troubleshooting.md"
 TINY = dict(
     train_size=16, val_size=8, batch_size=8, embedding=8, encoder=8, decoder=16, attention=8, epochs=1, threads=0
@@ -1443,7 +1443,7 @@ def test_every_mistake_is_documented():
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# ``python tests/test_bad_inputs.py``: the tables of docs/troubleshooting.md, messages from a real run
+# ``python -m tests.test_bad_inputs``: the tables of docs/troubleshooting.md, messages from a real run
 
 
 def _message(mistake: Mistake) -> str:

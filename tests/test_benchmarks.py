@@ -10,7 +10,8 @@ from types import ModuleType
 import pyro
 import pytest
 import torch
-from scripts import load_script
+
+from tests.support.scripts import load_script
 
 TINY = [
     "--batch-size",

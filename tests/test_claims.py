@@ -25,7 +25,6 @@ import pyro
 import pytest
 import torch
 from scipy import integrate
-from toy_network import ToyNetwork, make_toy_batch
 
 from pyro_attention.aer import alignment_error_rate
 from pyro_attention.data import make_synthetic_translation
@@ -38,6 +37,7 @@ from pyro_attention.pair import observed_log_likelihood
 from pyro_attention.registry import make_pair
 from pyro_attention.tasks.align import Trained, alignment_probs, argmax_links
 from pyro_attention.tasks.translation.decoding import greedy, translate
+from tests.support.toy_network import ToyNetwork, make_toy_batch
 
 # ----------------------------------------------------------------------------------------------------------------
 # 1. Gumbel-softmax gradients against finite differences

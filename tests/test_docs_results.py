@@ -6,11 +6,12 @@ into a JSON file without its table in the page, or a table left at an older run'
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+from tests.support.paths import REPO
+
+DOCS = REPO / "docs"
 #: decimals of the perplexities in each file's table (IWSLT14's are per BPE token, in the hundreds)
 PPL_DECIMALS = {"table1-multi30k.json": 2, "table1-iwslt14.json": 1}
 

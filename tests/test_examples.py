@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import math
-import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from scripts import load_script
 
 from pyro_attention import cli
+from tests.support.paths import REPO, SHARED_DATA
+from tests.support.scripts import load_script
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = REPO / "examples"
 TESTED = {
     "toy_expectation.py",
     "exact_vs_variational.py",
@@ -23,7 +22,7 @@ TESTED = {
     "translate.py",
     "clevr_qa.py",
 }
-CLEVR = Path(os.environ.get("PYRO_ATTENTION_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+CLEVR = SHARED_DATA
 
 
 def _load(name: str):

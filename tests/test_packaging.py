@@ -18,7 +18,9 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.paths import REPO
+
+ROOT = REPO
 #: the packages the source tree holds (each folder with an __init__.py), as the wheel must name them
 SOURCES = {"pyro_attention": ROOT / "pyro_attention", "pyro_attention/models": ROOT / "models",
            "pyro_attention/inference": ROOT / "inference"}

@@ -13,11 +13,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from toy_network import ToyNetwork, make_toy_batch  # noqa: E402
 
 from pyro_attention import plots  # noqa: E402
 from pyro_attention.inference import alignment_posterior, to_inference_data  # noqa: E402
 from pyro_attention.models import RelaxedAttention, SoftAttention, VariationalAttention  # noqa: E402
+from tests.support.toy_network import ToyNetwork, make_toy_batch  # noqa: E402
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.paths import REPO
+
+ROOT = REPO
 
 
 @pytest.mark.skipif(shutil.which("ruff") is None, reason="ruff is not installed (it comes with the test extra)")

@@ -7,7 +7,8 @@ from types import ModuleType
 
 import pytest
 import torch
-from scripts import load_script
+
+from tests.support.scripts import load_script
 
 
 def _load(name: str) -> ModuleType:

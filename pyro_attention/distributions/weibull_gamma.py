@@ -23,7 +23,7 @@ For :math:`q = \mathrm{LogNormal}(\mu, \sigma)` (:math:`\mathbb{E}_q[\log w] = \
     \mathrm{KL}(q \,\|\, p) = -\alpha\mu - \log\sigma - \tfrac12(1 + \log 2\pi)
         + \beta e^{\mu + \sigma^2/2} - \alpha\log\beta + \log\Gamma(\alpha).
 
-Both are checked against Monte Carlo estimates in ``tests/test_neighbours.py``.
+Both are checked against Monte Carlo estimates in ``tests/models/test_neighbours.py``.
 
 :class:`MaskedVector` turns a batch of independent positive scalars ``(..., S)`` into one vector-valued
 distribution with event shape ``(S,)`` restricted to a mask: coordinates where the mask is ``False`` are

@@ -29,7 +29,7 @@ exact negative log-likelihood per target token.
 and each free table is set at the epoch's end to ``t(y | x) = (c(x, y) + alpha) / (c(x) + V alpha)``, the posterior
 mean of a row under a symmetric ``Dirichlet(alpha)`` prior -- EM's M-step with add-``alpha`` smoothing (Moore 2004),
 the classic aligners' sparse-prior remedy for rare words that collect stray links (eflomal samples under such a
-prior).  With a vanishing ``alpha`` on IBM Model 1 this is EM exactly (tested against ``tests/ibm1_em.py``).
+prior).  With a vanishing ``alpha`` on IBM Model 1 this is EM exactly (tested against ``tests/support/ibm1_em.py``).
 
 Pyro runs it: ``SVI(model, guide, optim, loss=agreement_loss)`` with a custom loss (the model registers both
 networks with ``pyro.module``; there is no latent site to guide), stepped by the package's
