@@ -5,7 +5,7 @@
 #   setsid nohup bash benchmarks/experiment_queue.sh examples/configs/table1-multi30k.toml ~/runs/table1-multi30k \
 #       hard-sample relaxed > /dev/null 2>&1 < /dev/null &
 #
-# It runs `pyro-attention experiment --config CONFIG --out RUNS --rows ROW --threads N --quiet` for each ROW in
+# It runs `pyro-attention experiment run --config CONFIG --out RUNS --rows ROW --threads N --quiet` for each ROW in
 # turn from a frozen copy of the package at this checkout's HEAD (~/runs/src-COMMIT, ~/runs/venv-COMMIT: editing
 # the checkout does not change a running row) and logs to RUNS.log.  What is missing is rebuilt: on a new machine
 # or commit the venv (torch==2.13.0 first, then the package); a finished row is skipped and a half-trained one
@@ -64,7 +64,7 @@ main() {
     for row in "$@"; do
         echo "$(date -u +%FT%TZ) row $row ($commit, threads $threads${precision:+, matmul precision $precision})" >> "$log"
         status=0
-        "$exe" experiment --config "$config" --out "$out" --rows "$row" --threads "$threads" --quiet \
+        "$exe" experiment run --config "$config" --out "$out" --rows "$row" --threads "$threads" --quiet \
             ${precision:+--matmul-precision "$precision"} \
             >> "$log" 2>&1 || status=$?
         if [ "$status" -eq 130 ]; then  # SIGINT / SIGTERM: last.pt written; the queue stops with its row

@@ -120,7 +120,7 @@ main() {
 }
 
 experiment() {  # CONFIG OUT LOG [OPTION ...]: `pyro-attention experiment` on the device, in the background
-    $py -m pyro_attention experiment --config "$1" --out "$2" --device "$dev" --threads 1 --quiet "${@:4}" \
+    $py -m pyro_attention experiment run --config "$1" --out "$2" --device "$dev" --threads 1 --quiet "${@:4}" \
         > "$3" 2>&1 &
 }
 

@@ -175,16 +175,16 @@ def _busy_folder() -> None:
 
 
 def _experiment(toml: str, *flags: str) -> None:
-    """``pyro-attention experiment`` on an experiment file ``exp.toml`` holding ``toml``, runs folder ``runs``."""
-    _cli("experiment", "--config", _file("exp.toml", toml), "--out", _path("runs"), *flags)
+    """``pyro-attention experiment run`` on an experiment file ``exp.toml`` holding ``toml``, runs folder ``runs``."""
+    _cli("experiment", "run", "--config", _file("exp.toml", toml), "--out", _path("runs"), *flags)
 
 
 def _status_with(runs: str, name: str, text: str) -> None:
-    """``pyro-attention experiment --status`` on a one-row file whose row folder ``runs/a`` holds ``name`` with
+    """``pyro-attention experiment status`` on a one-row file whose row folder ``runs/a`` holds ``name`` with
     ``text`` (a row file edited by hand)."""
     _file(f"{runs}/a/{name}", text)
-    _cli("experiment", "--config", _file("exp.toml", '[shared]\n[[rows]]\nlabel = "a"\nmodel = "soft"\n'),
-         "--out", _path(runs), "--status")
+    _cli("experiment", "status", "--config", _file("exp.toml", '[shared]\n[[rows]]\nlabel = "a"\nmodel = "soft"\n'),
+         "--out", _path(runs))
 
 
 def _cli(*argv: str) -> None:
@@ -751,16 +751,16 @@ CATALOGUE: list[Mistake] = [
         "Use one of the listed pairs.",
     ),
     Mistake(
-        "experiment-unknown-row", CONFIG, "`pyro-attention experiment --rows` naming a row the file lacks",
+        "experiment-unknown-row", CONFIG, "`pyro-attention experiment run --rows` naming a row the file lacks",
         lambda: _experiment('[shared]\nepochs = 1\n[[rows]]\nlabel = "soft"\nmodel = "soft"\n', "--rows", "sfot"),
         SystemExit, r"exp\.toml: no row labelled \['sfot'\] \(did you mean \['soft'\]\?\); the rows are \['soft'\]",
         "Use the labels of the file's `[[rows]]`.",
     ),
     Mistake(
         "experiment-status-no-runs", CONFIG,
-        "`pyro-attention experiment --status` naming a runs folder that is not there",
-        lambda: _cli("experiment", "--config", _file("exp.toml", '[shared]\n[[rows]]\nlabel = "a"\nmodel = "soft"\n'),
-                     "--out", _path("no-runs"), "--status"),
+        "`pyro-attention experiment status` naming a runs folder that is not there",
+        lambda: _cli("experiment", "status", "--config",
+                     _file("exp.toml", '[shared]\n[[rows]]\nlabel = "a"\nmodel = "soft"\n'), "--out", _path("no-runs")),
         SystemExit, r"exit status 1: .*no-runs: no such runs folder \(no row of .*exp\.toml has started there\)",
         "Check `--out`: it is the folder the rows were trained in.",
     ),
@@ -792,12 +792,12 @@ CATALOGUE: list[Mistake] = [
     ),
     Mistake(
         "experiment-merge-unevaluated", CONFIG,
-        "`pyro-attention experiment --merge TABLE.json --out RUNS --rows ROW` for a row not yet evaluated",
+        "`pyro-attention experiment merge TABLE.json --out RUNS --rows ROW` for a row not yet evaluated",
         lambda: (_file("merge-runs/a/history.csv", "kind,epoch,step\n"),
-                 _cli("experiment", "--merge", _path("table.json"), "--out", _path("merge-runs"), "--rows", "a")),
+                 _cli("experiment", "merge", _path("table.json"), "--out", _path("merge-runs"), "--rows", "a")),
         SystemExit, r"exit status 1: .*merge-runs/a: no result\.json \(nor result-paused\.json\): the row has not "
-                    r"been evaluated; --status says where it stands",
-        "Let the row finish (or `--evaluate-paused` it), then merge it; `--status` says where it stands.",
+                    r"been evaluated; 'pyro-attention experiment status' says where it stands",
+        "Let the row finish (or `--evaluate-paused` it), then merge it; `experiment status` says where it stands.",
     ),
     Mistake(
         "config-wrong-type", CONFIG, "a config value of the wrong type",

@@ -124,10 +124,15 @@ def test_write_text_is_atomic(tmp_path):
 # --help: every option has help text and shows its default
 
 
-def _subparsers() -> dict[str, argparse.ArgumentParser]:
-    parser = cli.make_parser()
-    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return dict(action.choices)
+def _subparsers(parser: argparse.ArgumentParser | None = None, prefix: str = "") -> dict[str, argparse.ArgumentParser]:
+    """Every command's parser by its words (``"train"``, ``"experiment run"``), nested actions included."""
+    parser = parser or cli.make_parser()
+    action = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    found = {}
+    for name, sub in (action.choices.items() if action is not None else ()):
+        found[prefix + name] = sub
+        found.update(_subparsers(sub, prefix + name + " "))
+    return found
 
 
 @pytest.mark.parametrize("command", list(_subparsers()))

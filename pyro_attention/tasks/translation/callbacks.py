@@ -261,7 +261,7 @@ class Checkpointing(Callback):
             "rng_ranks": rng_ranks if run.world_size > 1 else None,
             "world_size": run.world_size,
             "trainer": trainer.state_dict(),
-            "epoch_batches": len(run.train_batches),  # for --status, before the first epoch has ended
+            "epoch_batches": len(run.train_batches),  # for `experiment status`, before the first epoch has ended
             "metric": "val_ppl",
             "plateau": plateau.state_dict(),
             "val": dataclasses.asdict(val) if val is not None else None,

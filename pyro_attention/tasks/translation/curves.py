@@ -1,6 +1,6 @@
 """A runs folder's curves and figures: each row's validation perplexity and alignment entropies per epoch, read from
 its ``history.csv`` (the clock running on across sittings), and the figure of them that ``pyro-attention experiment``
-draws beside ``table.json`` (``--plot TABLE.json`` for a table merged by hand, e.g. ``docs/results/``)."""
+draws beside ``table.json`` (``experiment plot TABLE.json`` for a table merged by hand, e.g. ``docs/results/``)."""
 
 from __future__ import annotations
 

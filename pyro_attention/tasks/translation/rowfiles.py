@@ -2,7 +2,7 @@
 ``scored-*.json`` -- read with errors that name the file (one edited or cut short by hand), written atomically;
 the accounting of the row's sittings (a sitting killed outright writes no ``sittings.json`` entry; its time is
 recovered from ``last.pt``); and the folder's ``.lock``, held by the one process working in it.  A leaf module:
-training, the runner, ``--status`` and the figures all go through it."""
+training, the runner, ``experiment status`` and the figures all go through it."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def read_json(path: Path, default: Any) -> Any:
         raise ValueError(f"{path}: not readable as JSON ({e})") from None
 
 
-#: the keys of ``result.json`` (and ``result-paused.json``) that the table and ``--status`` read
+#: the keys of ``result.json`` (and ``result-paused.json``) that the table and ``experiment status`` read
 RESULT_KEYS = ("label", "pair", "estimator", "output", "val_ppl", "test_ppl", "ppl_exact", "bleu", "bleu_tok_none",
                "bleu_kmax5", "prior_entropy", "epochs", "best_epoch", "stopped_early", "wall_s", "tokens_per_s")
 #: the keys of ``trained.json``
@@ -130,8 +130,8 @@ def run_lock(out: Path, retry_s: float = 1.0) -> Iterator[None]:
     ``out``; a second process is refused with the holder's PID.  Reentrant within a process: the runner holds a
     row's folder for its training and evaluation, and the training it calls takes the same lock again.
 
-    :param retry_s: how long to keep trying while the lock is held (:func:`run_busy` of ``--status`` holds it for an
-        instant).
+    :param retry_s: how long to keep trying while the lock is held (:func:`run_busy` of ``experiment status`` holds
+        it for an instant).
     :raises FileExistsError: another process holds the lock.
     :raises WriteError: the folder or its ``.lock`` cannot be created."""
     key = Path(os.path.abspath(out))

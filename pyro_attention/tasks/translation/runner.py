@@ -29,11 +29,11 @@ Each row lives in ``RUNS/<label>/`` (the trainer's ``last.pt``, ``best.pt``, ``h
   ``RUNS/<label>/result-paused.json`` (``"finished": false``), so a sitting that must end -- its machine to be
   replaced, say -- keeps what the row has reached; the row still resumes later, and its ``result.json`` then
   supersedes it;
-* :func:`~pyro_attention.tasks.translation.status.experiment_status` (``--status``) reads where every row
+* :func:`~pyro_attention.tasks.translation.status.experiment_status` (``experiment status``) reads where every row
   stands and trains nothing.
 
 A process training or evaluating a row holds the folder's ``.lock`` (a second process working on the same row is
-refused, naming the first one's PID; ``--status`` reads the lock to tell a row being worked on now).
+refused, naming the first one's PID; ``experiment status`` reads the lock to tell a row being worked on now).
 
 A trained row is evaluated from ``best.pt``: validation and test perplexity (exact where the pair allows,
 :func:`~pyro_attention.tasks.translation.evaluate`), BLEU with beam 5 (sacreBLEU on detokenised output against the
@@ -400,7 +400,7 @@ def merge_rows(table: str | os.PathLike, runs: str | os.PathLike, *, only: Seque
         if found is None:
             if only:
                 raise ValueError(f"{runs / label}: no result.json (nor result-paused.json): the row has not been "
-                                 "evaluated; --status says where it stands")
+                                 "evaluated; 'pyro-attention experiment status' says where it stands")
             continue
         row = read_record(found, RESULT_KEYS)
         row.pop("note", None)

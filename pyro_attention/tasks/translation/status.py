@@ -1,4 +1,4 @@
-"""``pyro-attention experiment --status``: where every row of an experiment file stands, read from its run folder
+"""``pyro-attention experiment status``: where every row of an experiment file stands, read from its run folder
 alone (``result.json``, ``trained.json``, ``last.pt``, ``sittings.json``, ``history.csv``), so it is safe while rows
 train."""
 

@@ -138,22 +138,25 @@ def test_a_merged_table_is_drawn_from_its_rows_curves(tmp_path, capsys):
             {"label": "no-curve", "val_ppl": 4.0}]
     table = tmp_path / "table1.json"
     table.write_text(json.dumps(rows))
-    assert cli.main(["experiment", "--plot", str(table)]) == 0
+    assert cli.main(["experiment", "plot", str(table)]) == 0
     assert capsys.readouterr().out.strip() == str(tmp_path / "table1-val_ppl.png")
     assert (tmp_path / "table1-val_ppl.png").stat().st_size > 0
     rows[0]["wall_s_per_epoch"] = [60.0]
     table.write_text(json.dumps(rows))
     with pytest.raises(SystemExit) as e:
-        cli.main(["experiment", "--plot", str(table), "--figure", str(tmp_path / "x.png")])
+        cli.main(["experiment", "plot", str(table), "--figure", str(tmp_path / "x.png")])
     assert e.value.code == 1 and not (tmp_path / "x.png").exists()
     assert "row 'timed': wall_s_per_epoch has 1 entries, val_ppl_per_epoch 2" in capsys.readouterr().err
     table.write_text('{"rows": []}')
     with pytest.raises(SystemExit):
-        cli.main(["experiment", "--plot", str(table)])
+        cli.main(["experiment", "plot", str(table)])
     assert "table1.json: a table is a JSON list of rows" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:
-        cli.main(["experiment", "--out", str(tmp_path)])
-    assert e.value.code == 2 and "--config and --out are required" in capsys.readouterr().err
+        cli.main(["experiment", "run", "--out", str(tmp_path)])
+    assert e.value.code == 2 and "the following arguments are required: --config" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        cli.main(["experiment", "--config", str(table)])  # an action first
+    assert e.value.code == 2 and "choose from 'run', 'status', 'curves', 'merge', 'plot'" in capsys.readouterr().err
 
 
 def test_merge_puts_a_runs_folders_rows_into_a_table_of_several(tmp_path, capsys):
@@ -165,7 +168,7 @@ def test_merge_puts_a_runs_folders_rows_into_a_table_of_several(tmp_path, capsys
     table = tmp_path / "docs.json"
     table.write_text(json.dumps([{"label": "first", "val_ppl": 1.0},
                                  {"label": "soft", "val_ppl": 99.0, "note": "an older run"}]))
-    assert cli.main(["experiment", "--merge", str(table), "--out", str(runs), "--note", "CPU, one thread"]) == 0
+    assert cli.main(["experiment", "merge", str(table), "--out", str(runs), "--note", "CPU, one thread"]) == 0
     assert capsys.readouterr().out.strip() == f"{table}: replaced row soft from {runs}"
     rows = json.loads(table.read_text())
     result = json.loads((runs / "soft" / "result.json").read_text())
@@ -183,7 +186,7 @@ def test_merge_puts_a_runs_folders_rows_into_a_table_of_several(tmp_path, capsys
     with pytest.raises(ValueError, match=r"late: no result.json \(nor result-paused.json\): the row has not been"):
         merge_rows(fresh, runs, only=["late"])
     with pytest.raises(SystemExit) as e:
-        cli.main(["experiment", "--merge", str(tmp_path / "exp.toml"), "--out", str(runs)])
+        cli.main(["experiment", "merge", str(tmp_path / "exp.toml"), "--out", str(runs)])
     assert e.value.code == 1 and "exp.toml: not readable as JSON" in capsys.readouterr().err
     fresh.write_text('{"rows": []}')
     with pytest.raises(ValueError, match=r"new.json: a table is a JSON list of rows"):
@@ -191,8 +194,9 @@ def test_merge_puts_a_runs_folders_rows_into_a_table_of_several(tmp_path, capsys
     with pytest.raises(ValueError, match=r"empty: no evaluated row"):
         (tmp_path / "empty").mkdir()
         merge_rows(table, tmp_path / "empty")
-    for argv, message in ((["--merge", str(table)], "--merge TABLE.json needs --out RUNS"),
-                          (["--config", str(path), "--out", str(runs), "--note", "x"], "--note goes with --merge")):
+    for argv, message in ((["merge", str(table)], "the following arguments are required: --out"),
+                          (["run", "--config", str(path), "--out", str(runs), "--note", "x"],
+                           "unrecognized arguments: --note x")):
         with pytest.raises(SystemExit) as e:
             cli.main(["experiment", *argv])
         assert e.value.code == 2 and message in capsys.readouterr().err
@@ -215,7 +219,7 @@ def test_a_paused_row_is_evaluated_as_it_is_and_then_resumes(tmp_path, capsys):
     runs = tmp_path / "r"
     assert run_experiment(path, runs, only=["soft"], max_epochs=1, progress=False, log=None) == []
     stamp = (runs / "soft" / "last.pt").stat().st_mtime_ns
-    assert cli.main(["experiment", "--config", str(path), "--out", str(runs), "--evaluate-paused", "--no-bleu",
+    assert cli.main(["experiment", "run", "--config", str(path), "--out", str(runs), "--evaluate-paused", "--no-bleu",
                      "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "[marginal-product] not started: nothing to evaluate" in out and "| soft (unfinished) | soft |" in out
@@ -231,7 +235,7 @@ def test_a_paused_row_is_evaluated_as_it_is_and_then_resumes(tmp_path, capsys):
 
 def test_only_some_rows_and_the_cli(tmp_path, capsys):
     path = _write(tmp_path)
-    assert cli.main(["experiment", "--config", str(path), "--out", str(tmp_path / "r"), "--rows", "soft",
+    assert cli.main(["experiment", "run", "--config", str(path), "--out", str(tmp_path / "r"), "--rows", "soft",
                      "--no-bleu", "--quiet", "--device", "cpu", "--threads", "1", "--matmul-precision", "medium"]) == 0
     printed = capsys.readouterr().out
     assert "| soft | soft |" in printed and "marginal-product" not in printed
@@ -241,12 +245,12 @@ def test_only_some_rows_and_the_cli(tmp_path, capsys):
     assert [s["matmul_precision"] for s in sittings] == ["medium"]  # each sitting says how it multiplied
     assert torch.get_float32_matmul_precision() == "highest"  # the process's, restored
     with pytest.raises(SystemExit) as e:
-        cli.main(["experiment", "--config", str(path), "--out", str(tmp_path / "r2"), "--rows", "soft", "--no-bleu",
-                  "--quiet", "--matmul-precision", "bf16"])
+        cli.main(["experiment", "run", "--config", str(path), "--out", str(tmp_path / "r2"), "--rows", "soft",
+                  "--no-bleu", "--quiet", "--matmul-precision", "bf16"])
     assert e.value.code == 1
     assert "matmul_precision must be one of highest, high, medium; got 'bf16'" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:
-        cli.main(["experiment", "--config", str(path), "--out", str(tmp_path / "r"), "--rows", "hard"])
+        cli.main(["experiment", "run", "--config", str(path), "--out", str(tmp_path / "r"), "--rows", "hard"])
     assert e.value.code == 2  # an error of the call, as train --config's
     assert "no row labelled ['hard']; the rows are ['soft', 'marginal-product']" in capsys.readouterr().err
 
@@ -265,7 +269,7 @@ def test_status_reads_where_each_row_stands_and_trains_nothing(tmp_path, capsys)
     but not evaluated, finished (test PPL), a first epoch under way, a damaged last.pt said in its row, and the
     CLI's errors for an unknown row and a runs folder that is not there."""
     path, runs, stamp = _two_epochs_of(tmp_path, "soft")
-    assert cli.main(["experiment", "--config", str(path), "--out", str(runs), "--status"]) == 0
+    assert cli.main(["experiment", "status", "--config", str(path), "--out", str(runs)]) == 0
     printed = capsys.readouterr().out
     assert (runs / "soft" / "last.pt").stat().st_mtime_ns == stamp and not (runs / "marginal-product").exists()
     soft, marginal = experiment_status(path, runs)
@@ -313,10 +317,10 @@ def test_status_reads_where_each_row_stands_and_trains_nothing(tmp_path, capsys)
     broken = experiment_status(path, runs, only=["marginal-product"])[0]
     assert broken["state"] == "unreadable" and "last.pt: cannot be read as a checkpoint" in broken["error"]
     with pytest.raises(SystemExit) as e:
-        cli.main(["experiment", "--config", str(path), "--out", str(runs), "--status", "--rows", "hard"])
+        cli.main(["experiment", "status", "--config", str(path), "--out", str(runs), "--rows", "hard"])
     assert e.value.code == 2 and "no row labelled ['hard']" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:  # a mistyped --out is said, not shown as rows never started
-        cli.main(["experiment", "--config", str(path), "--out", str(tmp_path / "rr"), "--status"])
+        cli.main(["experiment", "status", "--config", str(path), "--out", str(tmp_path / "rr")])
     assert e.value.code == 1 and "rr: no such runs folder (no row of" in capsys.readouterr().err
 
 
@@ -415,7 +419,7 @@ def test_ctrl_c_during_a_row_exits_130_and_the_next_call_finishes_the_same_table
     runs = tmp_path / "cut"
     with monkeypatch.context() as mp:
         signal_on_step(mp, signal.SIGINT, at=5)  # row 2's first step (row 1: 2 epochs of 2 batches)
-        code = cli.main(["experiment", "--config", str(path), "--out", str(runs), "--no-bleu", "--quiet"])
+        code = cli.main(["experiment", "run", "--config", str(path), "--out", str(runs), "--no-bleu", "--quiet"])
     assert code == 130 and "run the same command again to continue" in capsys.readouterr().err
     assert (runs / "soft" / "result.json").is_file() and not (runs / "marginal-product" / "result.json").exists()
     assert json.loads((runs / "marginal-product" / "sittings.json").read_text())[0]["interrupted"] == "SIGINT"
@@ -688,7 +692,7 @@ def test_curves_print_each_rows_validation_per_epoch_and_train_nothing(tmp_path,
     """--curves: one markdown table per row from its history.csv (validation PPL, new bests in bold, learning rate,
     the entropies the pair records, the clock), a row not started said so, nothing written."""
     path, runs, stamp = _two_epochs_of(tmp_path, "marginal-product")
-    assert cli.main(["experiment", "--config", str(path), "--out", str(runs), "--curves"]) == 0
+    assert cli.main(["experiment", "curves", "--config", str(path), "--out", str(runs)]) == 0
     printed = capsys.readouterr().out
     assert (runs / "marginal-product" / "last.pt").stat().st_mtime_ns == stamp
     epochs = [line.split(",") for line in (runs / "marginal-product" / "history.csv").read_text().splitlines()
