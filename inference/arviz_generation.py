@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from pyro_attention.outputs import writing
+from pyro_attention.files import writing
 
 #: ArviZ's major version: 0 (``InferenceData``, Python 3.10 / 3.11) or 1 (``xarray.DataTree``, Python >= 3.12)
 GENERATION = 0 if int(version("arviz").split(".")[0]) < 1 else 1
@@ -122,7 +122,7 @@ def update_attrs(data: ArvizData, attrs: Mapping[str, Any]) -> None:
 
 def save_netcdf(data: ArvizData, path: str | Path) -> Path:
     """Write ``data`` to ``path`` (NetCDF-4, one HDF5 group per ArviZ group) atomically: a failure leaves an
-    existing file as it was and raises a :class:`~pyro_attention.outputs.WriteError` naming ``path``."""
+    existing file as it was and raises a :class:`~pyro_attention.files.WriteError` naming ``path``."""
     if not hasattr(data, "to_netcdf"):
         raise TypeError(f"save_netcdf: data must be ArviZ data (to_inference_data's result), got {type(data).__name__}")
     path = Path(path)

@@ -41,8 +41,8 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from pyro_attention.files import writing
 from pyro_attention.inference.optim import set_lr
-from pyro_attention.outputs import writing
 
 #: ``step(trainer, batch) -> (loss per token, tokens)``
 StepFn = Callable[["Trainer", Any], tuple[float, int]]
@@ -286,7 +286,7 @@ class CsvLogger(Callback):
     :param step_row, epoch_row: ``row(trainer)``: the row written after each step / epoch (``None``: none).
     :param append: add to an existing file (its header already written) instead of starting a new one.
 
-    A file that cannot be made or written is a :class:`~pyro_attention.outputs.WriteError` naming it.
+    A file that cannot be made or written is a :class:`~pyro_attention.files.WriteError` naming it.
     """
 
     def __init__(

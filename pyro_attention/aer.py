@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from pyro_attention.data.alignments import GoldAlignment, invert
-from pyro_attention.outputs import write_text
+from pyro_attention.files import write_text
 
 #: a set of ``(i, j)`` links
 Links = set[tuple[int, int]]

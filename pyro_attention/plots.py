@@ -21,7 +21,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from torch import Tensor  # noqa: E402
 
-from pyro_attention.outputs import writing  # noqa: E402
+from pyro_attention.files import writing  # noqa: E402
 
 LABELS = {"prior": "prior p(z|x)", "posterior": "posterior p(z|x,y)", "guide": "q(z|x,y)"}
 #: deterministic attention has no prior over a random alignment: its row holds the soft attention weights

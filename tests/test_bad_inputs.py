@@ -42,6 +42,7 @@ from pyro_attention.data.clevr import ClevrFormatError, read_scenes
 from pyro_attention.data.corpora import DATA_ENV, data_dir, multi30k_paths
 from pyro_attention.data.text import Vocab, bucket_batches, read_lines, read_parallel
 from pyro_attention.data.translation import collate
+from pyro_attention.files import WriteError
 from pyro_attention.inference import (
     fit,
     kmax_log_likelihood,
@@ -55,7 +56,6 @@ from pyro_attention.inference import (
 from pyro_attention.metrics import bleu, perplexity
 from pyro_attention.models import MarginalLikelihood, RelaxedAttention, SoftAttention
 from pyro_attention.networks import RegionQA, Seq2Seq
-from pyro_attention.outputs import WriteError
 from pyro_attention.pair import RuleError
 from pyro_attention.plots import alignment_heatmaps
 from pyro_attention.registry import make_pair, parse_options

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from pyro_attention import cli
-from pyro_attention.outputs import WriteError, write_text
+from pyro_attention.files import WriteError, write_text
 from pyro_attention.tasks.translation import TranslationConfig, save_checkpoint, train
 
 TINY = dict(
@@ -323,7 +323,7 @@ def test_align_json_that_is_damaged_or_unwritable_is_named(tmp_path, monkeypatch
     import errno
     import os
 
-    from pyro_attention.outputs import WriteError
+    from pyro_attention.files import WriteError
     from pyro_attention.tasks.align import merge_json
 
     damaged = tmp_path / "aer.json"

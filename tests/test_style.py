@@ -85,7 +85,7 @@ TASK_MODULES = ("pyro_attention.tasks", "pyro_attention.cli")
 OLD_PATHS = ("pyro_attention.translation", "pyro_attention.runner", "pyro_attention.experiment", "pyro_attention.clevr",
              "pyro_attention.inspect", "pyro_attention.align", "pyro_attention.inference.decode")
 BELOW_TASKS = ("inference", "models", "pyro_attention/networks", "pyro_attention/distributions", "pyro_attention/data",
-               "pyro_attention/pair.py", "pyro_attention/registry.py", "pyro_attention/outputs.py",
+               "pyro_attention/pair.py", "pyro_attention/registry.py", "pyro_attention/files.py",
                "pyro_attention/metrics.py", "pyro_attention/plots.py", "pyro_attention/aer.py")
 
 

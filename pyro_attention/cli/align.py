@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from pyro_attention.cli.common import add_command, add_config_options, exit_with_error, option_error
-from pyro_attention.outputs import write_text
+from pyro_attention.files import write_text
 
 
 def _align(args: argparse.Namespace) -> int:

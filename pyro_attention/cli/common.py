@@ -101,7 +101,7 @@ def os_error_text(error: BaseException, path: str | os.PathLike | None = None) -
     """An ``OSError`` straight from the system (``[Errno 13] Permission denied: 'x'``) as ``x: Permission denied
     (errno 13)``, or ``cannot write PATH: ...`` when ``path`` is the file being written; any other error as it is
     (this package's messages name their file already)."""
-    from pyro_attention.outputs import WriteError, write_error
+    from pyro_attention.files import WriteError, write_error
 
     if not isinstance(error, OSError) or isinstance(error, WriteError) or error.errno is None:
         return str(error)

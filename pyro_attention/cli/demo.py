@@ -17,7 +17,7 @@ from pyro_attention.cli.common import add_command, add_config_options, config_va
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from pyro_attention.outputs import writing
+    from pyro_attention.files import writing
 
     with writing(args.out):  # the figure's folder, before minutes of training: a read-only --out fails now
         Path(args.out).mkdir(parents=True, exist_ok=True)

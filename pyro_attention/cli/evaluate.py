@@ -54,7 +54,7 @@ _PASSED = ("src_file", "tgt_file", "ref_file", "data_dir", "size", "kmax", "beam
 def _evaluate(args: argparse.Namespace) -> int:
     import json
 
-    from pyro_attention.outputs import write_text
+    from pyro_attention.files import write_text
     from pyro_attention.tasks.translation import evaluate
 
     if args.threads:

@@ -336,7 +336,7 @@ class Vocab:
         return cls(itos[len(SPECIALS):])
 
     def save(self, path: str | os.PathLike) -> None:
-        from pyro_attention.outputs import write_text
+        from pyro_attention.files import write_text
 
         write_text(path, self.to_json() + "\n")
 

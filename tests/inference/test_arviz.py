@@ -71,7 +71,7 @@ def test_groups_dims_and_exact_log_likelihood(setup, tmp_path):
 
 def test_save_netcdf_failure_leaves_the_old_file(setup, tmp_path, monkeypatch):
     """A write that fails half-way (a full disk) raises WriteError naming the file; the old file is untouched."""
-    from pyro_attention.outputs import WriteError
+    from pyro_attention.files import WriteError
 
     net, batch = setup
     idata = to_inference_data(VariationalAttention(net), batch, num_samples=8)

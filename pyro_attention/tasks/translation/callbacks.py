@@ -22,10 +22,10 @@ import torch
 from pyro_attention import __version__
 from pyro_attention.data.text import Vocab
 from pyro_attention.data.translation import TranslationBatch
+from pyro_attention.files import writing
 from pyro_attention.inference.distributed import broadcast_object, gather_objects
 from pyro_attention.inference.loop import Callback, PlateauDecay, Trainer, stop_requests
 from pyro_attention.networks import Seq2Seq
-from pyro_attention.outputs import writing
 from pyro_attention.pair import AlignmentPair
 from pyro_attention.tasks.translation.checkpoints import capture_rng_state, save_checkpoint, tensorboard_writer
 from pyro_attention.tasks.translation.config import ALIGNMENT_FIELDS, CHECKPOINT_FORMAT, CSV_FIELDS, on_cpu

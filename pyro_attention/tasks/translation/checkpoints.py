@@ -18,8 +18,8 @@ import torch
 
 from pyro_attention import __version__
 from pyro_attention.data.text import Vocab
+from pyro_attention.files import writing
 from pyro_attention.networks import Seq2Seq
-from pyro_attention.outputs import writing
 from pyro_attention.pair import AlignmentPair
 from pyro_attention.tasks.translation.config import (
     CHECKPOINT_FORMAT,
@@ -34,7 +34,7 @@ from pyro_attention.tasks.translation.migration import upgrade
 def save_checkpoint(state: dict[str, Any], path: str | os.PathLike) -> Path:
     """Write ``state`` with ``torch.save`` atomically: a temporary file in the same folder, flushed and fsync-ed,
     then ``os.replace``-d onto ``path``.  On any failure the temporary file is removed and an existing ``path``
-    is left as it was; a failure to write is a :class:`~pyro_attention.outputs.WriteError` naming ``path``.
+    is left as it was; a failure to write is a :class:`~pyro_attention.files.WriteError` naming ``path``.
     """
     path = Path(path)
     with writing(path):  # a read-only folder, a full disk: "cannot write PATH: CAUSE", the old file intact

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pyro_attention.outputs import writing
+from pyro_attention.files import writing
 from pyro_attention.tasks.translation.config import ALIGNMENT_FIELDS
 from pyro_attention.tasks.translation.rowfiles import read_json, sittings_of
 

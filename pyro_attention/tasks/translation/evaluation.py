@@ -19,7 +19,7 @@ import torch
 from tqdm.auto import tqdm
 
 from pyro_attention.data.translation import TranslationBatch
-from pyro_attention.outputs import write_text, writing
+from pyro_attention.files import write_text, writing
 from pyro_attention.pair import AlignmentPair
 from pyro_attention.tasks.translation.checkpoints import Checkpoint, load_checkpoint, move_checkpoint
 from pyro_attention.tasks.translation.config import (

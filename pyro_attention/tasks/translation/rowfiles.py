@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pyro_attention.outputs import write_error, write_text
+from pyro_attention.files import write_error, write_text
 
 T = TypeVar("T")
 

@@ -56,8 +56,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from pyro_attention.files import write_text, writing
 from pyro_attention.inference.distributed import init_from_env
-from pyro_attention.outputs import write_text, writing
 from pyro_attention.tasks.translation import (
     TrainingInterrupted,
     TranslationConfig,

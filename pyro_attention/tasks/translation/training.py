@@ -14,11 +14,11 @@ import torch
 
 from pyro_attention.data.text import Vocab
 from pyro_attention.data.translation import TranslationBatch
+from pyro_attention.files import writing
 from pyro_attention.inference.distributed import DataParallelSVI, broadcast_parameters, init_from_env, shard
 from pyro_attention.inference.loop import CsvLogger, EarlyStopping, PlateauDecay, ProgressBar, SVIStep, Trainer
 from pyro_attention.inference.optim import FusedClippedAdam, SubsetOptim
 from pyro_attention.networks import Seq2Seq
-from pyro_attention.outputs import writing
 from pyro_attention.pair import AlignmentPair
 from pyro_attention.tasks.translation.callbacks import (
     Checkpointing,

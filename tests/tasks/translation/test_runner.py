@@ -512,7 +512,7 @@ def test_a_table_that_cannot_be_written_names_the_file(tmp_path, monkeypatch):
     import errno
     import os
 
-    from pyro_attention.outputs import WriteError
+    from pyro_attention.files import WriteError
     from pyro_attention.tasks.translation import rowfiles
 
     target = tmp_path / "table.json"
