@@ -50,7 +50,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import peer  # noqa: E402  (benchmarks/peer.py: the peer's venv, data and training configuration)
+import peer  # noqa: E402  (benchmarks/peer.py: where results go, the data folder)
+import toolkit  # noqa: E402  (benchmarks/toolkit.py: the peer's venv, data and training configuration)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULT_MARK = "DECODE-SPEED-RESULT "
@@ -80,7 +81,7 @@ def peer_seconds(log: str) -> float:
 def test_files(data_dir: Path, work: Path, limit: int | None) -> dict[str, Path]:
     """The first ``limit`` lines of ``test_2016_flickr`` (de, en), whitespace runs collapsed, in ``work/data``."""
     paths = {}
-    for lang, full in ((k.rsplit(".", 1)[1], v) for k, v in peer.prepare_data(data_dir, work, (TEST,)).items()):
+    for lang, full in ((k.rsplit(".", 1)[1], v) for k, v in toolkit.prepare_data(data_dir, work, (TEST,)).items()):
         lines = full.read_text(encoding="utf-8").splitlines()[:limit]
         paths[lang] = full.with_name(f"{TEST}.{len(lines)}.{lang}")
         paths[lang].write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -130,7 +131,7 @@ def run_ours(args: argparse.Namespace, spec: dict[str, Any], src: Path, refs: li
     command = [sys.executable, __file__, "--_worker", "--ours", spec_text, "--threads", str(threads),
                "--beam", str(args.beam), "--_src", str(src), "--_out", str(out), "--work", str(args.work)]
     start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, env=peer._env(threads), cwd=ROOT)
+    done = subprocess.run(command, capture_output=True, text=True, env=toolkit.thread_env(threads), cwd=ROOT)
     wall = time.perf_counter() - start
     marks = [line for line in done.stdout.splitlines() if line.startswith(RESULT_MARK)]
     if done.returncode != 0 or not marks:
@@ -156,7 +157,7 @@ def run_peer(args: argparse.Namespace, model: Path, src: Path, refs: list[str], 
                "-report_time"]
     start = time.perf_counter()
     # OpenNMT-py 3.5.1 pickles its options (argparse.Namespace): torch >= 2.6 loads it only with weights_only off
-    env = {**peer._env(threads), "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
+    env = {**toolkit.thread_env(threads), "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
     done = subprocess.run(command, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - start
     if done.returncode != 0:
@@ -168,18 +169,18 @@ def run_peer(args: argparse.Namespace, model: Path, src: Path, refs: list[str], 
 
 def train_peer(args: argparse.Namespace) -> Path:
     """An OpenNMT-py model at the peer's configuration after ``--train-peer-steps`` steps (untimed)."""
-    paths = peer.prepare_data(args.data_dir, args.work)
-    peer.build_peer_vocab(args.peer_venv, paths, args.work, max(args.threads))
-    config = peer.peer_train_config(paths, args.work, 0, 0, args.train_peer_steps)
+    paths = toolkit.prepare_data(args.data_dir, args.work)
+    toolkit.build_peer_vocab(args.peer_venv, paths, args.work, max(args.threads))
+    config = toolkit.peer_train_config(paths, args.work, 0, 0, args.train_peer_steps)
     config["report_every"] = 50
     block_dir = args.work / "peer" / "block0"
     block_dir.mkdir(parents=True, exist_ok=True)
     path = block_dir / "train.yaml"
-    path.write_text(peer._yaml(config), encoding="utf-8")
+    path.write_text(toolkit.to_yaml(config), encoding="utf-8")
     print(f"peer: training {args.train_peer_steps} steps ({path}) ...", file=sys.stderr, flush=True)
     with open(block_dir / "train.log", "w", encoding="utf-8") as log:
         done = subprocess.run([str(args.peer_venv / "bin" / "onmt_train"), "-config", str(path)], stdout=log,
-                              stderr=subprocess.STDOUT, env=peer._env(max(args.threads)))
+                              stderr=subprocess.STDOUT, env=toolkit.thread_env(max(args.threads)))
     model = block_dir / f"model_step_{args.train_peer_steps}.pt"
     if done.returncode != 0 or not model.is_file():
         raise RuntimeError(f"onmt_train failed (exit {done.returncode}); see {block_dir / 'train.log'}")
@@ -252,7 +253,7 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
     specs = [parse_ours(s) for s in args.ours]
     model = args.peer_model
     if model is None and args.train_peer_steps:
-        peer.ensure_peer_venv(args.peer_venv)
+        toolkit.ensure_peer_venv(args.peer_venv)
         model = train_peer(args)
     sides: list[Any] = [*specs, "peer"] if model is not None else specs
     result: dict[str, Any] = {

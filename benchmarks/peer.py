@@ -84,32 +84,30 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import gzip
 import json
 import os
 import platform
-import re
-import shutil
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is not a package
+from processes import TreeMonitor  # noqa: E402
+from toolkit import (  # noqa: E402
+    PEER_CONFIG,
+    PEER_VERSION,
+    build_peer_vocab,
+    ensure_peer_venv,
+    prepare_data,
+    run_peer,
+    thread_env,
+)
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data"
-PEER_VERSION = "3.5.1"
-#: the peer's venv, exactly as VISION.md installs it (torch first, then OpenNMT-py without its pins, then its imports)
-PEER_INSTALL = (
-    ["install", "torch==2.13.0"],
-    ["install", "--no-deps", f"OpenNMT-py=={PEER_VERSION}"],
-    ["install", "configargparse", "pyyaml", "six", "pyonmttok", "numpy", "spacy", "pyahocorasick", "rapidfuzz",
-     "fasttext-wheel", "regex", "sacrebleu", "psutil"],
-)
-SPLITS = ("train", "val")
-LANGS = ("de", "en")
 RESULT_MARK = "PEER-BENCH-RESULT "
 
 #: our side (TranslationConfig keys); ``attention_type`` is added only when the config knows it
@@ -117,390 +115,6 @@ OURS_CONFIG: dict[str, Any] = dict(
     data="multi30k", src="de", tgt="en", min_freq=2, max_len=50, model="soft", embedding=256, encoder=256,
     decoder=512, attention=256, layers=1, dropout=0.3, lr=1e-3, batch_size=64,
 )
-#: the peer's model and optimisation options (VISION.md), before the run-specific ones
-PEER_CONFIG: dict[str, Any] = dict(
-    encoder_type="brnn", enc_hid_size=512, dec_hid_size=512, word_vec_size=256, layers=1,
-    global_attention="general", input_feed=1, dropout=[0.3], optim="adam", learning_rate=0.001, batch_size=64,
-    batch_type="sents", src_words_min_frequency=2, tgt_words_min_frequency=2, src_seq_length=50,
-    tgt_seq_length=50, num_workers=2,
-)
-
-STEP_LINE = re.compile(
-    r"Step\s+(?P<step>\d+)/\s*(?P<total>\d+); acc:\s*(?P<acc>[\d.]+); ppl:\s*(?P<ppl>[\d.einf+]+); "
-    r"xent:\s*(?P<xent>[\d.]+); lr:\s*[\d.e-]+; sents:\s*(?P<sents>\d+); "
-    r"bsz:\s*(?P<src>\d+)/\s*(?P<tgt>\d+)/\s*(?P<bsents>\d+);"
-)
-LOG_STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
-PEER_INFO = {
-    "src_vocab": re.compile(r"\* src vocab size = (\d+)"),
-    "tgt_vocab": re.compile(r"\* tgt vocab size = (\d+)"),
-    "encoder_params": re.compile(r"\bencoder: (\d+)"),
-    "decoder_params": re.compile(r"\bdecoder: (\d+)"),
-    "parameters": re.compile(r"number of parameters: (\d+)"),
-    "trainable": re.compile(r"Trainable parameters = (.*)$"),
-}
-
-
-# -- /proc: process trees, CPU time, memory --------------------------------------------------------------------
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def _stat(pid: int) -> tuple[int, float, float] | None:
-    """``(ppid, utime + stime, cutime + cstime)`` in seconds, or ``None`` if the process is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) "; fields[0] is the state
-    ppid = int(fields[1])
-    own = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-    children = (int(fields[13]) + int(fields[14])) / CLOCK_TICKS
-    return ppid, own, children
-
-
-def process_tree(root: int) -> list[int]:
-    """``root`` and all its live descendants (from every ``/proc/<pid>/stat``)."""
-    parents: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            st = _stat(int(entry))
-            if st is not None:
-                parents.setdefault(st[0], []).append(int(entry))
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(parents.get(pid, ()))
-    return out
-
-
-def tree_cpu_seconds(root: int) -> float:
-    """CPU seconds of ``root``'s tree so far: own time of every live process + children time of reaped ones."""
-    total = 0.0
-    for pid in process_tree(root):
-        st = _stat(pid)
-        if st is not None:
-            total += st[1] + st[2]
-    return total
-
-
-def _status_kib(pid: int, keys: tuple[str, ...]) -> dict[str, int]:
-    out = {}
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key in keys or key == "Name":
-                out[key] = value.strip() if key == "Name" else int(value.split()[0])
-    except (FileNotFoundError, ProcessLookupError, PermissionError, ValueError, IndexError):
-        return {}
-    return out
-
-
-def _pss_kib(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
-                return int(line.split()[1])
-    except (FileNotFoundError, ProcessLookupError, PermissionError, ValueError):
-        pass
-    return 0
-
-
-class TreeMonitor(threading.Thread):
-    """Samples the memory of a process tree every ``interval`` seconds until :meth:`stop`."""
-
-    def __init__(self, root: int, interval: float = 0.2) -> None:
-        super().__init__(daemon=True)
-        self.root, self.interval = root, interval
-        self.hwm: dict[int, int] = {}  # pid -> largest VmHWM seen (KiB)
-        self.names: dict[int, str] = {}
-        self.max_rss_sum = 0
-        self.max_pss_sum = 0
-        self.samples = 0
-        self._halt = threading.Event()
-
-    def sample(self) -> None:
-        rss_sum = pss_sum = 0
-        pss_now = self.samples % 5 == 0  # smaps_rollup costs more: once a second
-        for pid in process_tree(self.root):
-            status = _status_kib(pid, ("VmHWM", "VmRSS"))
-            if "VmHWM" not in status:
-                continue
-            self.names[pid] = str(status.get("Name", "?"))
-            self.hwm[pid] = max(self.hwm.get(pid, 0), int(status["VmHWM"]))
-            rss_sum += int(status.get("VmRSS", 0))
-            if pss_now:
-                pss_sum += _pss_kib(pid)
-        self.max_rss_sum = max(self.max_rss_sum, rss_sum)
-        self.max_pss_sum = max(self.max_pss_sum, pss_sum)
-        self.samples += 1
-
-    def run(self) -> None:
-        while not self._halt.is_set():
-            self.sample()
-            self._halt.wait(self.interval)
-
-    def stop(self) -> None:
-        self._halt.set()
-        self.join()
-
-    def report(self, root_maxrss_kib: int | None = None) -> dict[str, Any]:
-        """Peak memory in MB (10^6 bytes); ``root_maxrss_kib``: ``wait4``'s ``ru_maxrss`` of the root."""
-        hwm = dict(self.hwm)
-        if root_maxrss_kib is not None and len(hwm) == 1:  # the root alone: wait4 saw its true peak
-            hwm[self.root] = max(hwm.get(self.root, 0), root_maxrss_kib)
-        procs = [
-            {"pid": pid, "name": self.names.get(pid, "?"), "peak_rss_mb": round(kib * 1.024e-3, 1),
-             "role": "main" if pid == self.root else "child"}
-            for pid, kib in sorted(hwm.items())
-        ]
-        return {
-            "peak_rss_sum_mb": round(sum(hwm.values()) * 1.024e-3, 1),
-            "peak_rss_main_mb": round(hwm.get(self.root, 0) * 1.024e-3, 1),
-            "max_concurrent_rss_mb": round(self.max_rss_sum * 1.024e-3, 1),
-            "max_concurrent_pss_mb": round(self.max_pss_sum * 1.024e-3, 1),
-            "wait4_maxrss_mb": None if root_maxrss_kib is None else round(root_maxrss_kib * 1.024e-3, 1),
-            "processes": procs,
-            "samples": self.samples,
-        }
-
-
-def _wait(proc: subprocess.Popen) -> tuple[int, Any]:
-    """Reap ``proc`` with ``wait4``: its exit status and resource usage (its own and its reaped descendants')."""
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, usage
-
-
-def _env(threads: int) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
-    return env
-
-
-# -- the peer --------------------------------------------------------------------------------------------------
-def _peer_python(venv: Path) -> Path:
-    return venv / "bin" / "python"
-
-
-def _peer_versions(venv: Path) -> dict[str, str] | None:
-    code = "import json, onmt, torch; print(json.dumps({'onmt': onmt.__version__, 'torch': torch.__version__}))"
-    try:
-        out = subprocess.run([str(_peer_python(venv)), "-c", code], capture_output=True, text=True, timeout=300)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if out.returncode != 0:
-        return None
-    try:
-        return json.loads(out.stdout.strip().splitlines()[-1])
-    except (json.JSONDecodeError, IndexError):
-        return None
-
-
-def ensure_peer_venv(venv: Path, log: Path | None = None) -> dict[str, str]:
-    """The peer's venv at ``venv``: reused when ``onmt`` and ``torch`` import there, else created with
-    ``python -m venv`` and the three ``pip`` commands of :data:`PEER_INSTALL` (output appended to ``log``,
-    default ``<venv>.install.log``).  Returns the versions found.
-
-    :raises RuntimeError: when a command fails or the venv still does not import ``onmt`` afterwards.
-    """
-    venv = venv.expanduser()
-    found = _peer_versions(venv)
-    if found is not None:
-        return found
-    log = log or venv.with_name(venv.name + ".install.log")
-    log.parent.mkdir(parents=True, exist_ok=True)
-    print(f"peer: creating the venv {venv} (OpenNMT-py {PEER_VERSION}; log {log}) ...", file=sys.stderr)
-    commands = [[sys.executable, "-m", "venv", str(venv)]]
-    commands += [[str(venv / "bin" / "pip"), *args] for args in PEER_INSTALL]
-    with open(log, "a", encoding="utf-8") as out:
-        for command in commands:
-            out.write("$ " + " ".join(command) + "\n")
-            out.flush()
-            done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT)
-            # pip's resolver complains about OpenNMT-py's pins (torch<2.3, ...) after --no-deps: not a failure
-            if done.returncode != 0:
-                raise RuntimeError(f"peer venv: {' '.join(command)} failed (exit {done.returncode}); see {log}")
-    found = _peer_versions(venv)
-    if found is None:
-        raise RuntimeError(f"peer venv {venv}: 'import onmt, torch' still fails after installing; see {log}")
-    return found
-
-
-def prepare_data(data_dir: Path, work: Path, splits: tuple[str, ...] = SPLITS) -> dict[str, Path]:
-    """Gunzip Multi30k's tokenised ``splits`` (default train / val) into ``work/data/{split}.{lang}`` with
-    whitespace runs collapsed."""
-    out_dir = work / "data"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {}
-    for split in splits:
-        for lang in LANGS:
-            source = data_dir / "multi30k" / "tok" / f"{split}.lc.norm.tok.{lang}.gz"
-            if not source.is_file():
-                raise FileNotFoundError(f"{source}: no such file (--data-dir must hold multi30k/tok/)")
-            target = out_dir / f"{split}.{lang}"
-            if not target.is_file() or target.stat().st_mtime < source.stat().st_mtime:
-                tmp = target.with_name(target.name + ".tmp")
-                with gzip.open(source, "rt", encoding="utf-8") as f, open(tmp, "w", encoding="utf-8") as g:
-                    for line in f:
-                        g.write(" ".join(line.split()) + "\n")
-                os.replace(tmp, target)
-            paths[f"{split}.{lang}"] = target
-    return paths
-
-
-def _yaml(values: dict[str, Any]) -> str:
-    """Flat YAML for OpenNMT (JSON scalars and lists are YAML; ``data`` is a nested mapping)."""
-    lines = []
-    for key, value in values.items():
-        if isinstance(value, dict):
-            lines.append(f"{key}:")
-            for name, corpus in value.items():
-                lines.append(f"  {name}:")
-                lines.extend(f"    {k}: {json.dumps(v)}" for k, v in corpus.items())
-        else:
-            lines.append(f"{key}: {json.dumps(value)}")
-    return "\n".join(lines) + "\n"
-
-
-def _peer_data(paths: dict[str, Path], peer_dir: Path) -> dict[str, Any]:
-    return {
-        "data": {"corpus_1": {"path_src": str(paths["train.de"]), "path_tgt": str(paths["train.en"]),
-                              "transforms": ["filtertoolong"]}},
-        "src_vocab": str(peer_dir / "vocab.src"),
-        "tgt_vocab": str(peer_dir / "vocab.tgt"),
-        "src_seq_length": PEER_CONFIG["src_seq_length"],
-        "tgt_seq_length": PEER_CONFIG["tgt_seq_length"],
-    }
-
-
-def build_peer_vocab(venv: Path, paths: dict[str, Path], work: Path, threads: int) -> dict[str, Any]:
-    """``onmt_build_vocab -n_sample -1`` on the training corpus (once; untimed)."""
-    peer_dir = work / "peer"
-    peer_dir.mkdir(parents=True, exist_ok=True)
-    config = {**_peer_data(paths, peer_dir), "save_data": str(peer_dir / "vocab"), "overwrite": True,
-              "n_sample": -1}
-    path = peer_dir / "build_vocab.yaml"
-    path.write_text(_yaml(config), encoding="utf-8")
-    start = time.perf_counter()
-    done = subprocess.run([str(venv / "bin" / "onmt_build_vocab"), "-config", str(path)], capture_output=True,
-                          text=True, env=_env(threads))
-    (peer_dir / "build_vocab.log").write_text(done.stdout + done.stderr, encoding="utf-8")
-    if done.returncode != 0:
-        raise RuntimeError(f"onmt_build_vocab failed (exit {done.returncode}): {done.stderr[-2000:]}")
-    words = {side: sum(1 for _ in open(peer_dir / f"vocab.{side}", encoding="utf-8")) for side in ("src", "tgt")}
-    return {"config": config, "seconds": round(time.perf_counter() - start, 1), "counted_words": words}
-
-
-def peer_train_config(paths: dict[str, Path], work: Path, block: int, warmup: int, steps: int) -> dict[str, Any]:
-    peer_dir = work / "peer"
-    total = warmup + steps
-    return {
-        **_peer_data(paths, peer_dir),
-        **PEER_CONFIG,
-        "train_steps": total,
-        "report_every": 1,
-        "valid_steps": total + 1_000_000,
-        "save_checkpoint_steps": total + 1_000_000,
-        "save_model": str(peer_dir / f"block{block}" / "model"),
-        "seed": 1 + block,
-        "overwrite": True,
-    }
-
-
-def run_peer(venv: Path, paths: dict[str, Path], work: Path, block: int, warmup: int, steps: int,
-             threads: int) -> dict[str, Any]:
-    """One run of ``onmt_train``: warm-up + timed steps, measured as the module docstring says."""
-    config = peer_train_config(paths, work, block, warmup, steps)
-    block_dir = work / "peer" / f"block{block}"
-    shutil.rmtree(block_dir, ignore_errors=True)
-    block_dir.mkdir(parents=True)
-    config_path = block_dir / "train.yaml"
-    config_path.write_text(_yaml(config), encoding="utf-8")
-    load = os.getloadavg()
-    started = time.perf_counter()
-    proc = subprocess.Popen([str(venv / "bin" / "onmt_train"), "-config", str(config_path)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, bufsize=1, env=_env(threads),
-                            start_new_session=True)
-    monitor = TreeMonitor(proc.pid)
-    monitor.start()
-    try:
-        return _follow_peer(proc, monitor, config, block_dir, block, warmup, steps, threads, load, started)
-    except BaseException:
-        if proc.returncode is None:  # interrupted or failed: end the trainer and its workers (its own group)
-            try:
-                os.killpg(proc.pid, 9)
-                _wait(proc)
-            except (ProcessLookupError, ChildProcessError):
-                pass
-        monitor.stop()
-        raise
-
-
-def _follow_peer(proc: subprocess.Popen, monitor: TreeMonitor, config: dict[str, Any], block_dir: Path, block: int,
-                 warmup: int, steps: int, threads: int, load: tuple[float, float, float],
-                 started: float) -> dict[str, Any]:
-    log_path = block_dir / "train.log"
-    marks: dict[int, tuple[float, float]] = {}  # step -> (arrival time, tree CPU seconds)
-    step_rows: list[dict[str, Any]] = []
-    info: dict[str, Any] = {}
-    tail: list[str] = []
-    first_step_at = None
-    with open(log_path, "w", encoding="utf-8") as log:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            now = time.perf_counter()
-            log.write(line)
-            tail = (tail + [line])[-40:]
-            match = STEP_LINE.search(line)
-            if match is None:
-                for key, pattern in PEER_INFO.items():
-                    found = pattern.search(line)
-                    if found and key not in info:
-                        info[key] = int(found.group(1)) if found.group(1).isdigit() else found.group(1).strip()
-                continue
-            step = int(match["step"])
-            if first_step_at is None:
-                first_step_at = now
-            if step in (warmup, warmup + steps):
-                marks[step] = (now, tree_cpu_seconds(proc.pid))
-            stamp = LOG_STAMP.search(line)
-            step_rows.append({
-                "step": step, "tgt_tokens": int(match["tgt"]), "src_tokens": int(match["src"]),
-                "sents": int(match["sents"]), "xent": float(match["xent"]), "arrived": now - started,
-                "stamp": stamp.group(1) if stamp else None,
-            })
-    code, usage = _wait(proc)
-    monitor.stop()
-    memory = monitor.report(usage.ru_maxrss)
-    total_seconds = time.perf_counter() - started
-    for leftover in block_dir.glob("model_step_*.pt"):  # OpenNMT's final checkpoint, written after the window
-        leftover.unlink()
-    if code != 0 or warmup not in marks or warmup + steps not in marks:
-        raise RuntimeError(f"onmt_train (block {block}) failed (exit {code}); last lines of {log_path}:\n"
-                           + "".join(tail))
-    timed = [r for r in step_rows if warmup < r["step"] <= warmup + steps]
-    (t0, c0), (t1, c1) = marks[warmup], marks[warmup + steps]
-    stamps = {r["step"]: _stamp_seconds(r["stamp"]) for r in step_rows if r["stamp"]}
-    per_step = [stamps[s] - stamps[s - 1] for s in range(warmup + 1, warmup + steps + 1)
-                if s in stamps and s - 1 in stamps]
-    log_wall = stamps[warmup + steps] - stamps[warmup] if warmup in stamps and warmup + steps in stamps else None
-    return {
-        "side": "peer", "block": block, "seed": config["seed"], "threads": threads, "load_average_before": load,
-        "steps": steps, "warmup": warmup,
-        "wall_s": t1 - t0, "cpu_s": c1 - c0, "tgt_tokens": sum(r["tgt_tokens"] for r in timed),
-        "src_tokens": sum(r["src_tokens"] for r in timed), "sentences": sum(r["sents"] for r in timed),
-        "log_wall_s": log_wall, "step_s": per_step, "step_tokens": [r["tgt_tokens"] for r in timed],
-        "mean_xent": statistics.fmean(r["xent"] for r in timed),
-        "setup_s": (first_step_at - started) if first_step_at else None, "run_s": total_seconds,
-        "run_cpu_s": usage.ru_utime + usage.ru_stime, "memory": memory, "info": info, "config": config,
-        "log": str(log_path),
-    }
-
-
-def _stamp_seconds(stamp: str | None) -> float:
-    value = dt.datetime.strptime(stamp or "", "%Y-%m-%d %H:%M:%S,%f")
-    return value.timestamp()
 
 
 # -- ours ------------------------------------------------------------------------------------------------------
@@ -597,7 +211,7 @@ def run_ours(args: argparse.Namespace, block: int) -> dict[str, Any]:
     load = os.getloadavg()
     started, started_epoch = time.perf_counter(), time.time()
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                            env=_env(args.threads))
+                            env=thread_env(args.threads))
     monitor = TreeMonitor(proc.pid)
     monitor.start()
     out, err = proc.communicate()  # reaps the child; wait4 cannot be used after it

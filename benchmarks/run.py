@@ -44,36 +44,37 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
 import json
-import math
 import platform
-import statistics
 import sys
 import time
-import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyro
 import pyro.optim
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
-from torch.utils.weak import WeakIdKeyDictionary
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import handwritten  # noqa: E402  (benchmarks/ is not a package)
+from measure import interleave, matmul_rate  # noqa: E402
+from report import markdown, outputs_markdown, plot, size_label, write_markdown  # noqa: E402
 from step_time import PAIRS  # noqa: E402
+from workloads import (  # noqa: E402
+    KMAX,
+    OUTPUT_LAYERS,
+    OUTPUT_PAIRS,
+    Workload,
+    check_pair,
+    make_workload,
+    output_workload,
+    pyro_step,
+    torch_step,
+)
 
 from pyro_attention import models  # noqa: E402
-from pyro_attention.data.region_qa import RegionBatch  # noqa: E402
-from pyro_attention.data.translation import TranslationBatch  # noqa: E402
 from pyro_attention.inference import evaluate  # noqa: E402
-from pyro_attention.inference.distributed import DataParallelSVI  # noqa: E402
-from pyro_attention.networks import RegionQA, Seq2Seq  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -101,8 +102,6 @@ OUTPUT_TINY: dict[str, dict[str, Any]] = {
     "multi30k": dict(B=3, S=4, T=5, E=8, enc=4, dec=8, att=8, Vs=30, V=20, dropout=0.3),
     "large": dict(B=2, S=6, T=6, E=8, enc=4, dec=8, att=8, Vs=40, V=50, dropout=0.0),
 }
-OUTPUT_PAIRS = ("soft", "marginal", "hard-enum", "va-enum", "va-sample")
-OUTPUT_LAYERS = ("tanh", "product")
 CURVE = dict(task="mt", B=32, T=20, D=256, V=1000, check=False)
 CURVE_TINY = dict(task="mt", B=2, T=3, D=8, V=20, check=False)
 MODES = {
@@ -112,243 +111,33 @@ MODES = {
 }
 #: fewer steps where one step takes tens of seconds on a CPU
 LARGE_REPEATS = 2
-KMAX = 5
 CURVE_VARIANTS = {"exact": "marginal", "sample": "va-sample", "soft": "soft"}
 
 
-# -- measuring -------------------------------------------------------------------------------------------------
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
-def storages_are_tracked() -> bool:
-    """Whether this torch keeps one Python object per tensor storage, which :class:`TensorMemory` needs to see a
-    storage freed (torch 2.13 does; 2.1 makes a new object at every ``untyped_storage()`` call)."""
-    probe = torch.empty(1)
-    return probe.untyped_storage() is probe.untyped_storage()
 
 
-class TensorMemory(TorchDispatchMode):
-    """Peak bytes of tensor storages allocated while active (CPU stand-in for ``cuda.max_memory_allocated``).
-
-    Every op's outputs are inspected: a storage not seen before, and not shared with one of the op's inputs
-    (a view of a tensor that existed before), is counted with its size and subtracted when freed.
-    """
-
-    def __init__(self) -> None:
-        if not storages_are_tracked():
-            raise RuntimeError(
-                f"CPU memory is measured by following tensor storages, and torch {torch.__version__} gives a new "
-                "Python object for a storage at every untyped_storage() call, so a freed storage cannot be seen; "
-                "use a newer torch (2.13 works) or --device cuda"
-            )
-        super().__init__()
-        self.sizes: WeakIdKeyDictionary = WeakIdKeyDictionary()
-        self.current = 0
-        self.peak = 0
-
-    def _free(self, nbytes: int) -> None:
-        self.current -= nbytes
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204 - torch's signature
-        out = func(*args, **(kwargs or {}))
-        inputs = None
-        for t in tree_flatten(out)[0]:
-            if not isinstance(t, torch.Tensor) or t.device.type == "meta":
-                continue
-            storage = t.untyped_storage()
-            nbytes = storage.nbytes()
-            old = self.sizes.get(storage)
-            if old is None:
-                if inputs is None:
-                    leaves = tree_flatten((args, kwargs))[0]
-                    inputs = {x.untyped_storage().data_ptr() for x in leaves if isinstance(x, torch.Tensor)}
-                self.sizes[storage] = nbytes
-                if storage.data_ptr() in inputs:  # a view of something that was already there
-                    continue
-                self.current += nbytes
-                weakref.finalize(storage, TensorMemory._free, self, nbytes)
-            elif nbytes > old:  # resized in place
-                self.sizes[storage] = nbytes
-                self.current += nbytes - old
-            self.peak = max(self.peak, self.current)
-        return out
 
 
-def measure_peak(step: Callable[[], float], device: torch.device) -> tuple[float, int]:
-    """Run ``step`` once; its loss and the peak tensor bytes allocated above those live at its start."""
-    gc.collect()
-    if device.type == "cuda":
-        synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        base = torch.cuda.memory_allocated(device)
-        loss = step()
-        synchronize(device)
-        return loss, torch.cuda.max_memory_allocated(device) - base
-    with TensorMemory() as tracker:
-        loss = step()
-    return loss, tracker.peak
 
 
-def interleave(
-    steps: dict[str, Callable[[], float]], warmup: int, repeats: int, device: torch.device
-) -> tuple[dict[str, float], dict[str, int]]:
-    """Median seconds per call of every step and their peak memory (measured on the first, untimed call).
-
-    Round ``i`` runs every step once, starting at the ``i``-th (rotating), so drifts hit all of them.
-    """
-    names = list(steps)
-    times: dict[str, list[float]] = {n: [] for n in names}
-    memory: dict[str, int] = {}
-    for i in range(max(1, warmup) + repeats):
-        k = i % len(names)
-        for name in names[k:] + names[:k]:
-            if i == 0:
-                loss, memory[name] = measure_peak(steps[name], device)
-            else:
-                synchronize(device)
-                start = time.perf_counter()
-                loss = steps[name]()
-                synchronize(device)
-                elapsed = time.perf_counter() - start
-                if i >= max(1, warmup):
-                    times[name].append(elapsed)
-            if not math.isfinite(loss):
-                raise FloatingPointError(f"{name}: non-finite loss {loss} in round {i}")
-    return {n: statistics.median(t) for n, t in times.items()}, memory
 
 
-def matmul_rate(device: torch.device, shapes: list[tuple[int, int, int]], repeats: int = 5) -> dict[str, float]:
-    """``torch.mm`` FLOP/s (float32) for each ``(n, k, m)``, median of ``repeats``."""
-    out = {}
-    for n, k, m in shapes:
-        a = torch.randn(n, k, device=device)
-        b = torch.randn(k, m, device=device)
-        torch.mm(a, b)
-        times = []
-        for _ in range(repeats):
-            synchronize(device)
-            start = time.perf_counter()
-            torch.mm(a, b)
-            synchronize(device)
-            times.append(time.perf_counter() - start)
-        out[f"{n}x{k}x{m}"] = 2 * n * k * m / statistics.median(times)
-    return out
 
 
-# -- workloads -----------------------------------------------------------------------------------------------
-@dataclass
-class Workload:
-    """One size: a seeded network factory, a batch, and the output layer's forward FLOPs over all ``S``."""
-
-    name: str
-    spec: dict[str, Any]
-    make_network: Callable[..., Any]
-    batch: Any
-    tokens: int
-    output_flops: float
-    info: dict[str, Any] = field(default_factory=dict)
 
 
-def _lengths(g: torch.Generator, B: int, L: int) -> torch.Tensor:
-    return torch.randint(max(1, L // 2), L + 1, (B,), generator=g)
 
 
-def make_workload(name: str, spec: dict[str, Any], device: torch.device, seed: int = 0) -> Workload:
-    """A synthetic batch of the size (``S // 2 .. S`` real sources, ``T // 2 .. T`` real targets) and a network."""
-    g = torch.Generator().manual_seed(seed)
-    B, S, D = spec["B"], spec["S"], spec["D"]
-    if spec["task"] == "qa":
-        F, A = spec["F"], spec["A"]
-        mask = torch.arange(S).unsqueeze(0) < _lengths(g, B, S).unsqueeze(1)
-        regions = torch.randn(B, S, F, generator=g) * mask.unsqueeze(-1)
-        batch = RegionBatch(
-            regions.to(device), mask.to(device), torch.randn(B, spec["Q"], generator=g).to(device),
-            torch.randint(A, (B,), generator=g).to(device),
-        )  # fmt: skip
-
-        def make_network(chunk_size: int | None = None) -> RegionQA:
-            torch.manual_seed(seed)
-            return RegionQA(F, A, question_size=spec["Q"], hidden_size=D).to(device)
-
-        # the output layer's final product U (A x D) for every (b, s)
-        return Workload(name, spec, make_network, batch, B, 2.0 * B * S * D * A)
-    T, V = spec["T"], spec["V"]
-    smask = torch.arange(S).unsqueeze(0) < _lengths(g, B, S).unsqueeze(1)
-    tmask = torch.arange(T).unsqueeze(0) < _lengths(g, B, T).unsqueeze(1)
-    source = torch.randint(4, V, (B, S), generator=g) * smask
-    target = torch.randint(4, V, (B, T), generator=g) * tmask
-    target_in = torch.cat([torch.full((B, 1), 2), target[:, :-1]], 1) * tmask
-    batch = TranslationBatch(*(x.to(device) for x in (source, smask, target_in, target, tmask)))
-
-    def make_network(chunk_size: int | None = 8) -> Seq2Seq:
-        torch.manual_seed(seed)
-        net = Seq2Seq(
-            V, V, embedding_size=D, encoder_size=D // 2, decoder_size=D, attention_size=D, chunk_size=chunk_size
-        )
-        return net.to(device)
-
-    # the output layer's final product U (V x D) for every (s, b, t)
-    return Workload(name, spec, make_network, batch, int(tmask.sum()), 2.0 * S * B * T * D * V)
 
 
-def pyro_step(workload: Workload, pair_name: str, lr: float) -> Callable[[], float]:
-    factory = PAIRS[pair_name][0]
-    pair = factory(workload.make_network())
-    svi = DataParallelSVI(pair.model, pair.guide, pyro.optim.Adam({"lr": lr}), pair.elbo(), distributed=False)
-
-    def step() -> float:
-        # each variant owns its network; Pyro's global store must hold this one's parameters (pyro.module
-        # re-registers them; Adam's state is keyed by the parameter tensors and survives the clearing)
-        pyro.clear_param_store()
-        return svi.step(workload.batch)
-
-    return step
 
 
-def torch_step(workload: Workload, loss_fn: Callable[..., torch.Tensor], lr: float) -> Callable[[], float]:
-    net = workload.make_network()
-    optimizer = torch.optim.Adam(net.parameters(), lr=lr)
-
-    def step() -> float:
-        optimizer.zero_grad()
-        loss = loss_fn(net, workload.batch)
-        loss.backward()
-        optimizer.step()
-        return loss.item()
-
-    return step
 
 
-def _grads(net: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {n: (torch.zeros_like(p) if p.grad is None else p.grad.detach().clone()) for n, p in net.named_parameters()}
 
 
-def check_pair(workload: Workload, pair_name: str, seed: int = 0) -> dict[str, Any]:
-    """Pyro's loss (deterministic pairs) and gradients against the hand-written ones (validation on)."""
-    factory, loss_fn, deterministic = PAIRS[pair_name]
-    out: dict[str, Any] = {}
-    with pyro.validation_enabled(True):
-        pyro.clear_param_store()
-        net_pyro, net_torch = workload.make_network(), workload.make_network()
-        pair = factory(net_pyro)
-        if deterministic:
-            loss_pyro = float(pair.elbo().loss(pair.model, pair.guide, workload.batch))
-            with torch.no_grad():
-                loss_torch = float(loss_fn(net_torch, workload.batch))
-            out["loss_rel_err"] = abs(loss_pyro - loss_torch) / max(abs(loss_pyro), 1e-30)
-        pyro.set_rng_seed(seed)
-        pair.elbo().loss_and_grads(pair.model, pair.guide, workload.batch)
-        torch.manual_seed(seed)
-        loss_fn(net_torch, workload.batch).backward()
-        gp, gt = _grads(net_pyro), _grads(net_torch)
-        num = math.sqrt(sum(float((gp[n] - gt[n]).pow(2).sum()) for n in gp))
-        den = math.sqrt(sum(float(g.pow(2).sum()) for g in gp.values()))
-        out["grad_rel_err"] = num / max(den, 1e-30)
-        pyro.clear_param_store()
-    out["passed"] = out["grad_rel_err"] < 1e-4 and out.get("loss_rel_err", 0.0) < 1e-4
-    return out
 
 
 # -- the sections ----------------------------------------------------------------------------------------------
@@ -412,23 +201,6 @@ def run_throughput(workload: Workload, args: argparse.Namespace, repeats: int) -
     return {n: {"seconds": t, "tokens_per_s": workload.tokens / t, "memory": memory[n]} for n, t in times.items()}
 
 
-def output_workload(spec: dict[str, Any], output: str, device: torch.device, seed: int = 0) -> Workload:
-    """A full-length batch (every source S, every target T tokens) and a ``Seq2Seq`` with ``output`` layer."""
-    g = torch.Generator().manual_seed(seed)
-    B, S, T, V = spec["B"], spec["S"], spec["T"], spec["V"]
-    source = torch.randint(4, spec["Vs"], (B, S), generator=g)
-    target = torch.randint(4, V, (B, T), generator=g)
-    target_in = torch.cat([torch.full((B, 1), 2), target[:, :-1]], 1)
-    ones = torch.ones(B, S, dtype=torch.bool), torch.ones(B, T, dtype=torch.bool)
-    batch = TranslationBatch(*(x.to(device) for x in (source, ones[0], target_in, target, ones[1])))
-
-    def make_network(chunk_size: int | None = 8) -> Seq2Seq:
-        torch.manual_seed(seed)
-        net = Seq2Seq(spec["Vs"], V, embedding_size=spec["E"], encoder_size=spec["enc"], decoder_size=spec["dec"],
-                      attention_size=spec["att"], dropout=spec["dropout"], chunk_size=chunk_size, output=output)
-        return net.to(device).train()
-
-    return Workload(f"{output}", spec, make_network, batch, B * T, 2.0 * S * B * T * spec["dec"] * V)
 
 
 def run_outputs(args: argparse.Namespace, sizes: list[str], repeats: int, warmup: int) -> dict[str, Any]:
@@ -456,192 +228,16 @@ def run_outputs(args: argparse.Namespace, sizes: list[str], repeats: int, warmup
     return out
 
 
-def outputs_markdown(result: dict[str, Any]) -> str:
-    """The markdown block of the output-layer section."""
-    m = result["machine"]
-    lines = [
-        f"Device `{m['device']}`; torch {m['torch']}, pyro-ppl {m['pyro']}, Python {m['python']}; "
-        f"{m['processor']}.  Written by `{result['command']}` in {result['seconds']:.0f} s on {result['date']}.",
-        "",
-        "**Output layers**: Pyro SVI step (as the trainers take it) of every pair on the paper's `tanh` layer and "
-        "on the product of experts (`product`); `/soft`: over the soft step *of the same layer*, in the same "
-        "interleaved run (median of the repeats); memory: peak tensor bytes of one step "
-        f"({result['memory_method']}).",
-        "",
-        "| size | threads | pair | tanh [s] | tanh /soft | tanh mem | product [s] | product /soft | product mem | "
-        "product / tanh |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in result["outputs"].values():
-        t, mem, spec = r["times"], r["memory"], r["spec"]
-        label = (f"{r['size']} (B={spec['B']}, S={spec['S']}, T={spec['T']}, V={spec['Vs']:,}/{spec['V']:,}, "
-                 f"H={spec['dec']}, dropout {spec['dropout']}, {r['repeats']} repeats)")
-        for name in OUTPUT_PAIRS:
-            a, b = t[f"tanh/{name}"], t[f"product/{name}"]
-            lines.append(
-                f"| {label} | {r['threads']} | {name} | {a:.3f} | {a / t['tanh/soft']:.2f} | "
-                f"{_mem(mem[f'tanh/{name}'])} | {b:.3f} | {b / t['product/soft']:.2f} | "
-                f"{_mem(mem[f'product/{name}'])} | {b / a:.2f} |"
-            )
-    return "\n".join(lines)
 
 
-# -- reporting ---------------------------------------------------------------------------------------------------
-def _mem(nbytes: float) -> str:
-    if nbytes < 10 * 2**20:
-        return f"{nbytes / 2**20:.1f} MiB"
-    return f"{nbytes / 2**20:,.0f} MiB" if nbytes < 2**30 else f"{nbytes / 2**30:.2f} GiB"
 
 
-def size_label(name: str, spec: dict[str, Any]) -> str:
-    if spec["task"] == "qa":
-        return f"{name} (B={spec['B']}, S={spec['S']}, D={spec['D']}, A={spec['A']})"
-    return f"{name} (B={spec['B']}, S={spec['S']}, T={spec['T']}, D={spec['D']}, V={spec['V']})"
 
 
-def markdown(result: dict[str, Any]) -> str:
-    """The markdown block for ``docs/performance.md``."""
-    m = result["machine"]
-    limit = result["matmul_limit"]
-    shaped = list(result["matmul"].values())[-1]
-    lines = [
-        f"Mode `{result['mode']}`; device `{m['device']}`; {m['threads']} torch thread(s); torch {m['torch']}, "
-        f"pyro-ppl {m['pyro']}, Python {m['python']}; {m['processor']}.  Written by `{result['command']}` in "
-        f"{result['seconds']:.0f} s on {result['date']}.",
-        "",
-        "`torch.mm` (float32): "
-        + ", ".join(f"{k}: {v / 1e9:.1f} GFLOP/s" for k, v in result["matmul"].items())
-        + f"; the limit used below is {limit / 1e9:.1f} GFLOP/s (in brackets: against the last, output-layer-shaped"
-        " rate).",
-        "",
-        f"**SVI step time** (median of {result['repeats']} interleaved steps; large: {result['large_repeats']}) and "
-        f"peak memory of one step ({result['memory_method']}).  `pyro/torch`: the Pyro pair over the hand-written "
-        "torch step of the same loss and gradients (target <= 1.05 at small and mid).  `/soft`: over Pyro soft "
-        "attention at the same size (target for the sampled pairs <= 1.5).  `matmul`: FLOPs of the output layer's "
-        "H x V product over all S positions (forward + backward, 3 x 2 S B T H V) per second of the whole step, as "
-        "a fraction of the `torch.mm` limit.",
-        "",
-        "| size | pair | pyro [s] | torch [s] | pyro/torch | /soft | pyro mem | torch mem | matmul |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in result["steps"].values():
-        t, mem = r["times"], r["memory"]
-        soft = t.get("pyro/soft", math.nan)
-        flops = 3 * r["output_flops"]
-        for name in [n for n in PAIRS if f"pyro/{n}" in t]:
-            p, h = t[f"pyro/{name}"], t[f"torch/{name}"]
-            enum = name in ("marginal", "hard-enum", "va-enum")
-            eff = f"{flops / p / limit:.0%} ({flops / p / shaped:.0%})" if enum else ""
-            lines.append(
-                f"| {r['label']} | {name} | {p:.4f} | {h:.4f} | {p / h:.2f} | {p / soft:.2f} | "
-                f"{_mem(mem[f'pyro/{name}'])} | {_mem(mem[f'torch/{name}'])} | {eff} |"
-            )
-        key = "torch-straightforward/marginal"
-        if key in t:
-            lines.append(
-                f"| {r['label']} | marginal, straightforward torch (all S*B*T*V logits) | | {t[key]:.4f} | | | | "
-                f"{_mem(mem[key])} | {flops / t[key] / limit:.0%} ({flops / t[key] / shaped:.0%}) |"
-            )
-    lines += ["", "Fairness checks (Pyro validation on; relative errors of loss and gradients vs hand-written):", ""]
-    for r in result["steps"].values():
-        if r["checks"]:
-            worst_l = max((c.get("loss_rel_err", 0.0) for c in r["checks"].values()), default=0.0)
-            worst_g = max(c["grad_rel_err"] for c in r["checks"].values())
-            ok = all(c["passed"] for c in r["checks"].values())
-            verdict = "passed" if ok else "FAILED"
-            lines.append(f"- {r['label']}: worst loss {worst_l:.1e}, worst gradient {worst_g:.1e}, {verdict}")
-        else:
-            lines.append(f"- {r['label']}: not checked in this mode (`--full` checks mid; large is too slow to check)")
-    if result.get("throughput"):
-        lines += ["", "**Evaluation throughput** (target tokens/s, no gradients, median):", ""]
-        lines += ["| size | exact log p(y \\| x) | K-max (K=5) | exact mem | K-max mem |", "|---|---|---|---|---|"]
-        for r in result["throughput"].values():
-            e, k = r["exact"], r[f"K-max (K={KMAX})"]
-            lines.append(
-                f"| {r['label']} | {e['tokens_per_s']:,.0f} | {k['tokens_per_s']:,.0f} | {_mem(e['memory'])} | "
-                f"{_mem(k['memory'])} |"
-            )
-    curves = result.get("curves")
-    if curves:
-        spec = curves["spec"]
-        names = list(curves["rows"][0]["times"])
-        lines += [
-            "",
-            f"**Against S** (translation B={spec['B']}, T={spec['T']}, D={spec['D']}, V={spec['V']}; Pyro steps; "
-            "time [s] / peak memory):",
-            "",
-            "| S | " + " | ".join(names) + " |",
-            "|---|" + "---|" * len(names),
-        ]
-        for row in curves["rows"]:
-            cells = [f"{row['times'][n]:.3f} / {_mem(row['memory'][n])}" for n in names]
-            lines.append(f"| {row['S']} | " + " | ".join(cells) + " |")
-    if result.get("plots"):
-        lines += ["", " ".join(f"![{Path(p).stem}]({p})" for p in result["plots"])]
-    return "\n".join(lines)
 
 
-def write_markdown(path: Path, mode: str, block: str) -> None:
-    """Replace the ``mode`` block of ``path`` (created with a heading if missing), keeping everything else."""
-    begin, end = f"<!-- benchmark:{mode}:begin -->", f"<!-- benchmark:{mode}:end -->"
-    text = path.read_text() if path.exists() else "# Performance\n"
-    new = f"{begin}\n{block}\n{end}"
-    if begin in text and end in text:
-        head, rest = text.split(begin, 1)
-        text = head + new + rest.split(end, 1)[1]
-    else:
-        text = text.rstrip("\n") + f"\n\n## Measured: `{mode}`\n\n{new}\n"
-    path.write_text(text)
 
 
-def plot(result: dict[str, Any], folder: Path, mode: str, relative_to: Path) -> list[str]:
-    """Step time and memory against S; written as PNGs, returned as paths relative to the markdown file."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    curves = result.get("curves")
-    if not curves:
-        return []
-    folder.mkdir(parents=True, exist_ok=True)
-    S = [r["S"] for r in curves["rows"]]
-    names = list(curves["rows"][0]["times"])
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for name in names:
-        axes[0].plot(S, [r["times"][name] for r in curves["rows"]], marker="o", label=name)
-        axes[1].plot(S, [r["memory"][name] / 2**20 for r in curves["rows"]], marker="o", label=name)
-    for ax, ylabel in zip(axes, ["seconds per step / evaluation", "peak memory [MiB]"], strict=True):
-        ax.set_xlabel("source length S")
-        ax.set_ylabel(ylabel)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.grid(True, alpha=0.3)
-    axes[0].legend(fontsize=8)
-    spec = curves["spec"]
-    fig.suptitle(f"Pyro steps against S (B={spec['B']}, T={spec['T']}, D={spec['D']}, V={spec['V']})")
-    fig.tight_layout()
-    path = folder / f"{mode}-curves.png"
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    paths = [path]
-    fig, ax = plt.subplots(figsize=(9, 4))
-    labels, ratios = [], []
-    for size, r in result["steps"].items():
-        for name in [n for n in PAIRS if f"pyro/{n}" in r["times"]]:
-            labels.append(f"{size}\n{name}")
-            ratios.append(r["times"][f"pyro/{name}"] / r["times"][f"torch/{name}"])
-    ax.bar(range(len(ratios)), ratios)
-    ax.axhline(1.05, color="red", linestyle="--", label="target 1.05")
-    ax.set_xticks(range(len(ratios)), labels, fontsize=6, rotation=90)
-    ax.set_ylabel("pyro / hand-written torch step")
-    ax.legend()
-    fig.tight_layout()
-    path = folder / f"{mode}-ratios.png"
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    paths.append(path)
-    return [str(p.resolve().relative_to(relative_to.resolve())) for p in paths]
 
 
 # -- main ------------------------------------------------------------------------------------------------------

@@ -88,7 +88,7 @@ def test_fairness_check_catches_a_wrong_loss(step_time: ModuleType, monkeypatch:
 
 
 def test_enum_memory_tiny(capsys):
-    module = load_script("benchmarks", "enum_memory")
+    module = load_script("benchmarks/studies", "enum_memory")
     args = [
         "--batch-size",
         "2",
@@ -114,7 +114,7 @@ def test_enum_memory_tiny(capsys):
 def run_with_memory():
     """``benchmarks/run.py``, skipping where this torch cannot follow storages for the CPU memory measure."""
     run = load_script("benchmarks", "run")
-    if not run.storages_are_tracked():
+    if not load_script("benchmarks", "measure").storages_are_tracked():
         pytest.skip(f"torch {torch.__version__} gives a new storage object per call: CPU memory is not measured")
     return run
 
@@ -150,17 +150,19 @@ def test_run_tiny(tmp_path, capsys, run_with_memory):
 
 
 def test_tensor_memory_refuses_a_torch_whose_storages_it_cannot_follow(monkeypatch):
-    run = load_script("benchmarks", "run")
-    monkeypatch.setattr(run, "storages_are_tracked", lambda: False)
+    measure = load_script("benchmarks", "measure")
+    monkeypatch.setattr(measure, "storages_are_tracked", lambda: False)
     with pytest.raises(RuntimeError, match="a freed storage cannot be seen; use a newer torch"):
-        run.TensorMemory()
+        measure.TensorMemory()
 
 
-def test_tensor_memory_tracker(run_with_memory):
+def test_tensor_memory_tracker():
     """The CPU memory measure counts new storages, not views of existing ones, and subtracts freed ones."""
-    run = run_with_memory
+    measure = load_script("benchmarks", "measure")
+    if not measure.storages_are_tracked():
+        pytest.skip(f"torch {torch.__version__} gives a new storage object per call: CPU memory is not measured")
     x = torch.randn(256, 256)  # exists before: not counted
-    with run.TensorMemory() as tracker:
+    with measure.TensorMemory() as tracker:
         y = x.t().contiguous()  # 256 KiB
         z = y * 2  # 256 KiB
         del y, z
@@ -187,7 +189,7 @@ def test_run_outputs_section_tiny(tmp_path, capsys, run_with_memory) -> None:
 
 
 def test_micro_tiny(capsys) -> None:
-    micro = _load("micro")
+    micro = load_script("benchmarks/studies", "micro")
     result = micro.main(micro.make_parser().parse_args(["--tiny", "--repeats", "2"]))
     assert set(result) == {"log_prob", "optimiser", "matmul"}
     assert all(t > 0 for section in result.values() for t in section.values())
@@ -224,9 +226,9 @@ def test_decode_speed_tiny(tmp_path, capsys) -> None:
 
 
 def test_align_priors_tiny(tmp_path) -> None:
-    """benchmarks/align_priors.py trains every prior on the same EM IBM Model 1 table of a toy gold set and scores
-    each; the table-only row has no prior AER, the HMM row has its smoothed posterior."""
-    align_priors = load_script("benchmarks", "align_priors")
+    """benchmarks/studies/align_priors.py trains every prior on the same EM IBM Model 1 table of a toy gold set and
+    scores each; the table-only row has no prior AER, the HMM row has its smoothed posterior."""
+    align_priors = load_script("benchmarks/studies", "align_priors")
     pairs = ["the house ||| das haus", "the cat ||| die katze", "a small cat ||| eine kleine katze",
              "the small house ||| das kleine haus"]
     (tmp_path / "gold.txt").write_text("\n".join(pairs) + "\n")
@@ -241,12 +243,12 @@ def test_align_priors_tiny(tmp_path) -> None:
 
 
 def test_prior_pull_tiny(tmp_path, capsys) -> None:
-    """benchmarks/prior_pull.py on tiny trained checkpoints: its objectives and distributions agree with the
+    """benchmarks/studies/prior_pull.py on tiny trained checkpoints: its objectives and distributions agree with the
     trainer's exact validation (NLL, entropies, KL(q || posterior) = -ELBO - NLL); a soft pair is refused."""
     from pyro_attention.tasks.translation import TranslationConfig, load_checkpoint, train, validate
     from pyro_attention.tasks.translation.corpora import load_split, make_batches
 
-    prior_pull = load_script("benchmarks", "prior_pull")
+    prior_pull = load_script("benchmarks/studies", "prior_pull")
     tiny = dict(train_size=24, val_size=12, batch_size=8, embedding=8, encoder=8, decoder=16, attention=8, epochs=1)
     for model in ("variational", "marginal", "soft"):
         train(TranslationConfig(model=model, out=str(tmp_path / model), **tiny), progress=False, log=None)
@@ -277,9 +279,9 @@ def test_prior_pull_tiny(tmp_path, capsys) -> None:
 
 
 def test_keep_share_counts_the_kernels_recomputed_rows(tmp_path, capsys) -> None:
-    """benchmarks/keep_share.py on a tiny synthetic row: nothing kept, everything recomputed (4 products a row);
+    """benchmarks/studies/keep_share.py on a tiny synthetic row: nothing kept, everything recomputed (4 products a row);
     a budget above the largest batch, nothing (3); in between, a share between."""
-    module = load_script("benchmarks", "keep_share")
+    module = load_script("benchmarks/studies", "keep_share")
     config = tmp_path / "exp.toml"
     config.write_text('[shared]\ndata = "synthetic"\ntrain_size = 40\nbatch_size = 8\nchunk_size = 2\n'
                       '[[rows]]\nlabel = "hard"\nmodel = "hard"\n')
@@ -303,8 +305,8 @@ def test_keep_share_counts_the_kernels_recomputed_rows(tmp_path, capsys) -> None
 
 
 def test_subnormal_tiny(capsys) -> None:
-    """benchmarks/subnormal.py at tiny sizes: every case of every kind timed, one table row each."""
-    module = load_script("benchmarks", "subnormal")
+    """benchmarks/studies/subnormal.py at tiny sizes: every case of every kind timed, one table row each."""
+    module = load_script("benchmarks/studies", "subnormal")
     args = module.make_parser().parse_args(["--rows", "16", "--hidden", "4", "--vocab", "30", "--shape", "2", "3", "4",
                                             "--scales", "1", "30", "--repeats", "1"])
     module.main(args)
@@ -314,9 +316,9 @@ def test_subnormal_tiny(capsys) -> None:
 
 
 def test_matmul_precision_tiny(capsys) -> None:
-    """benchmarks/matmul_precision.py on a fresh synthetic run: both precisions on each batch, gradients that agree
-    to bfloat16 rounding, the process's precision restored."""
-    module = load_script("benchmarks", "matmul_precision")
+    """benchmarks/studies/matmul_precision.py on a fresh synthetic run: both precisions on each batch, gradients that
+    agree to bfloat16 rounding, the process's precision restored."""
+    module = load_script("benchmarks/studies", "matmul_precision")
     rows = module.main(module.make_parser().parse_args(["--model", "marginal", "--batches", "2"]))
     assert len(rows) == 2 and all(r["highest_s"] > 0 and r["medium_s"] > 0 for r in rows)
     assert all(abs(r["diff"]) < 0.05 and r["rel"] < 0.05 and r["cos"] > 0.99 for r in rows)
@@ -325,12 +327,12 @@ def test_matmul_precision_tiny(capsys) -> None:
 
 
 def test_marginal_decoding_tiny(capsys) -> None:
-    """benchmarks/marginal_decoding.py on a fresh synthetic network: both formulas decode every sentence, give the
-    same translations, and the package's formula is back in place afterwards."""
+    """benchmarks/studies/marginal_decoding.py on a fresh synthetic network: both formulas decode every sentence, give
+    the same translations, and the package's formula is back in place afterwards."""
     from pyro_attention.tasks.translation import decoding
 
     keep = decoding._Marginal.__call__
-    module = load_script("benchmarks", "marginal_decoding")
+    module = load_script("benchmarks/studies", "marginal_decoding")
     result = module.main(module.make_parser().parse_args(["--limit", "6", "--rounds", "1"]))
     assert result["sentences"] == 6 and result["differ"] == 0
     assert all(len(v) == 1 and v[0] > 0 for v in result["seconds"].values())
@@ -339,13 +341,13 @@ def test_marginal_decoding_tiny(capsys) -> None:
 
 
 def test_padding_skip_tiny(capsys) -> None:
-    """benchmarks/padding_skip.py on a fresh synthetic run: both ways timed on each batch, the table alone and the
-    whole step; skipping the padded pairs changes neither the loss nor the gradients; the pairs' table and the
+    """benchmarks/studies/padding_skip.py on a fresh synthetic run: both ways timed on each batch, the table alone and
+    the whole step; skipping the padded pairs changes neither the loss nor the gradients; the pairs' table and the
     process's precision are back in place afterwards."""
     import pyro_attention.models._categorical as categorical
     from pyro_attention.distributions.enumeration import observed_table
 
-    module = load_script("benchmarks", "padding_skip")
+    module = load_script("benchmarks/studies", "padding_skip")
     for extra in ([], ["--step"]):
         rows = module.main(module.make_parser().parse_args(["--batches", "2", *extra]))
         assert len(rows) == 2 and all(r["cpu_skipped"] >= 0 and r["wall_computed"] > 0 for r in rows)

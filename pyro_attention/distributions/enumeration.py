@@ -61,7 +61,7 @@ def observed_table(
 ) -> Tensor:
     """``log p(y_t | x, z_t = s)`` at the observed tokens ``enc.target``, ``(B, T, S)``, by the fastest path the
     network offers (the module docstring); 0 where ``t`` or ``s`` is padding (the fused path does not compute
-    those: about a quarter of a length-bucketed IWSLT14 batch's pairs, ``benchmarks/padding_skip.py``).
+    those: about a quarter of a length-bucketed IWSLT14 batch's pairs, ``benchmarks/studies/padding_skip.py``).
 
     :param chunk_size: source positions per chunk (fused path: ``chunk_size * B * T`` rows of logits at once;
         generic path: ``chunk_size`` positions per checkpointed chunk); ``None``: all at once.

@@ -226,15 +226,15 @@ def test_a_stopped_align_run_does_not_train_a_finished_direction_again(tmp_path,
 
 
 def test_the_rescoring_benchmark_links_saved_alignments_without_training(tmp_path, capsys):
-    """benchmarks/align_rescore.py on a tiny align run's probs.pt: its threshold rule is align's posterior-mean row,
-    and the grow rules are scored with choices tuned on the other half (hi > lo)."""
+    """benchmarks/studies/align_rescore.py on a tiny align run's probs.pt: its threshold rule is align's posterior-mean
+    row, and the grow rules are scored with choices tuned on the other half (hi > lo)."""
     from tests.support.scripts import load_script
 
     f = _files(tmp_path)
     config = AlignConfig(gold_text=str(f["text"]), gold_links=str(f["pharaoh1"]), network="ibm1",
                          models=["marginal"], epochs=1, both_directions=True, out=str(tmp_path / "runs"))
     rows = run_align(config, log=lambda _: None)
-    rescore = load_script("benchmarks", "align_rescore")
+    rescore = load_script("benchmarks/studies", "align_rescore")
     args = rescore.make_parser().parse_args(["--probs", str(tmp_path / "runs" / "ibm1-marginal.probs.pt"),
                                               "--gold-text", str(f["text"]), "--gold-links", str(f["pharaoh1"]),
                                               "--sources", "posterior"])

@@ -10,8 +10,8 @@ Each configuration runs in a fresh subprocess (one torch thread) so that its pea
 (``resource.getrusage(RUSAGE_SELF).ru_maxrss``) is its own; it times ``--steps`` SVI steps after one warm-up step
 and reports the median.  Nothing is asserted: it measures.
 
-    python benchmarks/enum_memory.py                          # B=32, S=T=50, D=256, V=10,000
-    python benchmarks/enum_memory.py --chunks 0 8 --steps 1
+    python benchmarks/studies/enum_memory.py                          # B=32, S=T=50, D=256, V=10,000
+    python benchmarks/studies/enum_memory.py --chunks 0 8 --steps 1
 """
 
 from __future__ import annotations

@@ -14,11 +14,11 @@ times, at one torch thread, each case once per round (``--repeats`` rounds, medi
   ``B T S V`` with two experts that prefer the same words, ``scale * a + noise``, for ``--scales``.
 
 It only calls functions that every version of the package has, so running it in two installs (``python
-benchmarks/subnormal.py`` with each one's Python) compares them.  It measures and asserts nothing; say what else
+benchmarks/studies/subnormal.py`` with each one's Python) compares them.  It measures and asserts nothing; say what else
 ran on the cores beside it.
 
-    python benchmarks/subnormal.py
-    python benchmarks/subnormal.py --repeats 1 --cases kernel product
+    python benchmarks/studies/subnormal.py
+    python benchmarks/studies/subnormal.py --repeats 1 --cases kernel product
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ Variants, on one Seq2Seq network and batch (interleaved rounds, medians, peak me
 
 (All in ``pyro_attention/distributions/enumeration.py`` and ``kernels.py``.)
 
-    python benchmarks/kernels.py                       # B=32, S=T=50, D=256, V=1k
-    python benchmarks/kernels.py --vocab 10000 --repeats 1 --variants fused fused-recompute checkpointed
+    python benchmarks/studies/kernels.py                       # B=32, S=T=50, D=256, V=1k
+    python benchmarks/studies/kernels.py --vocab 10000 --repeats 1 --variants fused fused-recompute checkpointed
 """
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ import torch
 
 from pyro_attention.distributions.enumeration import KEEP_BYTES, gathered_table, observed_table
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the harness it times
 import handwritten  # noqa: E402
-from run import interleave, make_workload  # noqa: E402
+from measure import interleave  # noqa: E402
+from workloads import make_workload  # noqa: E402
 
 VARIANTS = ("straightforward", "checkpointed", "fused-recompute", "fused")
 

@@ -4,9 +4,9 @@ trained.
 
 The enumeration kernel (:func:`pyro_attention.distributions.kernels.observed_log_softmax`) evaluates the `tanh`
 output layer at every pair of a real target token and a real source position (padded pairs are left out since
-2026-12-06: ``benchmarks/padding_skip.py``), ``chunk_size * B * T`` rows of ``V`` logits at a time, and keeps the
-log-probabilities of the first chunks of each batch for the backward pass up to ``keep_gib``; the other chunks are
-recomputed there.  Smaller chunks fill the budget a little more closely (``--chunk-size``: every size against
+2026-12-06: ``benchmarks/studies/padding_skip.py``), ``chunk_size * B * T`` rows of ``V`` logits at a time, and
+keeps the log-probabilities of the first chunks of each batch for the backward pass up to ``keep_gib``; the other
+chunks are recomputed there.  Smaller chunks fill the budget a little more closely (``--chunk-size``: every size against
 each budget; default the row's own).  A row kept costs three products with the layer's ``V x H`` weights
 (forward; the two gradients), a row recomputed four.  For every setting this prints the share of the epoch's rows
 recomputed, the products per row it implies (3 to 4) and the largest batch's log-probabilities (what would have
@@ -18,9 +18,10 @@ prints the medians of the wall-clock and the CPU time (with other processes on t
 thread is the steadier).
 It measures and asserts nothing; say what else ran on the cores beside it.
 
-    python benchmarks/keep_share.py --config examples/configs/table1-iwslt14.toml --row va-enum --keep-gib 1 4 8
-    python benchmarks/keep_share.py --config examples/configs/table1-iwslt14.toml --row va-enum --keep-gib 1 8 --time 3
-    python benchmarks/keep_share.py --config examples/configs/table1-iwslt14.toml --row va-enum --keep-gib 1 8 \
+    python benchmarks/studies/keep_share.py --config examples/configs/table1-iwslt14.toml --row va-enum --keep-gib 1 4 8
+    python benchmarks/studies/keep_share.py --config examples/configs/table1-iwslt14.toml --row va-enum --keep-gib 1 8 \
+        --time 3
+    python benchmarks/studies/keep_share.py --config examples/configs/table1-iwslt14.toml --row va-enum --keep-gib 1 8 \
         --chunk-size 8 2 --time 3
 """
 

@@ -1,7 +1,7 @@
 """Link rules on saved alignments, no training: the two directions' posteriors combined, then linked by one
 threshold or grown between two (grow-diag on probabilities), every choice tuned on the other half of the gold.
 
-    python benchmarks/align_rescore.py --probs ~/runs/hansards/hmm-null-marginal.probs.pt --corpus enfr \
+    python benchmarks/studies/align_rescore.py --probs ~/runs/hansards/hmm-null-marginal.probs.pt --corpus enfr \
         --data-dir ../shared/data
 
 A measurement, not a test.  ``--probs`` is the file ``pyro-attention align --both-directions`` writes

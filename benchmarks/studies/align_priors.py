@@ -1,7 +1,8 @@
 """Which alignment prior helps the alignments: each prior trained on the same IBM Model 1 table, forward AER.
 
-    python benchmarks/align_priors.py --corpus enfr --data-dir ../shared/data --epochs 2
-    python benchmarks/align_priors.py --corpus enfr --data-dir ../shared/data --priors neural-diag hmm --table-lr 0.01
+    python benchmarks/studies/align_priors.py --corpus enfr --data-dir ../shared/data --epochs 2
+    python benchmarks/studies/align_priors.py --corpus enfr --data-dir ../shared/data --priors neural-diag hmm \
+        --table-lr 0.01
 
 A measurement, not a test.  The lexical table is plain EM IBM Model 1 (``tests/support/ibm1_em.py``, 5 iterations on the
 gold sentences plus ``--extra-size`` Multi30k pairs of the language pair, lower-cased: the text of ``pyro-attention
@@ -39,7 +40,7 @@ PRIORS = ("ibm1", "neural", "neural-diag", "neural-diag-jump", "hmm")
 
 def em_table(src: list[list[str]], tgt: list[list[str]], src_vocab: Any, tgt_vocab: Any, iterations: int) -> Any:
     """An :class:`IBM1Network` holding EM IBM Model 1's ``log t(f | e)`` (floored at 1e-7)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: tests.support is a package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: tests.support is a package
     from pyro_attention.data.translation import EOS as EOS_ID
     from pyro_attention.networks.lexical import IBM1Network
     from tests.support.ibm1_em import EMIBM1, EOS

@@ -18,9 +18,9 @@ training mode, at ``--matmul-precision``.
 fresh ``marginal`` run on the package's synthetic corpus (tiny sizes: what the test runs). It measures and asserts
 nothing; say what else ran on the cores beside it.
 
-    python benchmarks/padding_skip.py --checkpoint ~/runs/table1-iwslt14/va-enum/last.pt --batches 6
-    python benchmarks/padding_skip.py --checkpoint ~/runs/table1-iwslt14/va-enum/last.pt --batches 6 --step
-    python benchmarks/padding_skip.py --batches 2 --step
+    python benchmarks/studies/padding_skip.py --checkpoint ~/runs/table1-iwslt14/va-enum/last.pt --batches 6
+    python benchmarks/studies/padding_skip.py --checkpoint ~/runs/table1-iwslt14/va-enum/last.pt --batches 6 --step
+    python benchmarks/studies/padding_skip.py --batches 2 --step
 
 """
 

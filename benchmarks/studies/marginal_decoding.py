@@ -10,7 +10,7 @@ test split; beam 5, 64 sentences at a time, as ``evaluate`` decodes), alternatin
 the ``marginal`` rule (its data where its config says); without it, a fresh ``marginal`` network on the package's
 synthetic corpus (what the test runs).  It measures and asserts nothing; say what else ran on the cores.
 
-    python benchmarks/marginal_decoding.py --checkpoint ~/runs/table1-iwslt14/va-enum/last.pt --limit 128 \\
+    python benchmarks/studies/marginal_decoding.py --checkpoint ~/runs/table1-iwslt14/va-enum/last.pt --limit 128 \\
         --offset 3000
 """
 

@@ -1,7 +1,7 @@
 """Which way each training term pulls a categorical prior's entropy, at a translation checkpoint's weights.
 
-    python benchmarks/prior_pull.py ~/runs/table1-iwslt14/va-enum-product/best.pt --split val
-    python benchmarks/prior_pull.py RUN/best.pt OTHER/best.pt --batches 4 --json pull.json
+    python benchmarks/studies/prior_pull.py ~/runs/table1-iwslt14/va-enum-product/best.pt --split val
+    python benchmarks/studies/prior_pull.py RUN/best.pt OTHER/best.pt --batches 4 --json pull.json
 
 A measurement, not a test.  For every checkpoint of a categorical pair (marginal, hard, variational), on the
 ``--split`` batches in eval mode (no dropout), with ``l[t, s] = log p(y_t | x, z_t = s)`` (the enumeration kernel's

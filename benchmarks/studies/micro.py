@@ -1,7 +1,7 @@
 """Micro-benchmarks behind the "what was tried" table of docs/performance.md (soft attention against a toolkit).
 
-    python benchmarks/micro.py               # the toolkit's Multi30k sizes, 1 thread
-    python benchmarks/micro.py --threads 2
+    python benchmarks/studies/micro.py               # the toolkit's Multi30k sizes, 1 thread
+    python benchmarks/studies/micro.py --threads 2
 
 Each line is the median of ``--repeats`` timed calls after one untimed call, the variants of a line interleaved:
 
@@ -105,7 +105,7 @@ def main(args: argparse.Namespace) -> dict[str, dict[str, float]]:
                 timed[name].append(seconds)
     result["optimiser"] = {k: statistics.median(v) for k, v in timed.items()}
     result["matmul"] = _median(matmul_variants(N, sizes["dec"], sizes["V"]), args.repeats)
-    print(f"benchmarks/micro.py: {torch.get_num_threads()} thread(s), torch {torch.__version__}, N={N}, "
+    print(f"benchmarks/studies/micro.py: {torch.get_num_threads()} thread(s), torch {torch.__version__}, N={N}, "
           f"V={sizes['V']}, median of {args.repeats}")
     for section, times in result.items():
         for name, seconds in times.items():

@@ -13,8 +13,8 @@ must be where the config says): a trained model, the case that matters.  Without
 package's synthetic corpus (``--model``, tiny sizes: what the test runs).  It measures and asserts nothing; say
 what else ran on the cores beside it.
 
-    python benchmarks/matmul_precision.py --checkpoint ~/runs/table1-multi30k/hard-enum/last.pt --batches 6
-    python benchmarks/matmul_precision.py --model marginal --batches 2
+    python benchmarks/studies/matmul_precision.py --checkpoint ~/runs/table1-multi30k/hard-enum/last.pt --batches 6
+    python benchmarks/studies/matmul_precision.py --model marginal --batches 2
 """
 
 from __future__ import annotations
