@@ -84,7 +84,7 @@ def option_error(parser: argparse.ArgumentParser, message: str, keys: Sequence[s
     parser.error(message)
 
 
-def exit_with_error(parser: argparse.ArgumentParser, error: Exception) -> None:
+def exit_with_error(parser: argparse.ArgumentParser, error: Exception) -> typing.NoReturn:
     """A run-time error (data, checkpoint): one line on stderr and exit status 1, without the usage text.
 
     A decoding rule that the checkpoint's pair does not allow is an option error (``parser.error``, status 2).

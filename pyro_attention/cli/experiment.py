@@ -24,8 +24,6 @@ def _run(args: argparse.Namespace) -> int:
         print(f"pyro-attention experiment run: {stop.signal_name}: {stop.checkpoint} written; run the same command "
               "again to continue", file=sys.stderr)
         return 130
-    if table is None:
-        return 1
     print(markdown_table(table))
     return 0
 
@@ -33,47 +31,38 @@ def _run(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from pyro_attention.tasks.translation.status import experiment_status, status_table
 
-    rows = _guarded(args, lambda: experiment_status(args.config, args.out, only=args.rows))
-    if rows is None:
-        return 1
-    print(status_table(rows))
-    return 0
+    return _show(args, lambda: experiment_status(args.config, args.out, only=args.rows), status_table)
 
 
 def _curves(args: argparse.Namespace) -> int:
     from pyro_attention.tasks.translation.status import experiment_curves
 
-    text = _guarded(args, lambda: experiment_curves(args.config, args.out, only=args.rows))
-    if text is None:
-        return 1
-    print(text)
-    return 0
+    return _show(args, lambda: experiment_curves(args.config, args.out, only=args.rows), str)
 
 
 def _merge(args: argparse.Namespace) -> int:
     from pyro_attention.tasks.translation.runner import merge_rows
 
-    merged = _guarded(args, lambda: merge_rows(args.table, args.out, only=args.rows, note=args.note))
-    if merged is None:
-        return 1
-    for label, how in merged:
-        print(f"{args.table}: {how} row {label} from {args.out}")
-    return 0
+    return _show(args, lambda: merge_rows(args.table, args.out, only=args.rows, note=args.note),
+                 lambda merged: "\n".join(f"{args.table}: {how} row {label} from {args.out}" for label, how in merged))
 
 
 def _plot(args: argparse.Namespace) -> int:
     from pyro_attention.tasks.translation.curves import plot_table
 
-    figure = _guarded(args, lambda: plot_table(args.table, args.figure))
-    if figure is None:
-        return 1
-    print(figure if figure else f"{args.table}: no row has a val_ppl_per_epoch curve; nothing drawn")
+    return _show(args, lambda: plot_table(args.table, args.figure),
+                 lambda figure: figure or f"{args.table}: no row has a val_ppl_per_epoch curve; nothing drawn")
+
+
+def _show(args: argparse.Namespace, work, render) -> int:  # noqa: ANN001 - thunks
+    """Print ``render(work())`` (exit status 0; :func:`_guarded` says why not and exits otherwise)."""
+    print(render(_guarded(args, work)))
     return 0
 
 
 def _guarded(args: argparse.Namespace, work):  # noqa: ANN001, ANN202 - a thunk and what it returns
     """``work()``; an experiment file or ``--rows`` that cannot be run is an error of the call (exit status 2, as
-    ``train --config``'s), any other ``OSError`` / ``ValueError`` one line on stderr (``None``: exit status 1)."""
+    ``train --config``'s), any other ``OSError`` / ``ValueError`` one line on stderr and exit status 1."""
     from pyro_attention.tasks.translation.runner import ExperimentFileError
 
     try:
@@ -82,7 +71,6 @@ def _guarded(args: argparse.Namespace, work):  # noqa: ANN001, ANN202 - a thunk 
         args.parser.error(str(error))
     except (OSError, ValueError) as error:
         exit_with_error(args.parser, error)
-    return None
 
 
 def _experiment_file(parser: argparse.ArgumentParser) -> None:
