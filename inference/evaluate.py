@@ -38,10 +38,10 @@ from pyro import poutine
 from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
-from pyro_attention.pair import MAX_PLATE_NESTING, RULES, AlignmentPair, observed_log_likelihood
+from pyro_attention.pair import MAX_PLATE_NESTING, AlignmentPair, Rule, observed_log_likelihood
 
 __all__ = [
-    "RULES",
+    "Rule",
     "LogLikelihood",
     "enumerated_log_joint",
     "guide_draw",
@@ -330,17 +330,17 @@ def kmax_log_likelihood(pair: AlignmentPair, batch: Any, k: int) -> LogLikelihoo
 
 @torch.no_grad()
 def predict(
-    pair: AlignmentPair, batch: Any, rule: str | None = "marginal", num_samples: int = 100, k: int = 5
+    pair: AlignmentPair, batch: Any, rule: Rule | str | None = Rule.MARGINAL, num_samples: int = 100, k: int = 5
 ) -> Tensor:
     """Predictive probabilities ``(B, T, V)`` of the next output under a combination rule:
     ``pair.predict(batch, rule, num_samples, k)``.
 
-    :param rule: ``"marginal"`` -- :math:`\\sum_s p(z_t = s \\mid x) p(y_t \\mid x, z_t = s)` (exact for
-        categorical and structured pairs; a ``num_samples`` Monte Carlo average over the prior for continuous
-        alignments); ``"soft"`` -- :math:`p(y_t \\mid x, c_t)`, the network run once on the pair's soft context
-        (the expected context; the structured pairs' own context); ``"kmax"`` -- the marginal over the ``k`` most
-        probable prior alignments, renormalised over them (categorical pairs).  ``None`` -- the pair's default,
-        the first of :meth:`~pyro_attention.pair.AlignmentPair.prediction_rules`.  A rule the pair does not allow
-        is refused with a ``ValueError``.
+    :param rule: a :class:`~pyro_attention.pair.Rule` or its name: ``"marginal"`` -- :math:`\\sum_s p(z_t = s \\mid
+        x) p(y_t \\mid x, z_t = s)` (exact for categorical and structured pairs; a ``num_samples`` Monte Carlo average
+        over the prior for continuous alignments); ``"soft"`` -- :math:`p(y_t \\mid x, c_t)`, the network run once on
+        the pair's soft context (the expected context; the structured pairs' own context); ``"kmax"`` -- the marginal
+        over the ``k`` most probable prior alignments, renormalised over them (categorical pairs). ``None`` -- the
+        pair's default, the first of its :attr:`~pyro_attention.pair.AlignmentPair.rules`. A rule the pair does not
+        allow is refused with a ``ValueError`` (:class:`~pyro_attention.pair.RuleError`).
     """
     return pair.predict(batch, rule, num_samples=num_samples, k=k)

@@ -22,7 +22,7 @@ from pyro_attention.distributions.enumeration import logits_at_values, observed_
 from pyro_attention.inference.estimators import Enumerate, Estimator, ScoreFunction
 from pyro_attention.inference.evaluate import LogLikelihood, enumerated_log_joint
 from pyro_attention.networks.base import AttentionNetwork, Encoded, gather_context
-from pyro_attention.pair import MAX_PLATE_NESTING, AlignmentPair, kmax_mixture
+from pyro_attention.pair import MAX_PLATE_NESTING, AlignmentPair, Rule, kmax_mixture
 
 
 class CategoricalAlignmentModel(AlignmentPair):
@@ -35,8 +35,8 @@ class CategoricalAlignmentModel(AlignmentPair):
 
     latent: ClassVar[str] = "categorical"
     deterministic: ClassVar[bool] = False
-    rules: ClassVar[tuple[str, ...]] = ("marginal", "soft", "kmax")
-    decode_rules: ClassVar[tuple[str, ...]] = ("soft", "marginal", "kmax")
+    rules: ClassVar[tuple[Rule, ...]] = (Rule.MARGINAL, Rule.SOFT, Rule.KMAX)
+    decodes: ClassVar[frozenset[Rule]] = frozenset(Rule)
 
     # -- what the pair answers ----------------------------------------------------------------------------------
     def _kmax(self, enc: Encoded, k: int, renormalise: bool) -> Tensor:
@@ -63,12 +63,12 @@ class CategoricalAlignmentModel(AlignmentPair):
         method = f"K-max, K={k}" + (" (covers every source position: exact)" if exact else " (a lower bound on log p)")
         return LogLikelihood(per_token, per_token.sum(-1), enc.target_mask.sum(-1), exact, method)
 
-    def predictive(self, enc: Encoded, rule: str, num_samples: int = 100, k: int = 5) -> Tensor:
+    def predictive(self, enc: Encoded, rule: Rule, num_samples: int = 100, k: int = 5) -> Tensor:
         """``"marginal"``: :math:`\\sum_s p(z_t = s \\mid x) p(y_t \\mid x, z_t = s)` exactly; ``"kmax"``: the
         same sum over the ``k`` most probable alignments, renormalised; ``"soft"``: the base class's."""
-        if rule == "kmax":
+        if rule is Rule.KMAX:
             return self._kmax(enc, k, renormalise=True).exp()
-        if rule == "marginal":
+        if rule is Rule.MARGINAL:
             weights = self.attention_prior(enc).permute(2, 0, 1).unsqueeze(-1)  # (S, B, T, 1)
             return (weights * logits_at_values(self.network, enc).softmax(-1)).sum(0)
         return super().predictive(enc, rule, num_samples=num_samples, k=k)

@@ -5,8 +5,8 @@ Their answers (:mod:`pyro_attention.pair`): ``log_likelihood`` is an importance-
 class's, labelled as such; the proposal is the pair's ``likelihood_proposal``); ``predict`` allows ``"marginal"``
 -- :math:`\\mathbb{E}_{p(z \\mid x)}[p(y \\mid x, z)]` averaged over ``num_samples`` draws of :meth:`prior` -- and
 ``"soft"`` (the network run once on :meth:`~pyro_attention.pair.AlignmentPair.soft_context`), the pair's
-``prediction_rule`` first; decoding is soft only; no K-max and no MAP alignment (refused); ArviZ exports draws
-(``continuous``).
+``rules`` in order (the default first); decoding is soft only; no K-max and no MAP alignment (refused); ArviZ
+exports draws (``continuous``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from torch import Tensor
 
 from pyro_attention.networks.base import Encoded
-from pyro_attention.pair import AlignmentPair
+from pyro_attention.pair import AlignmentPair, Rule
 
 
 class GuideScores:
@@ -66,15 +66,15 @@ class ContinuousAlignment(AlignmentPair):
 
     deterministic: ClassVar[bool] = False
     continuous: ClassVar[str | None] = "weights"
-    rules: ClassVar[tuple[str, ...]] = ("marginal", "soft")
+    rules: ClassVar[tuple[Rule, ...]] = (Rule.MARGINAL, Rule.SOFT)
 
     def prior(self, enc: Encoded) -> Any:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def predictive(self, enc: Encoded, rule: str, num_samples: int = 100, k: int = 5) -> Tensor:
+    def predictive(self, enc: Encoded, rule: Rule, num_samples: int = 100, k: int = 5) -> Tensor:
         """``"marginal"``: the average of ``p(y_t | x, z)`` over ``num_samples`` draws ``z ~ prior(enc)``;
         ``"soft"``: the base class's."""
-        if rule != "marginal":
+        if rule is not Rule.MARGINAL:
             return super().predictive(enc, rule, num_samples=num_samples, k=k)
         net = self.network
         prior = self.prior(enc)

@@ -91,6 +91,7 @@ from pyro_attention.distributions.weibull_gamma import MaskedVector
 from pyro_attention.inference.estimators import Estimator, KLAnnealing, MeanField
 from pyro_attention.models._continuous import GUIDE_SCORES, ContinuousAlignment, GuideScores
 from pyro_attention.networks.base import AttentionNetwork, Encoded, expected_context, mask_scores
+from pyro_attention.pair import Rule
 
 #: lower bound of the contextual prior's shapes
 MIN_ALPHA = 1e-8
@@ -232,7 +233,7 @@ class BayesianAttention(KLAnnealing, ContinuousAlignment):
     """
 
     latent: ClassVar[str] = "simplex"
-    prediction_rule: ClassVar[str] = "soft"
+    rules: ClassVar[tuple[Rule, ...]] = (Rule.SOFT, Rule.MARGINAL)  # the mean weights' rule first
     likelihood_proposal: ClassVar[str] = "prior"
     label: ClassVar[str] = "bayesian"
     paper_row: ClassVar[str] = "Bayesian Attention Modules (Fan et al. 2020; not in Deng et al.)"

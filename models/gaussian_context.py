@@ -86,6 +86,7 @@ from pyro_attention.inference.estimators import (
 )
 from pyro_attention.models._continuous import GUIDE_SCORES, ContinuousAlignment, GuideScores
 from pyro_attention.networks.base import AttentionNetwork, Encoded, expected_context
+from pyro_attention.pair import Rule
 
 
 class ContextPriorMean:
@@ -158,7 +159,7 @@ class GaussianContextAttention(KLAnnealing, ContinuousAlignment):
 
     latent: ClassVar[str] = "context"
     continuous: ClassVar[str | None] = "context"
-    prediction_rule: ClassVar[str] = "soft"
+    rules: ClassVar[tuple[Rule, ...]] = (Rule.SOFT, Rule.MARGINAL)  # the mean weights' rule first
     likelihood_proposal: ClassVar[str] = "prior"
     label: ClassVar[str] = "gaussian_context"
     paper_row: ClassVar[str] = "Variational Attention for Seq2Seq (Bahuleyan et al. 2018; not in Deng et al.)"

@@ -113,7 +113,7 @@ from pyro_attention.distributions.structures import (
 from pyro_attention.inference.estimators import Enumerate, Estimator, MaximumLikelihood
 from pyro_attention.inference.evaluate import LogLikelihood
 from pyro_attention.networks.base import AttentionNetwork, Encoded, expected_context, gather_context
-from pyro_attention.pair import AlignmentPair, observed_log_likelihood
+from pyro_attention.pair import AlignmentPair, Rule, observed_log_likelihood
 
 __all__ = ["ChainTransition", "SegmentationAttention", "SegmentationMarginal"]
 
@@ -236,7 +236,7 @@ class SegmentationMarginal(_SegmentationChain):
     latent: ClassVar[str] = "structured"
     deterministic: ClassVar[bool] = False
     #: the exact marginal over read positions (its own dynamic programme), or the soft rule on the read prior
-    rules: ClassVar[tuple[str, ...]] = ("marginal", "soft")
+    rules: ClassVar[tuple[Rule, ...]] = (Rule.MARGINAL, Rule.SOFT)
     label: ClassVar[str] = "segmentation-marginal"
     paper_row: ClassVar[str] = "Segmentation chain, marginal likelihood (first-selected read-out)"
     estimators: ClassVar[tuple[Estimator, ...]] = (Enumerate(),)
@@ -297,10 +297,10 @@ class SegmentationMarginal(_SegmentationChain):
         method = "dynamic programme over the segmentation chain (first-selected read-out)"
         return LogLikelihood(per_token, per_token.sum(-1), enc.target_mask.sum(-1), True, method)
 
-    def predictive(self, enc: Encoded, rule: str, num_samples: int = 100, k: int = 5) -> Tensor:
+    def predictive(self, enc: Encoded, rule: Rule, num_samples: int = 100, k: int = 5) -> Tensor:
         """``"marginal"``: ``p(y_t | x) = sum_r P(r) p(y_t | x, x_r)`` ``(B, T, V)`` exactly; ``"soft"``: the
         network on the context of the read prior (:meth:`attention_prior`)."""
-        if rule != "marginal":
+        if rule is not Rule.MARGINAL:
             return super().predictive(enc, rule, num_samples=num_samples, k=k)
         S = enc.shape[2]
         index = torch.arange(S + 1, device=enc.values.device).view(-1, 1, 1)

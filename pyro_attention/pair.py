@@ -22,9 +22,9 @@ a ``ValueError`` that says why:
   :class:`~pyro_attention.inference.LogLikelihood` whose ``exact`` / ``method`` say whether it is exact
   (deterministic, enumeration, a dynamic programme) or an importance-sampled estimate;
 * ``kmax_log_likelihood(batch, k)`` -- the K-max bound (categorical pairs; others refuse);
-* ``prediction_rules()`` -- the combination rules :meth:`predict` accepts, the default first;
-  ``decoding_rules()`` -- those step-by-step decoding implements; :meth:`default_rule` and :meth:`check_rule`
-  read them (the one place a default rule is chosen);
+* ``rules`` -- the combination rules (:class:`Rule`) :meth:`predict` accepts, the default first;
+  ``decoding_rules()`` -- those step-by-step decoding implements; :meth:`rule` resolves a rule (an object, its
+  name, or ``None``: the default) and refuses one the pair does not allow (the one place a default is chosen);
 * ``predict(batch, rule, num_samples, k)`` -- ``p(y_t | x)`` under an allowed rule (a refused rule is an error,
   never silently replaced);
 * ``posterior_probs(batch)`` -- the exact ``p(z_t | x, y)`` over source positions, or ``None``;
@@ -40,6 +40,7 @@ a ``ValueError`` that says why:
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -57,14 +58,29 @@ if TYPE_CHECKING:
     from pyro_attention.inference.evaluate import LogLikelihood
 
 MAX_PLATE_NESTING = 2
-#: the combination rules of :meth:`AlignmentPair.predict` (a pair allows those of its ``prediction_rules()``)
-RULES = ("marginal", "soft", "kmax")
-#: the rules of step-by-step decoding (:mod:`pyro_attention.tasks.translation.decoding`; a pair's ``decoding_rules()``)
-DECODE_RULES = ("soft", "marginal", "kmax")
+
+
+class Rule(enum.Enum):
+    """How a prediction combines the alignments; the command line and configs name a rule by its value."""
+
+    #: the exact mixture over alignments, :math:`\mathbb{E}_{p(z \mid x)}[p(y \mid x, z)]`
+    MARGINAL = "marginal"
+    #: the network once at the expected alignment, :math:`p(y \mid x, \mathbb{E}_p[z])`
+    SOFT = "soft"
+    #: the mixture over the ``K`` most probable alignments under the prior (Deng et al. 2018)
+    KMAX = "kmax"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """Every rule's name, as the command line offers them."""
+        return tuple(r.value for r in cls)
 
 
 class RuleError(ValueError):
-    """A combination rule that does not exist or that the pair does not allow (:meth:`AlignmentPair.check_rule`):
+    """A combination rule that does not exist or that the pair does not allow (:meth:`AlignmentPair.rule`):
     a wrong option, which the command line reports as ``argument --rule: ...`` (exit status 2)."""
 
 
@@ -88,12 +104,10 @@ class AlignmentPair:
     paper_row: ClassVar[str] = ""
     #: a short label for tables.
     label: ClassVar[str] = ""
-    #: the rules :meth:`predict` accepts (the family's); :meth:`prediction_rules` puts :attr:`prediction_rule` first
-    rules: ClassVar[tuple[str, ...]] = ("soft",)
+    #: the rules :meth:`predict` accepts, the default first
+    rules: ClassVar[tuple[Rule, ...]] = (Rule.SOFT,)
     #: the rules step-by-step decoding implements for the family (:meth:`decoding_rules`)
-    decode_rules: ClassVar[tuple[str, ...]] = ("soft",)
-    #: the combination rule the pair predicts with by default, one of :attr:`rules`; ``None``: the first of them
-    prediction_rule: ClassVar[str | None] = None
+    decodes: ClassVar[frozenset[Rule]] = frozenset({Rule.SOFT})
     #: proposal of the importance-weighted ``log p(y | x)`` when the alignment cannot be enumerated:
     #: ``"mixture"`` (the defensive mixture ``(q + p) / 2``: weights bounded by ``2 p(y | x, z)``), ``"guide"``
     #: (``q`` alone: ``p / q`` may be heavy-tailed) or ``"prior"`` (plain Monte Carlo over draws of :meth:`prior`).
@@ -189,43 +203,32 @@ class AlignmentPair:
         return torch.softmax(self.prior_logits(enc), dim=-1)
 
     # -- the prediction rules ---------------------------------------------------------------------------------
-    def prediction_rules(self) -> tuple[str, ...]:
-        """The combination rules :meth:`predict` accepts, the default first (deterministic pairs: ``("soft",)``;
-        categorical: ``("marginal", "soft", "kmax")``; continuous and structured: ``"marginal"`` and ``"soft"``,
-        :attr:`prediction_rule` first)."""
-        rules = type(self).rules
-        first = self.prediction_rule
-        return rules if first is None or first not in rules else (first, *(r for r in rules if r != first))
-
-    def decoding_rules(self) -> tuple[str, ...]:
+    def decoding_rules(self) -> tuple[Rule, ...]:
         """The rules step-by-step decoding (:func:`~pyro_attention.tasks.translation.decoding.translate`) implements
-        for this pair, the default first: ``"soft"`` for every pair; the categorical pairs add ``"marginal"`` and
-        ``"kmax"`` (the decoder sums a categorical prior over source positions at each step)."""
-        allowed = type(self).decode_rules
-        return tuple(r for r in self.prediction_rules() if r in allowed)
+        for this pair, the default first: :attr:`Rule.SOFT` for every pair; the categorical pairs add the marginal and
+        K-max rules (the decoder sums a categorical prior over source positions at each step)."""
+        return tuple(r for r in type(self).rules if r in type(self).decodes)
 
-    def default_rule(self, decoding: bool = False) -> str:
-        """The default combination rule: the first of :meth:`prediction_rules` (``decoding``: of
-        :meth:`decoding_rules`).  The one place a default rule is chosen."""
-        return (self.decoding_rules() if decoding else self.prediction_rules())[0]
-
-    def check_rule(self, rule: str | None, decoding: bool = False) -> str:
-        """``rule`` (``None``: :meth:`default_rule`) if the pair allows it; :class:`RuleError` saying why not."""
+    def rule(self, rule: Rule | str | None = None, decoding: bool = False) -> Rule:
+        """``rule`` (an object, or its name as the command line gives it; ``None``: the default, the first of
+        :attr:`rules` or, ``decoding``, of :meth:`decoding_rules`) if the pair allows it; :class:`RuleError` saying
+        why not."""
+        allowed = self.decoding_rules() if decoding else type(self).rules
         if rule is None:
-            return self.default_rule(decoding)
-        known = DECODE_RULES if decoding else RULES
-        if rule not in known:
-            raise RuleError(f"rule must be one of {known}, got {rule!r}")
-        allowed = self.decoding_rules() if decoding else self.prediction_rules()
+            return allowed[0]
+        if not isinstance(rule, Rule):
+            if rule not in Rule.names():
+                raise RuleError(f"rule must be one of {Rule.names()}, got {rule!r}")
+            rule = Rule(rule)
         if rule in allowed:
             return rule
         name = type(self).__name__
-        listed = " or ".join(repr(r) for r in allowed)
+        listed = " or ".join(repr(str(r)) for r in allowed)
         if decoding:
-            raise RuleError(f"rule {rule!r} needs a categorical alignment; {name} allows only {listed}")
+            raise RuleError(f"rule {str(rule)!r} needs a categorical alignment; {name} allows only {listed}")
         if self.deterministic:
             raise RuleError(f"{name} has no latent alignment to marginalise; use rule='soft'")
-        raise RuleError(f"rule={rule!r} needs a categorical alignment; {name} has none (its rules: {listed})")
+        raise RuleError(f"rule={str(rule)!r} needs a categorical alignment; {name} has none (its rules: {listed})")
 
     def guide_parameters(self) -> list[Tensor]:
         """The parameters only the guide uses (an amortised inference network's), which a guide-only step
@@ -269,21 +272,21 @@ class AlignmentPair:
         raise ValueError(f"K-max needs a categorical alignment; {type(self).__name__} has latent {self.latent!r}")
 
     @torch.no_grad()
-    def predict(self, batch: Any, rule: str | None = None, num_samples: int = 100, k: int = 5) -> Tensor:
-        """Predictive probabilities ``(B, T, V)`` under ``rule``, one of :meth:`prediction_rules` (``None``: the
-        default); a rule the pair does not allow is refused (``ValueError``), never replaced.
+    def predict(self, batch: Any, rule: Rule | str | None = None, num_samples: int = 100, k: int = 5) -> Tensor:
+        """Predictive probabilities ``(B, T, V)`` under ``rule``, one of :attr:`rules` (``None``: the default); a rule
+        the pair does not allow is refused (:class:`RuleError`, a ``ValueError``), never replaced.
 
         ``"soft"`` -- :math:`p(y_t \\mid x, c_t)` with the pair's :meth:`soft_context`; ``"marginal"`` --
         :math:`\\mathbb{E}_{p(z \\mid x)}[p(y \\mid x, z)]` (exact for categorical and structured pairs, a
         ``num_samples`` Monte Carlo average for continuous ones); ``"kmax"`` -- the marginal over the ``k`` most
         probable prior alignments, renormalised over them (categorical pairs).
         """
-        rule = self.check_rule(rule)
-        if rule == "kmax" and k < 1:
+        rule = self.rule(rule)
+        if rule is Rule.KMAX and k < 1:
             raise ValueError(f"rule='kmax' needs k >= 1, got k={k}")
         return self.predictive(self.network.encode(batch), rule, num_samples=num_samples, k=k)
 
-    def predictive(self, enc: Encoded, rule: str, num_samples: int = 100, k: int = 5) -> Tensor:
+    def predictive(self, enc: Encoded, rule: Rule, num_samples: int = 100, k: int = 5) -> Tensor:
         """:meth:`predict` on an encoding, for a rule already checked; here the soft rule, the network run once on
         :meth:`soft_context`."""
         return self.network.output_logits(enc, self.soft_context(enc)).softmax(-1)

@@ -635,7 +635,7 @@ CATALOGUE: list[Mistake] = [
     Mistake(
         "unknown-decode-rule", NAMES, "an unknown decoding rule",
         lambda: greedy(MarginalLikelihood(_seq2seq()), torch.tensor([[4, 5]]), torch.tensor([[True, True]]), "mean"),
-        RuleError, r"rule must be one of \('soft', 'marginal', 'kmax'\), got 'mean'",
+        RuleError, r"rule must be one of \('marginal', 'soft', 'kmax'\), got 'mean'",
         "Use one of the listed rules.",
     ),
     Mistake(

@@ -84,12 +84,12 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def add_decoding_options(p: argparse.ArgumentParser) -> None:
-    from pyro_attention.tasks.translation.decoding import DECODE_RULES
+    from pyro_attention.pair import Rule
 
     p.add_argument("--beam", type=int_at_least(1), default=5, help="beam size (1: greedy; default 5)")
     p.add_argument(
         "--rule",
-        choices=DECODE_RULES,
+        choices=Rule.names(),
         default=None,
         help="prediction rule (default marginal for categorical pairs, soft otherwise)",
     )

@@ -12,7 +12,7 @@ import torch
 
 from pyro_attention.inference import entropy_sums, log_likelihood, shared_enumeration
 from pyro_attention.inference.evaluate import LogLikelihood, traced_log_likelihood
-from pyro_attention.pair import DECODE_RULES, RULES, AlignmentPair, RuleError
+from pyro_attention.pair import AlignmentPair, Rule, RuleError
 from pyro_attention.registry import ALL_PAIRS, make_pair
 from tests.support.pair_snapshot import BEFORE, differences, snapshot
 from tests.support.paths import REPO
@@ -36,26 +36,27 @@ def test_every_pair_answers_every_method(float64, name):
     assert isinstance(ll, LogLikelihood) and ll.per_token.shape == (B, T) and isinstance(ll.exact, bool) and ll.method
     assert ll.exact == (pair.continuous is None)  # exact unless the alignment is continuous (then an estimate)
 
-    rules = pair.prediction_rules()
-    assert rules and set(rules) <= set(RULES) and pair.default_rule() == rules[0]
+    rules = pair.rules
+    assert rules and all(isinstance(r, Rule) for r in rules) and pair.rule() is rules[0]
     decoding = pair.decoding_rules()
-    assert decoding and set(decoding) <= set(DECODE_RULES) & set(rules) and pair.default_rule(True) == decoding[0]
-    assert "soft" in decoding
-    for rule in RULES:
+    assert decoding and set(decoding) <= set(rules) and pair.rule(decoding=True) is decoding[0]
+    assert Rule.SOFT in decoding
+    for rule in Rule:
         if rule in rules:
+            assert pair.rule(rule.value) is pair.rule(rule) is rule  # a name or the object
             probs = pair.predict(batch, rule, num_samples=3, k=2)
             assert probs.shape == (B, T, V) and torch.allclose(probs.sum(-1), torch.ones(B, T))
         else:
             with pytest.raises(RuleError, match=cls):
                 pair.predict(batch, rule)
-    for rule in DECODE_RULES:  # what --rule of evaluate / translate reports as an option error
+    for rule in Rule:  # what --rule of evaluate / translate reports as an option error
         if rule not in decoding:
-            with pytest.raises(RuleError, match=f"rule {rule!r} needs a categorical alignment; {cls}"):
-                pair.check_rule(rule, decoding=True)
+            with pytest.raises(RuleError, match=f"rule {str(rule)!r} needs a categorical alignment; {cls}"):
+                pair.rule(rule.value, decoding=True)
     with pytest.raises(RuleError, match="rule must be one of"):
         pair.predict(batch, "mean")
 
-    if "kmax" in rules:
+    if Rule.KMAX in rules:
         km = pair.kmax_log_likelihood(batch, S)
         assert km.exact and torch.allclose(km.per_token, ll.per_token)
     else:
@@ -137,7 +138,8 @@ def test_the_families_answer_as_documented():
     """The rules and capabilities per family (the table of docs/architecture.md)."""
     net = ToyNetwork()
     table = {
-        name: (make_pair(name, net).prediction_rules(), make_pair(name, net).decoding_rules()) for name in ALL_PAIRS
+        name: tuple(tuple(str(r) for r in rules) for rules in (cls.rules, make_pair(name, net).decoding_rules()))
+        for name, cls in ALL_PAIRS.items()
     }
     for name in ("soft", "segmentation", "syntactic"):
         assert table[name] == (("soft",), ("soft",)), name
@@ -145,7 +147,7 @@ def test_the_families_answer_as_documented():
         assert table[name] == (("marginal", "soft", "kmax"), ("marginal", "soft", "kmax")), name
     for name in ("relaxed", "gumbel", "segmentation-marginal"):
         assert table[name] == (("marginal", "soft"), ("soft",)), name
-    for name in ("gaussian", "bayesian"):  # their prediction_rule: the mean context / mean weights
+    for name in ("gaussian", "bayesian"):  # their default rule: the mean context / mean weights
         assert table[name] == (("soft", "marginal"), ("soft",)), name
     assert [n for n, c in ALL_PAIRS.items() if c.has_warmup] == ["relaxed"]
 

@@ -14,6 +14,7 @@ from pyro_attention.data.translation import PAD, TranslationBatch, collate
 from pyro_attention.inference import alignment_posterior, kmax_log_likelihood, log_likelihood, predict
 from pyro_attention.models import PAIRS, MarginalLikelihood, RelaxedAttention, VariationalAttention
 from pyro_attention.networks import Seq2Seq
+from pyro_attention.pair import Rule
 from pyro_attention.tasks.translation.decoding import IncrementalDecoder, SourceMemory, greedy, translate
 from tests.support.toy_network import tiny_seq2seq
 
@@ -315,7 +316,7 @@ def test_product_marginal_next_log_probs_equal_the_general_path(float64, toolkit
     batch = collate([([4, 5, 6, 7, 8], [5]), ([8, 9], [4]), ([10, 11, 4], [7])])
     sentences = net.encode_source(batch.source, batch.source_mask)
     pair = MarginalLikelihood(net)
-    fast = {rule: decoding._step_rule(pair, rule, sentences, 2, k=2) for rule in ("marginal", "kmax")}
+    fast = {rule: decoding._step_rule(pair, rule, sentences, 2, k=2) for rule in (Rule.MARGINAL, Rule.KMAX)}
     general = {rule: decoding._STEP_RULES[rule](pair, sentences, 2, k=2, experts=False) for rule in fast}
     assert all(fast[r].product is not None and general[r].product is None for r in fast)
     src = sentences.repeat_rows(2)
@@ -325,7 +326,7 @@ def test_product_marginal_next_log_probs_equal_the_general_path(float64, toolkit
         h, a, state, fed = net.decoder_step(src, y, state, fed)
         for rule in fast:
             assert torch.allclose(fast[rule](src, h, a), general[rule](src, h, a), atol=1e-10)
-        general_marginal = general["marginal"](src, h, a)
+        general_marginal = general[Rule.MARGINAL](src, h, a)
         assert torch.allclose(general_marginal.logsumexp(-1), torch.zeros(6, dtype=torch.float64), atol=1e-10)
         y = general_marginal.argmax(-1)
     tanh = _toolkit_net()
@@ -341,7 +342,7 @@ def test_tanh_marginal_next_log_probs_equal_logsumexp_of_the_log_softmaxes(float
     net.double().eval()
     batch = collate([([4, 5, 6, 7, 8], [5]), ([8, 9], [4]), ([10, 11, 4], [7])])
     sentences = net.encode_source(batch.source, batch.source_mask)
-    rule = decoding._step_rule(MarginalLikelihood(net), "marginal", sentences, 2, k=2)
+    rule = decoding._step_rule(MarginalLikelihood(net), Rule.MARGINAL, sentences, 2, k=2)
     src = sentences.repeat_rows(2)
     state, fed = net.initial_state(src)
     y = torch.tensor([1, 1, 1, 1, 1, 1])

@@ -93,13 +93,11 @@ def toy_values(name: str) -> dict[str, Any]:
 
 
 def decode_values(name: str) -> dict[str, Any]:
-    from pyro_attention.tasks.translation.evaluation import _default_rule
-
     torch.manual_seed(0)
     net = Seq2Seq(12, 12, embedding_size=8, encoder_size=6, decoder_size=8, attention_size=6)
     pair = make_pair(name, net)
     batch = collate([([4, 5, 6, 7], [5, 6]), ([8, 9], [4]), ([10, 11, 4], [7, 7, 7])])
-    out: dict[str, Any] = {"default_rule": _call(_default_rule, pair, None)}
+    out: dict[str, Any] = {"default_rule": _call(lambda p: str(p.rule(None, decoding=True)), pair)}
     for rule in ("soft", "marginal", "kmax"):
         out[f"beam_{rule}"] = _call(translate, pair, batch.source, batch.source_mask, beam_size=2, rule=rule, k=2,
                                     max_len=5)

@@ -31,9 +31,9 @@ from torch import Tensor
 from pyro_attention.data.translation import BOS, EOS, TranslationBatch
 from pyro_attention.distributions.kernels import log_mixture_of_softmaxes, product_log_normalizer, shifted_exp
 from pyro_attention.networks.base import Encoded, mask_scores
-from pyro_attention.pair import DECODE_RULES, AlignmentPair, kmax_mixture
+from pyro_attention.pair import AlignmentPair, Rule, kmax_mixture
 
-__all__ = ["DECODE_RULES", "IncrementalDecoder", "SourceMemory", "greedy", "translate"]
+__all__ = ["IncrementalDecoder", "SourceMemory", "greedy", "translate"]
 
 
 @runtime_checkable
@@ -227,12 +227,13 @@ class _KMax(_Marginal):
         return kmax_mixture(_log_prior(src, scores), self.k, log_probs, renormalise=True)
 
 
-#: the rule objects of :data:`DECODE_RULES`' names
-_STEP_RULES: dict[str, type[_StepRule]] = {"soft": _Soft, "marginal": _Marginal, "kmax": _KMax}
+#: how one step of decoding computes each rule
+_STEP_RULES: dict[Rule, type[_StepRule]] = {Rule.SOFT: _Soft, Rule.MARGINAL: _Marginal, Rule.KMAX: _KMax}
 
 
-def _step_rule(pair: AlignmentPair, rule: str, sentences: SourceMemory, rows: int, k: int) -> _StepRule:
-    """The object of the rule named ``rule`` (checked by :func:`_check_rule`) for ``sentences``."""
+def _step_rule(pair: AlignmentPair, rule: Rule, sentences: SourceMemory, rows: int, k: int) -> _StepRule:
+    """The step of ``rule`` (checked by the pair's :meth:`~pyro_attention.pair.AlignmentPair.rule`) for
+    ``sentences``."""
     return _STEP_RULES[rule](pair, sentences, rows, k)
 
 
@@ -241,18 +242,13 @@ def _log_prior(src: SourceMemory, scores: Tensor) -> Tensor:
     return mask_scores(scores.unsqueeze(1), src.source_mask).squeeze(1).log_softmax(-1)
 
 
-def _check_rule(pair: AlignmentPair, rule: str) -> None:
-    """``rule`` must be one of the pair's :meth:`~pyro_attention.pair.AlignmentPair.decoding_rules`."""
-    pair.check_rule(rule, decoding=True)
-
-
 @torch.no_grad()
 def translate(
     pair: AlignmentPair,
     source: Tensor,
     source_mask: Tensor,
     beam_size: int = 5,
-    rule: str = "marginal",
+    rule: Rule | str = Rule.MARGINAL,
     k: int = 5,
     max_len: int | Sequence[int] = 50,
     length_penalty: float = 0.0,
@@ -267,12 +263,13 @@ def translate(
     finished hypothesis scores at least as high as its best live one.
 
     :param source: ``(B, S)`` long source ids; ``source_mask``: ``(B, S)`` bool.
-    :param rule: ``"soft"``, ``"marginal"`` or ``"kmax"`` (see the module docstring), one of the pair's
+    :param rule: a :class:`~pyro_attention.pair.Rule` or its name, ``"soft"``, ``"marginal"`` or ``"kmax"`` (see
+        the module docstring), one of the pair's
         :meth:`~pyro_attention.pair.AlignmentPair.decoding_rules`.
     :param max_len: the longest output (tokens, ``</s>`` counted), one for all or one per sentence.
     :param batch_size: sentences decoded together (memory: ``batch_size * beam_size`` rows of ``V`` scores).
     """
-    _check_rule(pair, rule)
+    rule = pair.rule(rule, decoding=True)
     limits = [max_len] * source.shape[0] if isinstance(max_len, int) else [int(m) for m in max_len]
     if len(limits) != source.shape[0]:
         raise ValueError(f"max_len: {len(limits)} lengths for {source.shape[0]} sentences")
@@ -303,7 +300,7 @@ def _penalty(length: int, alpha: float) -> float:
 
 
 def _beam(
-    pair: AlignmentPair, source: Tensor, mask: Tensor, beam: int, rule: str, k: int, limits: list[int], alpha: float
+    pair: AlignmentPair, source: Tensor, mask: Tensor, beam: int, rule: Rule, k: int, limits: list[int], alpha: float
 ) -> list[list[int]]:
     """Beam search for ``B`` sentences at once: row ``i * beam + j`` holds hypothesis ``j`` of ``live[i]``, the
     ``i``-th sentence still searching; dead rows (a hypothesis that finished) have score ``-inf``, and the rows of
@@ -375,10 +372,11 @@ def _continue(
 
 @torch.no_grad()
 def greedy(
-    pair: AlignmentPair, source: Tensor, source_mask: Tensor, rule: str = "marginal", k: int = 5, max_len: int = 50
+    pair: AlignmentPair, source: Tensor, source_mask: Tensor, rule: Rule | str = Rule.MARGINAL, k: int = 5,
+    max_len: int = 50
 ) -> list[list[int]]:
     """Greedy decoding, batched: the argmax token at every step until ``</s>`` (reference for beam 1)."""
-    _check_rule(pair, rule)
+    rule = pair.rule(rule, decoding=True)
     if max_len < 1 or k < 1:
         raise ValueError(f"need max_len >= 1, k >= 1; got {max_len}, {k}")
     net = pair.network  # an IncrementalDecoder and an nn.Module (train / eval)

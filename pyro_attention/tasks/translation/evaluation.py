@@ -20,13 +20,12 @@ from tqdm.auto import tqdm
 
 from pyro_attention.data.translation import TranslationBatch
 from pyro_attention.files import write_text, writing
-from pyro_attention.pair import AlignmentPair
+from pyro_attention.pair import AlignmentPair, Rule
 from pyro_attention.tasks.translation.checkpoints import Checkpoint, load_checkpoint, move_checkpoint
 from pyro_attention.tasks.translation.config import (
     ALIGNMENT_FIELDS,
     SPLITS,
     TranslationConfig,
-    check_choice,
     tqdm_disabled,
 )
 from pyro_attention.tasks.translation.corpora import Split, load_split, make_batches
@@ -38,14 +37,6 @@ EVAL_DRAWS = 100
 
 def _as_checkpoint(checkpoint: Checkpoint | str | os.PathLike) -> Checkpoint:
     return checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
-
-
-def _default_rule(pair: AlignmentPair, rule: str | None) -> str:
-    from pyro_attention.tasks.translation.decoding import DECODE_RULES
-
-    if rule is not None:
-        check_choice("rule", rule, DECODE_RULES)
-    return pair.check_rule(rule, decoding=True)  # None: the pair's default decoding rule
 
 
 class DecodeCache:
@@ -118,7 +109,7 @@ def decode_batches(
     ckpt: Checkpoint,
     sources: Sequence[Sequence[str]],
     beam: int,
-    rule: str,
+    rule: Rule,
     k: int,
     length_penalty: float,
     max_decode_len: int | None,
@@ -132,7 +123,7 @@ def decode_batches(
     out: list[list[str]] = [[] for _ in sources]
     chunk = 64
     if cache is not None:
-        cache.open(_decoding_key(ckpt, sources, beam=beam, rule=rule, k=k, length_penalty=length_penalty,
+        cache.open(_decoding_key(ckpt, sources, beam=beam, rule=str(rule), k=k, length_penalty=length_penalty,
                                  max_decode_len=max_decode_len, chunk=chunk))
     bar = tqdm(total=len(sources), disable=tqdm_disabled(progress), desc="decoding", unit="sent", leave=False)
     for start in range(0, len(order), chunk):
@@ -167,7 +158,7 @@ def evaluate(
     size: int | None = None,
     kmax: int = 5,
     beam: int = 5,
-    rule: str | None = None,
+    rule: Rule | str | None = None,
     length_penalty: float = 0.0,
     max_decode_len: int | None = None,
     batch_size: int = 64,
@@ -202,13 +193,13 @@ def evaluate(
     ckpt = _loaded(checkpoint, device, seed)
     config = ckpt.config if data_dir is None else ckpt.config.replace(data_dir=data_dir)
     pair = ckpt.pair
-    rule = _default_rule(pair, rule)  # checked even without BLEU: a rule the pair does not allow is a mistake
+    rule = pair.rule(rule, decoding=True)  # checked even without BLEU: a rule the pair does not allow is a mistake
     if kmax < 0 or beam < 1 or batch_size < 1:
         raise ValueError(f"need kmax >= 0, beam >= 1, batch_size >= 1; got {kmax}, {beam}, {batch_size}")
     files = dict(src_file=src_file, tgt_file=tgt_file, ref_file=ref_file)
     data, batches = _evaluation_batches(ckpt, config, split, size, batch_size, bleu, **files)
     ckpt.network.eval()
-    kmax_bound = kmax if "kmax" in pair.prediction_rules() else 0  # only categorical alignments have a K-max bound
+    kmax_bound = kmax if Rule.KMAX in pair.rules else 0  # only categorical alignments have a K-max bound
     spread = _TokenSpread(len(ckpt.tgt_vocab))
     scores = _score(pair, batches, num_samples or max(config.num_samples, EVAL_DRAWS), kmax_bound, spread, progress)
     result: dict[str, Any] = {
@@ -222,7 +213,7 @@ def evaluate(
         **scores.fields(kmax, kmax_bound),
         "bleu": None,
         "bleu_signature": None,
-        "rule": rule,
+        "rule": str(rule),
         "beam": beam,
         "length_penalty": length_penalty,
         "hypotheses": None,
@@ -365,7 +356,7 @@ def _add_bleu(
     progress: bool,
     *,
     beam: int,
-    rule: str,
+    rule: Rule,
     kmax: int,
     length_penalty: float,
     max_decode_len: int | None,
@@ -445,7 +436,7 @@ def translate_lines(
     lines: Iterable[str],
     *,
     beam: int = 5,
-    rule: str | None = None,
+    rule: Rule | str | None = None,
     k: int = 5,
     length_penalty: float = 0.0,
     max_decode_len: int | None = None,
@@ -473,7 +464,7 @@ def translate_lines(
     ckpt = _as_checkpoint(checkpoint)
     if device is not None:
         move_checkpoint(ckpt, device)
-    rule = _default_rule(ckpt.pair, rule)
+    rule = ckpt.pair.rule(rule, decoding=True)
     split = _tokenizer(tokenize, ckpt.config.src)
     lc = ckpt.config.lowercased if lowercase is None else lowercase
     sources = [split(line.lower() if lc else line) for line in lines]

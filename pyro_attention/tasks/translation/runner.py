@@ -58,6 +58,7 @@ from typing import Any
 
 from pyro_attention.files import write_text, writing
 from pyro_attention.inference.distributed import init_from_env
+from pyro_attention.pair import Rule
 from pyro_attention.tasks.translation import (
     TrainingInterrupted,
     TranslationConfig,
@@ -313,7 +314,7 @@ def evaluate_row(config: TranslationConfig, folder: Path, label: str, bleu: bool
     ckpt = load_checkpoint(best, device=config.device)  # read once: both splits and the decoding use it
     val = _scored(folder / "scored-val.json", best, lambda: evaluate(ckpt, "val", kmax=0, bleu=False))
     test = _scored(folder / "scored-test.json", best, lambda: evaluate(ckpt, "test", kmax=5, bleu=False))
-    kmax_decoding = "kmax" in ckpt.pair.decoding_rules()
+    kmax_decoding = Rule.KMAX in ckpt.pair.decoding_rules()
     row: dict[str, Any] = {
         "label": label, "pair": config.model, "estimator": config.estimator, "output": config.output,
         "attention_type": config.attention_type, "options": config.options,
@@ -335,8 +336,8 @@ def evaluate_row(config: TranslationConfig, folder: Path, label: str, bleu: bool
         row.update(epoch_curves(folder / "history.csv"))
     if bleu:
         data = load_split(config, "test", size=config.test_size, references=True)
-        rule = ckpt.pair.default_rule(decoding=True)
-        row["decode_rule"] = rule
+        rule = ckpt.pair.rule(decoding=True)
+        row["decode_rule"] = str(rule)
         cache = DecodeCache(folder / f"decoded-{rule}.jsonl")  # a stopped evaluation goes on where it stopped
         hyps = decode_batches(ckpt, data.source, 5, rule, 5, 0.0, None, False, cache=cache)
         row["decode_sentences_per_s"] = cache.sentences / max(cache.seconds, 1e-9)
@@ -346,7 +347,7 @@ def evaluate_row(config: TranslationConfig, folder: Path, label: str, bleu: bool
         refs = [" ".join(t) for t in data.target]
         row["bleu_tok_none"] = sacrebleu.corpus_bleu([" ".join(h) for h in hyps], [refs], tokenize="none").score
         if kmax_decoding:
-            kmax = decode_batches(ckpt, data.source, 5, "kmax", 5, 0.0, None, False,
+            kmax = decode_batches(ckpt, data.source, 5, Rule.KMAX, 5, 0.0, None, False,
                            cache=DecodeCache(folder / "decoded-kmax.jsonl"))
             text = [metrics.detokenize(h, config.tgt) for h in kmax]
             row["bleu_kmax5"] = metrics.bleu(text, data.references, lowercase=config.lowercased).score
