@@ -314,7 +314,7 @@ def diagnostics(pair: AlignmentPair, batch: Any, num_samples: int = 100) -> dict
     tokens = float(mask.sum())
     row = {"log_p_per_token": float(ll.per_example.sum()) / tokens, "elbo_gap_per_token": float(kl.sum()) / tokens}
     if khat is not None:
-        defined = khat[np.isfinite(khat)]
+        defined = khat[~np.isnan(khat)]  # inf: a few weights dominate (unreliable), nan: undefined
         row["khat_defined"] = float(len(defined)) / len(khat)
         if len(defined):
             row.update({"khat_mean": float(defined.mean()), "khat_gt_0.7": float(np.mean(defined > 0.7))})

@@ -162,13 +162,18 @@ def load_netcdf(path: str | Path) -> ArvizData:
 
 #: fewest draws with a tail to fit: ArviZ 1.x fits the largest floor(n / 5) weights (n <= 225) and needs 5 of them
 MIN_PSIS_DRAWS = 25
+#: a tail whose log weights span less than this is tied (weights equal to 1e-9): no Pareto shape to fit
+TIED_TAIL = 1e-9
 
 
 def psis_khat(log_weights: np.ndarray) -> np.ndarray:
     """Pareto k-hat of importance weights ``w ∝ exp(log_weights)``, one per row of ``(n, draws)``.
 
     ``nan`` where there is no tail to fit: fewer than :data:`MIN_PSIS_DRAWS` draws, or a row whose tail weights
-    (the largest ``floor(draws / 5)``, or ``floor(3 sqrt(draws))`` beyond 225 draws) are all equal.
+    (the largest ``floor(draws / 5)``, or ``floor(3 sqrt(draws))`` beyond 225 draws) are equal (their log weights
+    within :data:`TIED_TAIL`).  ``inf`` where a tail that is not tied cannot be fitted because a few weights
+    dominate (ArviZ 0.2x says ``inf`` there, 1.x ``nan``; their numpy warnings are not passed on): the least
+    reliable case.
     """
     log_weights = np.atleast_2d(np.asarray(log_weights, dtype=np.float64))
     khat = np.full(log_weights.shape[0], np.nan)
@@ -177,16 +182,19 @@ def psis_khat(log_weights: np.ndarray) -> np.ndarray:
         return khat
     in_tail = int(np.floor(3 * draws**0.5)) if draws > 225 else draws // 5
     tail = np.sort(log_weights, axis=-1)[:, -in_tail:]
-    fit = tail.max(-1) - tail.min(-1) > np.finfo(np.float64).tiny
+    fit = tail.max(-1) - tail.min(-1) > TIED_TAIL
     if not fit.any():
         return khat
-    if GENERATION == 0:
-        khat[fit] = arviz().psislw(log_weights[fit].copy())[1]
-    else:
-        from arviz_stats.base import array_stats
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)  # a degenerate fit, said as inf below
+        if GENERATION == 0:
+            fitted = arviz().psislw(log_weights[fit].copy())[1]
+        else:
+            from arviz_stats.base import array_stats
 
-        # arviz-stats smooths a log-likelihood: its log ratios are the negative of what it is given
-        khat[fit] = array_stats.psislw(-log_weights[fit], axis=-1)[1]
+            # arviz-stats smooths a log-likelihood: its log ratios are the negative of what it is given
+            fitted = array_stats.psislw(-log_weights[fit], axis=-1)[1]
+    khat[fit] = np.where(np.isfinite(fitted), fitted, np.inf)
     return khat
 
 

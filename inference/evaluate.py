@@ -97,10 +97,11 @@ class LogLikelihood:
         return 0.0 if self.se is None else float(self.se.pow(2).sum())
 
     def khat_values(self) -> Tensor:
-        """The defined k-hat values of the real tokens, flat (empty when exact or undefined everywhere)."""
+        """The defined k-hat values of the real tokens, flat (empty when exact or undefined everywhere); ``inf``
+        where a few weights dominate so that no tail can be fitted."""
         if self.khat is None:
             return torch.zeros(0)
-        return self.khat[torch.isfinite(self.khat)]
+        return self.khat[~torch.isnan(self.khat)]
 
     @property
     def reliable(self) -> bool:

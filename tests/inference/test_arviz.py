@@ -111,6 +111,18 @@ def test_psis_khat_sees_a_heavy_tail():
     assert np.all(azg.psis_khat(light) < 0.3)
     assert azg.psis_khat(heavy).shape == (4,)
 
+
+def test_psis_khat_of_tied_and_dominated_weights_says_so_quietly():
+    """A tail tied to 1e-9 (weights equal to rounding) has no shape to fit: ``nan``; a weight that dominates every
+    other by e^50 degenerates the fit: ``inf`` (as ArviZ reports it), the least reliable; ArviZ's numpy warnings
+    from such fits do not reach the user."""
+    tied = np.r_[np.zeros(95), np.full(5, 1e-12)]
+    dominated = np.r_[np.full(99, -50.0), 0.0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        khat = azg.psis_khat(np.stack([tied, dominated]))
+    assert np.isnan(khat[0]) and khat[1] == np.inf
+
 def test_num_samples_and_chains_are_checked(setup):
     net, batch = setup
     with pytest.raises(ValueError, match="num_samples must be >= 2"):

@@ -249,3 +249,12 @@ def test_every_table_marks_the_same_estimates(num_samples):
     assert ll.reliable == row.nll_reliable == (not table.loc["bam", "warning"])
     assert nll_cell(row).endswith(" !") != row.nll_reliable
     assert ll.reliable == (num_samples >= 25)  # measured at 200 draws: max k-hat -0.64
+
+
+def test_an_estimate_whose_weights_one_draw_dominates_is_not_trusted(float64):
+    """k-hat ``inf`` (one weight above all others by e^50: no tail to fit) counts as above the threshold."""
+    from pyro_attention.inference.evaluate import importance_estimate
+
+    log_w = torch.cat([torch.full((99, 1, 1), -50.0), torch.zeros(1, 1, 1)])
+    ll = importance_estimate(log_w, torch.ones(1, 1, dtype=torch.bool), "test")
+    assert ll.khat_values().tolist() == [math.inf] and not ll.reliable and "UNRELIABLE (k-hat > 0.7" in ll.error_text()
