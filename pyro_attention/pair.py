@@ -134,7 +134,7 @@ class AlignmentPair:
     @property
     def estimator(self) -> Estimator:
         """The estimator :meth:`elbo` uses: every pair has one, chosen at construction where :attr:`estimators`
-        offers a choice (:attr:`has_estimator_choice`)."""
+        offers a choice (:meth:`has_estimator_choice`)."""
         est = self.__dict__.get("_estimator")
         if est is None:
             raise NotImplementedError(
