@@ -14,7 +14,7 @@ in a fresh process, the order of the sides rotating from block to block so that 
 hits all of them.  ``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS`` are the thread count for every process, and ours
 also calls ``torch.set_num_threads``.
 
-* **Ours** (``--ours LABEL=RUN[:RULE]``, any number): :func:`pyro_attention.translation.translate_lines` on the
+* **Ours** (``--ours LABEL=RUN[:RULE]``, any number): :func:`pyro_attention.tasks.translation.translate_lines` on the
   loaded checkpoint (``best.pt`` of a run folder, or a ``.pt``), beam ``--beam``, the rule given (default: the
   pair's), no length penalty, at most ``2 x source length + 10`` tokens; sentences are sorted by length and
   decoded 64 at a time (batched beam search).  Timed: the ``translate_lines`` call (``time.perf_counter``),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One sitting of experiment rows on a lent machine that will not come back (a GPU lent for minutes): every row in
 # its own process at once, trained until TRAIN_END seconds, then -- a row still training gets SIGTERM (last.pt
-# written) -- each paused row's best.pt evaluated as it is (`experiment --evaluate-paused`, result-paused.json,
+# written) -- each paused row's best.pt evaluated as it is (`experiment run --evaluate-paused`, result-paused.json,
 # "finished": false) while rows that stopped early finish their own evaluation, until EVAL_END seconds.  What is
 # small (histories, results, decodings; no *.pt) comes back as OUT/runs.tgz, with OUT/log.txt.
 #

@@ -22,7 +22,7 @@ holds a double space, which breaks its vocabulary file); only ``train`` goes int
 runs on either side).  Both sides drop training pairs with a side longer than 50 tokens and keep words seen at
 least twice in the (filtered) training side.
 
-**Our configuration** (``pyro_attention.translation``, the package's own Python API, not the CLI):
+**Our configuration** (``pyro_attention.tasks.translation``, the package's own Python API, not the CLI):
 ``TranslationConfig(data="multi30k", min_freq=2, max_len=50, model="soft", embedding=256, encoder=256`` (per
 direction) ``, decoder=512, attention=256, layers=1, dropout=0.3, lr=1e-3, batch_size=64`` ``)`` and
 ``attention_type=--attention-type`` (default ``"general"``, Luong's bilinear score, the peer's) when
