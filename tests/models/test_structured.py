@@ -174,10 +174,14 @@ def test_chain_against_brute_force(lengths, extra, shared, seed):
         assert torch.allclose(chain_log_partition(torch.cat([unary, pad], 1), pairwise2, mask2), log_z, atol=1e-12)
 
 
-def test_chain_marginals_are_differentiable_and_finite(float64):
+def _leaves(*shapes: tuple[int, ...]) -> list[torch.Tensor]:
+    """Seeded standard-normal tensors of these shapes that want gradients (float64 under the fixture)."""
     g = torch.Generator().manual_seed(0)
-    unary = torch.randn(2, 4, 2, generator=g, requires_grad=True)
-    pairwise = torch.randn(2, 2, generator=g, requires_grad=True)
+    return [torch.randn(*shape, generator=g, requires_grad=True) for shape in shapes]
+
+
+def test_chain_marginals_are_differentiable_and_finite(float64):
+    unary, pairwise = _leaves((2, 4, 2), (2, 2))
     mask = _lengths_mask([4, 2], 4)
     assert torch.autograd.gradcheck(lambda u, p: chain_marginals(u, p, mask), (unary, pairwise))
     junk = _garbage(unary, mask)
@@ -259,9 +263,7 @@ def test_tree_against_brute_force(lengths, extra, seed):
 
 
 def test_tree_marginals_are_differentiable_and_finite(float64):
-    g = torch.Generator().manual_seed(0)
-    arc = torch.randn(2, 4, 4, generator=g, requires_grad=True)
-    root = torch.randn(2, 4, generator=g, requires_grad=True)
+    arc, root = _leaves((2, 4, 4), (2, 4))
     mask = _lengths_mask([4, 3], 4)
     assert torch.autograd.gradcheck(lambda a, r: tree_marginals(a, r, mask), (arc, root))
     arcs, roots = tree_marginals(_garbage(arc, mask.unsqueeze(-1) & mask.unsqueeze(-2)), root, mask)
