@@ -27,6 +27,7 @@ from pyro_attention.inference.distributed import (
     DataParallelSVI,
     all_reduce_gradients,
     end_process,
+    shard,
     sums_over_examples,
 )
 from pyro_attention.pair import AlignmentPair
@@ -187,10 +188,6 @@ def test_tensorboard_logging_when_installed_and_a_clear_error_when_not(tmp_path)
     assert list((tmp_path / "tb" / "tensorboard").glob("events.out.tfevents.*"))
 
 
-def _rows(batch: ToyBatch, rows: torch.Tensor) -> ToyBatch:
-    return ToyBatch(batch.source[rows], batch.source_mask[rows], batch.target[rows], batch.target_mask[rows])
-
-
 def _draws(trace: poutine.Trace, rows: torch.Tensor | None = None) -> poutine.Trace:
     """The draws of ``trace`` as constants to replay, each cut to ``rows`` of its ``"batch"`` plate (a shard's own
     draws); enumerated sites are left out (nothing is drawn there: they are enumerated again)."""
@@ -230,13 +227,13 @@ def _shard_gaps(name: str, estimator: str | None, elbo_of=None) -> tuple[float, 
     recorder = poutine.trace(pair.guide)
     pyro.set_rng_seed(1)
     elbo.loss_and_grads(pair.model, recorder, batch)  # the global batch's draws (particles included)
-    shards = [torch.arange(rank, 4, 2) for rank in range(2)]
+    shards = [torch.arange(rank, 4, 2) for rank in range(2)]  # the rows shard(batch, rank, 2) takes
     # replayed draws skip the broadcast of the particles' plate (outside the replay): Pyro's model/guide shape
     # check would see the guide's distribution without it (the values and log-densities do have it)
     with pyro.validation_enabled(not getattr(elbo, "vectorize_particles", False)):
         whole_loss, whole = _loss_and_grads_replayed(pair, elbo, batch, _draws(recorder.trace))
-        parts = [_loss_and_grads_replayed(pair, elbo, _rows(batch, rows), _draws(recorder.trace, rows))
-                 for rows in shards]
+        parts = [_loss_and_grads_replayed(pair, elbo, shard(batch, rank, 2), _draws(recorder.trace, rows))
+                 for rank, rows in enumerate(shards)]
     assert any(g.abs().sum() > 0 for g in whole)
     loss_gap = abs(parts[0][0] + parts[1][0] - whole_loss) / abs(whole_loss)
     grad_gap = max(float((g0 + g1 - g).abs().max()) for g, g0, g1 in zip(whole, parts[0][1], parts[1][1], strict=True))

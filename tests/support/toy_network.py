@@ -21,6 +21,13 @@ class ToyBatch:
     target: Tensor  # (B, T)
     target_mask: Tensor  # (B, T)
 
+    def __len__(self) -> int:
+        return self.source.shape[0]
+
+    def __getitem__(self, rows: slice | Tensor) -> ToyBatch:
+        """These examples (as a translation batch takes them: ``inference.distributed.shard`` reads this)."""
+        return ToyBatch(self.source[rows], self.source_mask[rows], self.target[rows], self.target_mask[rows])
+
 
 class ToyNetwork(AttentionNetwork):
     def __init__(self, feature_size: int = 3, num_classes: int = 4, hidden: int = 5, max_target: int = 6) -> None:

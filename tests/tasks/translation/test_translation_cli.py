@@ -405,8 +405,7 @@ def test_checkpoint_minutes_is_checked():
 
 
 def _multi30k_root() -> Path | None:
-    root = Path(os.environ["PYRO_ATTENTION_DATA"]) if os.environ.get("PYRO_ATTENTION_DATA") else SHARED_DATA
-    return root if (root / "multi30k" / "tok").is_dir() else None
+    return SHARED_DATA if (SHARED_DATA / "multi30k" / "tok").is_dir() else None  # $PYRO_ATTENTION_DATA first
 
 
 @pytest.mark.skipif(_multi30k_root() is None, reason=f"Multi30k not found under {SHARED_DATA} or $PYRO_ATTENTION_DATA")
