@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from pyro_attention.inference.evaluate import log_likelihood
+from pyro_attention.inference.evaluate import estimate_text, log_likelihood
 from pyro_attention.pair import AlignmentPair
 
 UNITS = ("token", "example")
@@ -183,7 +183,7 @@ def format_comparison(table: Any, digits: int = 3) -> str:
     for name, row in table.iterrows():
         value = f"{row['elpd_per_token']:.{digits}f}"
         if not row["exact"]:
-            value = f"~{value} ± {row['mc_se']:.{digits}f}" + (" !" if row["warning"] else "")
+            value = estimate_text(value, f"{row['mc_se']:.{digits}f}", not row["warning"])
         lines.append(
             f"| {row['rank']} | {name} | {value} | {row['se']:.{digits}f} | "
             f"{row['elpd_diff']:.{digits}f} | {row['dse']:.{digits}f} |"

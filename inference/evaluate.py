@@ -44,6 +44,7 @@ __all__ = [
     "Rule",
     "LogLikelihood",
     "enumerated_log_joint",
+    "estimate_text",
     "guide_draw",
     "kmax_log_likelihood",
     "log_likelihood",
@@ -135,6 +136,12 @@ class LogLikelihood:
         elif self.draws < MIN_PSIS_DRAWS:
             parts.append(f"UNRELIABLE (K={self.draws} draws: k-hat needs at least {MIN_PSIS_DRAWS})")
         return "; ".join(parts)
+
+
+def estimate_text(value: str, se: str | None = None, reliable: bool = True) -> str:
+    """How every table prints an estimated number (already formatted): ``~value``, then ``± se`` (its Monte Carlo
+    standard error) where known, then `` !`` where it is not :attr:`~LogLikelihood.reliable`."""
+    return f"~{value}" + ("" if se is None else f" ± {se}") + ("" if reliable else " !")
 
 
 def importance_estimate(log_w: Tensor, mask: Tensor, method: str) -> LogLikelihood:

@@ -22,6 +22,7 @@ import torch
 from pyro_attention import registry
 from pyro_attention.data import RegionQADataset, make_region_qa
 from pyro_attention.inference import alignment_posterior, entropy, fit, log_likelihood, predict
+from pyro_attention.inference.evaluate import estimate_text
 from pyro_attention.networks import RegionQA
 from pyro_attention.pair import AlignmentPair
 from pyro_attention.registry import NEIGHBOUR_ROWS, PAPER_ROWS, PairSpec
@@ -185,7 +186,7 @@ def nll_cell(r: Evaluation) -> str:
     """An exact NLL as a number; an estimate as ``~NLL ± s.e.`` (Monte Carlo), with ``!`` where unreliable."""
     if r.nll_exact:
         return _cell(r.nll)
-    return f"~{_cell(r.nll)} ± {_cell(r.nll_se)}" + ("" if r.nll_reliable else " !")
+    return estimate_text(_cell(r.nll), _cell(r.nll_se), r.nll_reliable)
 
 
 def format_table(rows: list[Row]) -> str:

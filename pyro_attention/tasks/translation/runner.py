@@ -58,6 +58,7 @@ from typing import Any
 
 from pyro_attention.files import write_text, writing
 from pyro_attention.inference.distributed import init_from_env
+from pyro_attention.inference.evaluate import estimate_text
 from pyro_attention.pair import Rule
 from pyro_attention.tasks.translation import (
     TrainingInterrupted,
@@ -428,7 +429,7 @@ def ppl_cell(row: dict[str, Any], key: str = "test_ppl") -> str:
     if row["ppl_exact"]:
         return f"{value:.2f}"
     se = row.get("test_ppl_mc_se") if key == "test_ppl" else None
-    return f"~{value:.2f}" + ("" if se is None else f" ± {se:.2f}") + ("" if row.get("ppl_reliable", True) else " !")
+    return estimate_text(f"{value:.2f}", None if se is None else f"{se:.2f}", row.get("ppl_reliable", True))
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
