@@ -108,7 +108,7 @@ def ours_worker(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(args.threads[0])
-    from pyro_attention.tasks.translation import load_checkpoint, translate_lines
+    from pyro_attention.tasks.translation import BeamSearch, load_checkpoint, translate_lines
 
     spec = parse_ours(args.ours[0])
     path = Path(spec["checkpoint"])
@@ -117,7 +117,8 @@ def ours_worker(args: argparse.Namespace) -> dict[str, Any]:
     ckpt = load_checkpoint(path)
     lines = Path(args._src).read_text(encoding="utf-8").splitlines()
     start = time.perf_counter()
-    hyps = translate_lines(ckpt, lines, beam=args.beam, rule=spec["rule"], tokenize="none", lowercase=False)
+    hyps = translate_lines(ckpt, lines, search=BeamSearch(beam=args.beam, rule=spec["rule"]), tokenize="none",
+                           lowercase=False)
     seconds = time.perf_counter() - start
     # the tokenised output (the same whitespace tokens the peer writes): detokenised lines are scored elsewhere
     Path(args._out).write_text("\n".join(hyps) + "\n", encoding="utf-8")

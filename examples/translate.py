@@ -22,14 +22,16 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from pyro_attention.cli.common import add_config_options, add_run_options, config_values, rows_flag
+from pyro_attention.inference.evaluate import estimate_text
 from pyro_attention.registry import PAPER_ROWS
 from pyro_attention.tasks.region_qa import ALL_ROWS
-from pyro_attention.tasks.translation import TranslationConfig, evaluate, train
+from pyro_attention.tasks.translation import BeamSearch, Evaluation, TranslationConfig, evaluate, train
 
 #: Deng et al. (2018), Table 1, IWSLT14 De-En: (PPL, BLEU); prior entropy where Table 2 reports it
 PAPER = {
@@ -49,7 +51,17 @@ OPTIONS = ("data", "data_dir", "src", "tgt", "train_size", "val_size", "test_siz
 DEFAULTS = {"train_size": 2000, "val_size": 200, "test_size": 200, "max_len": 30, "epochs": 5}
 
 
-def main(args: argparse.Namespace) -> dict:
+@dataclass
+class Row:
+    """One row of the table: what :func:`~pyro_attention.tasks.translation.evaluate` measured, and the training."""
+
+    scores: Evaluation
+    seconds: float
+    epochs: int
+    best_epoch: int
+
+
+def main(args: argparse.Namespace) -> dict[str, Row]:
     torch.set_num_threads(args.threads)
     chosen = rows_flag(args.pairs)
     rows = chosen or (PAPER_ROWS if args.paper_only else ALL_ROWS)
@@ -67,13 +79,12 @@ def main(args: argparse.Namespace) -> dict:
         start = time.perf_counter()
         trained = train(config, progress=not args.quiet, overwrite=True, log=None if args.quiet else print)
         seconds = time.perf_counter() - start
-        report = evaluate(Path(config.out_dir) / "best.pt", "test", beam=args.beam, size=args.test_size)
-        signature = report.get("bleu_signature", signature)
-        results[label] = {**report, "seconds": seconds, "epochs": trained.epoch, "best_epoch": trained.best_epoch}
-        print(
-            f"{label:<44} PPL {'' if report['ppl_exact'] else '~'}{report['ppl']:.2f}  BLEU {report['bleu']:.2f}  "
-            f"H(prior) {report['prior_entropy']:.2f}  {seconds:.0f} s"
-        )
+        report = evaluate(Path(config.out_dir) / "best.pt", "test", search=BeamSearch(beam=args.beam),
+                          size=args.test_size)
+        signature = report.bleu_signature or signature
+        results[label] = Row(report, seconds, trained.epoch, trained.best_epoch)
+        print(f"{label:<44} PPL {ppl_text(report)}  BLEU {report.bleu:.2f}  H(prior) {report.prior_entropy:.2f}  "
+              f"{seconds:.0f} s")
     table = format_table(results)
     print(table)
     if signature:
@@ -83,14 +94,20 @@ def main(args: argparse.Namespace) -> dict:
     return results
 
 
-def format_table(results: dict) -> str:
+def ppl_text(scores: Evaluation) -> str:
+    """The perplexity as the tables print it: exact, or ``~value ± s.e.`` (`` !`` where unreliable)."""
+    if not scores.error.estimated:
+        return f"{scores.ppl:.2f}"
+    return estimate_text(f"{scores.ppl:.2f}", f"{scores.ppl_mc_se:.2f}", scores.ppl_reliable)
+
+
+def format_table(results: dict[str, Row]) -> str:
     lines = ["| pair | PPL | BLEU | prior entropy | train s | paper PPL | paper BLEU |", "|" + "---|" * 7]
     for label, r in results.items():
         paper = [f"{v:.2f}" for v in PAPER[label]] if label in PAPER else ["-", "-"]
-        ppl = ("" if r["ppl_exact"] else "~") + f"{r['ppl']:.2f}"
         lines.append(
-            f"| {label} | {ppl} | {r['bleu']:.2f} | {r['prior_entropy']:.2f} | {r['seconds']:.0f} | "
-            f"{paper[0]} | {paper[1]} |"
+            f"| {label} | {ppl_text(r.scores)} | {r.scores.bleu:.2f} | {r.scores.prior_entropy:.2f} | "
+            f"{r.seconds:.0f} | {paper[0]} | {paper[1]} |"
         )
     return "\n".join(lines)
 

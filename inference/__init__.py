@@ -17,6 +17,7 @@ from pyro_attention.inference.estimators import (
     ScoreFunction,
 )
 from pyro_attention.inference.evaluate import (
+    EstimateError,
     LogLikelihood,
     enumerated_log_joint,
     kmax_log_likelihood,
@@ -36,7 +37,8 @@ __all__ = [  # by module
     "AlignmentRWS", "AnnealedMeanField_ELBO", "CategoricalKL_ELBO", "ReinforceKL_ELBO",
     "CategoricalKL", "Enumerate", "Estimator", "KLSchedule", "MaximumLikelihood", "MeanField", "Reparameterized",
     "ReweightedWakeSleep", "ScoreFunction",
-    "LogLikelihood", "enumerated_log_joint", "kmax_log_likelihood", "log_likelihood", "predict", "shared_enumeration",
+    "EstimateError", "LogLikelihood", "enumerated_log_joint", "kmax_log_likelihood", "log_likelihood", "predict",
+    "shared_enumeration",
     "compare_to_guide", "nuts_alignment",
     "FusedClippedAdam", "SubsetOptim",
     "alignment_posterior", "entropy", "entropy_sums", "map_alignment",

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from pyro_attention.inference.evaluate import estimate_text, log_likelihood
+from pyro_attention.inference.evaluate import EstimateError, estimate_text, log_likelihood
 from pyro_attention.pair import AlignmentPair
 
 UNITS = ("token", "example")
@@ -75,15 +75,11 @@ def _check_pairs(pairs: Any, by: str) -> None:
 
 def _scores(pairs: Mapping[str, AlignmentPair], batches: list, num_samples: int) -> tuple:
     """Per pair the log-likelihoods of the real target tokens of every batch, the example of each token (numbered
-    across batches), whether each pair's are exact, their method, and an estimate's Monte Carlo variance of the
-    summed log-likelihood and defined PSIS k-hats."""
+    across batches), the pair's method and the error of its summed log-likelihood (:class:`EstimateError`)."""
     values: dict[str, list[np.ndarray]] = {name: [] for name in pairs}
     example_of: list[np.ndarray] = []
-    exact = dict.fromkeys(pairs, True)
-    reliable = dict.fromkeys(pairs, True)
     method: dict[str, str] = {}
-    mc_variance = dict.fromkeys(pairs, 0.0)
-    khat: dict[str, list[np.ndarray]] = {name: [] for name in pairs}
+    error = dict.fromkeys(pairs, EstimateError())
     offset = 0
     for batch in batches:
         mask = None
@@ -95,16 +91,12 @@ def _scores(pairs: Mapping[str, AlignmentPair], batches: list, num_samples: int)
             elif mask.shape != token_mask.shape or (mask != token_mask).any():
                 raise ValueError(f"compare: pair {name!r} sees different target tokens of the same data")
             values[name].append(ll.per_token.double().cpu().numpy()[mask])
-            exact[name] = exact[name] and bool(ll.exact)
-            reliable[name] = reliable[name] and ll.reliable
             method[name] = ll.method
-            mc_variance[name] += ll.mc_variance
-            khat[name].append(ll.khat_values().double().cpu().numpy())
+            error[name] += ll.error
         ex, _ = np.nonzero(mask)
         example_of.append(ex + offset)
         offset += mask.shape[0]
-    khat_all = {name: np.concatenate(k) for name, k in khat.items()}
-    return values, example_of, exact, reliable, method, mc_variance, khat_all
+    return values, example_of, method, error
 
 
 @torch.no_grad()
@@ -132,7 +124,7 @@ def compare(pairs: Mapping[str, AlignmentPair], data: Any, by: str = "token", nu
 
     _check_pairs(pairs, by)
     _check_vocabularies(pairs)
-    values, example_of, exact, reliable, method, mc_variance, khat = _scores(pairs, _batches(data), num_samples)
+    values, example_of, method, error = _scores(pairs, _batches(data), num_samples)
     per_token = {name: np.concatenate(v) for name, v in values.items()}
     examples = np.concatenate(example_of)
     n = len(examples)
@@ -161,13 +153,13 @@ def compare(pairs: Mapping[str, AlignmentPair], data: Any, by: str = "token", nu
                 "se": mean_se(per_token[name]),
                 "elpd_diff": float(diff.mean()),
                 "dse": 0.0 if rank == 0 else mean_se(diff),
-                "mc_se": math.sqrt(mc_variance[name]) / n,
-                "khat_max": float(khat[name].max()) if khat[name].size else float("nan"),
+                "mc_se": error[name].se / n,
+                "khat_max": error[name].khat_max if error[name].khat_defined else float("nan"),
                 "n_tokens": n,
                 "n_examples": len(units),
-                "exact": exact[name],
+                "exact": error[name].exact,
                 # as az.compare's: the estimate cannot be trusted (k-hat above 0.7, or too few draws to tell)
-                "warning": not reliable[name],
+                "warning": not error[name].reliable,
                 "method": method[name],
             }
         )

@@ -42,6 +42,7 @@ from pyro_attention.pair import MAX_PLATE_NESTING, AlignmentPair, Rule, observed
 
 __all__ = [
     "Rule",
+    "EstimateError",
     "LogLikelihood",
     "enumerated_log_joint",
     "estimate_text",
@@ -105,6 +106,82 @@ class LogLikelihood:
         return self.khat[~torch.isnan(self.khat)]
 
     @property
+    def error(self) -> EstimateError:
+        """How good the summed value is (:class:`EstimateError`); errors of several batches add with ``+``."""
+        if self.se is None:
+            return EstimateError(exact=self.exact)
+        khat = self.khat_values()
+        return EstimateError(
+            exact=False,
+            estimated=True,
+            variance=self.mc_variance,
+            draws=self.draws,
+            ess_min=float(self.ess.min()) if self.ess is not None else math.inf,  # padding's ESS is K: never the min
+            khat_max=float(khat.max()) if khat.numel() else -math.inf,
+            khat_defined=khat.numel(),
+            khat_over=int((khat > KHAT_THRESHOLD).sum()),
+        )
+
+    @property
+    def reliable(self) -> bool:
+        """Whether the value can be trusted (:attr:`EstimateError.reliable`)."""
+        return self.error.reliable
+
+    def error_text(self) -> str:
+        """How good the number is, in words (:meth:`EstimateError.text`)."""
+        return self.error.text()
+
+
+@dataclass(frozen=True)
+class EstimateError:
+    """How good a log-likelihood summed over tokens is: exact, a deterministic bound, or a Monte Carlo estimate
+    with its variance and the diagnostics of its importance weights.  The errors of disjoint sets of tokens (other
+    batches) add with ``+``: variances add (tokens are drawn independently), the worst diagnostics are kept.
+
+    :param exact: every part exact (``False`` for an estimate or a deterministic bound such as K-max).
+    :param estimated: some part is a Monte Carlo estimate (the rest of the fields describe those parts).
+    :param variance: Monte Carlo variance of the sum (nats squared).
+    :param draws: the fewest draws per token of an estimated part (0: none estimated).
+    :param ess_min: the smallest effective sample size of a token's weights.
+    :param khat_max: the largest defined PSIS k-hat (``-inf``: none defined; ``inf``: a few weights dominate).
+    :param khat_defined: tokens whose k-hat is defined; ``khat_over`` of them above :data:`KHAT_THRESHOLD`.
+    """
+
+    exact: bool = True
+    estimated: bool = False
+    variance: float = 0.0
+    draws: int = 0
+    ess_min: float = math.inf
+    khat_max: float = -math.inf
+    khat_defined: int = 0
+    khat_over: int = 0
+
+    def __add__(self, other: EstimateError) -> EstimateError:
+        if not isinstance(other, EstimateError):
+            return NotImplemented
+        draws = [e.draws for e in (self, other) if e.estimated]
+        return EstimateError(
+            exact=self.exact and other.exact,
+            estimated=self.estimated or other.estimated,
+            variance=self.variance + other.variance,
+            draws=min(draws) if draws else 0,
+            ess_min=min(self.ess_min, other.ess_min),
+            khat_max=max(self.khat_max, other.khat_max),
+            khat_defined=self.khat_defined + other.khat_defined,
+            khat_over=self.khat_over + other.khat_over,
+        )
+
+    @property
+    def se(self) -> float:
+        """Monte Carlo standard error of the sum (0 when not estimated)."""
+        return self.variance**0.5
+
+    @property
+    def khat_over_fraction(self) -> float | None:
+        """The fraction of tokens with a defined k-hat above :data:`KHAT_THRESHOLD` (``None``: none defined)."""
+        return self.khat_over / self.khat_defined if self.khat_defined else None
+
+    @property
     def reliable(self) -> bool:
         """Whether the value can be trusted: exact (or a deterministic bound, with no Monte Carlo error), or an
         estimate from at least :data:`~pyro_attention.inference.arviz_generation.MIN_PSIS_DRAWS` draws per token
@@ -113,29 +190,29 @@ class LogLikelihood:
         does, as in ``az.compare``'s warning."""
         from pyro_attention.inference.arviz_generation import MIN_PSIS_DRAWS
 
-        if self.se is None:
-            return True
-        return self.draws >= MIN_PSIS_DRAWS and bool((self.khat_values() <= KHAT_THRESHOLD).all())
+        return not self.estimated or (self.draws >= MIN_PSIS_DRAWS and self.khat_over == 0)
 
-    def error_text(self) -> str:
-        """How good the number is, in words: ``"exact"``, ``"a deterministic bound"``, or for an estimate the Monte
-        Carlo standard error of the total, the smallest ESS and the largest k-hat, with ``UNRELIABLE`` and the
-        reason where it is not :attr:`reliable`."""
+    def diagnostics_text(self) -> str:
+        """The importance weights' diagnostics in words (smallest ESS, largest k-hat, and ``UNRELIABLE`` with the
+        reason where the value is not :attr:`reliable`); ``""`` when nothing was estimated."""
         from pyro_attention.inference.arviz_generation import MIN_PSIS_DRAWS
 
-        if self.se is None:
-            return "exact" if self.exact else "a deterministic bound (no Monte Carlo error)"
-        khat = self.khat_values()
-        parts = [f"MC s.e. of the sum {self.mc_variance**0.5:.3g}"]
-        if self.ess is not None:  # padding's ESS is K: never the minimum
-            parts.append(f"ESS >= {float(self.ess.min()):.0f}")
-        parts.append(f"max k-hat {float(khat.max()):.2f}" if khat.numel() else "k-hat undefined")
-        over = float((khat > KHAT_THRESHOLD).sum()) / max(khat.numel(), 1)
-        if over:
-            parts.append(f"UNRELIABLE (k-hat > {KHAT_THRESHOLD} on {over:.1%} of tokens)")
+        if not self.estimated:
+            return ""
+        parts = [] if math.isinf(self.ess_min) else [f"ESS >= {self.ess_min:.0f}"]
+        parts.append(f"max k-hat {self.khat_max:.2f}" if self.khat_defined else "k-hat undefined")
+        if self.khat_over:
+            parts.append(f"UNRELIABLE (k-hat > {KHAT_THRESHOLD} on {self.khat_over_fraction:.1%} of tokens)")
         elif self.draws < MIN_PSIS_DRAWS:
             parts.append(f"UNRELIABLE (K={self.draws} draws: k-hat needs at least {MIN_PSIS_DRAWS})")
         return "; ".join(parts)
+
+    def text(self) -> str:
+        """How good the number is, in words: ``"exact"``, ``"a deterministic bound"``, or for an estimate the Monte
+        Carlo standard error of the sum and :meth:`diagnostics_text`."""
+        if not self.estimated:
+            return "exact" if self.exact else "a deterministic bound (no Monte Carlo error)"
+        return f"MC s.e. of the sum {self.se:.3g}; " + self.diagnostics_text()
 
 
 def estimate_text(value: str, se: str | None = None, reliable: bool = True) -> str:

@@ -61,6 +61,7 @@ from pyro_attention.plots import alignment_heatmaps
 from pyro_attention.registry import make_pair, parse_options
 from pyro_attention.tasks.align import AlignConfig
 from pyro_attention.tasks.translation import (
+    BeamSearch,
     TranslationConfig,
     evaluate,
     load_checkpoint,
@@ -640,7 +641,7 @@ CATALOGUE: list[Mistake] = [
     ),
     Mistake(
         "rule-needs-categorical", NAMES, "decoding a soft-attention checkpoint with the `marginal` rule",
-        lambda: translate_lines(_run(), ["a b"], rule="marginal"),
+        lambda: translate_lines(_run(), ["a b"], search=BeamSearch(rule="marginal")),
         RuleError, r"rule 'marginal' needs a categorical alignment; SoftAttention allows only 'soft'",
         "Use `--rule soft` for pairs without a categorical alignment (or leave `--rule` out).",
     ),
@@ -1168,8 +1169,14 @@ CATALOGUE: list[Mistake] = [
     Mistake(
         "evaluate-negative-kmax", SIZES, "evaluation with a negative K",
         lambda: evaluate(_run(), "val", kmax=-1, bleu=False),
-        ValueError, r"need kmax >= 0, beam >= 1, batch_size >= 1; got -1, 5, 64",
+        ValueError, r"evaluate: kmax must be an int >= 0 \(0: no K-max perplexity\), got -1",
         "Use kmax >= 0 (0 skips the K-max perplexity).",
+    ),
+    Mistake(
+        "beam-search-no-beam", SIZES, "decoding settings with a beam of width 0",
+        lambda: BeamSearch(beam=0),
+        ValueError, r"BeamSearch: beam must be an int >= 1, got 0",
+        "Use beam >= 1 (1 is greedy).",
     ),
     Mistake(
         "region-qa-no-examples", SIZES, "generating a synthetic region-QA split of no (or negative) size",

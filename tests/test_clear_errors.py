@@ -281,16 +281,16 @@ def test_evaluate_reports_a_degenerate_model(run, tmp_path):
     from pyro_attention.tasks.translation import evaluate
 
     healthy = evaluate(run, "val", bleu=True, kmax=0)
-    assert healthy["degenerate"] is None
+    assert healthy.degenerate is None
     bad = _degenerate_checkpoint(run, tmp_path)
     scored = evaluate(bad, "val", bleu=False, kmax=0)  # the cheap check: log-probabilities, no decoding
-    assert scored["degenerate"].startswith("degenerate: the model predicts the same next-token distribution for "
+    assert scored.degenerate.startswith("degenerate: the model predicts the same next-token distribution for "
                                            "every input")
     decoded = evaluate(bad, "val", bleu=True, kmax=0)
-    assert decoded["degenerate"].startswith("degenerate: every one of the 8 sentences")  # ... or a prefix of it
-    longest = max(decoded["hypotheses"], key=len)  # the same token over and over, cut at each length limit
-    assert all(longest.startswith(h) for h in decoded["hypotheses"])
-    assert "the same next-token distribution" in decoded["degenerate"]
+    assert decoded.degenerate.startswith("degenerate: every one of the 8 sentences")  # ... or a prefix of it
+    longest = max(decoded.hypotheses, key=len)  # the same token over and over, cut at each length limit
+    assert all(longest.startswith(h) for h in decoded.hypotheses)
+    assert "the same next-token distribution" in decoded.degenerate
     code, out, err = _cli("evaluate", bad, "--split", "val", "--quiet", "--json", tmp_path / "scores.json")
     assert code == 0 and "perplexity" in out
     assert "pyro-attention evaluate: warning: degenerate: every one of the 8 sentences" in err

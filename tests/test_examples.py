@@ -117,8 +117,9 @@ def test_translate_tiny(capsys, tmp_path):
     args = "--train-size 40 --val-size 8 --test-size 4 --epochs 1 --embedding 8 --encoder 8 --decoder 8".split()
     args += ["--attention", "8", "--beam", "2", "--quiet", "--out", str(tmp_path / "runs"), "--markdown", str(md)]
     results = module.main(module.make_parser().parse_args(args))
-    assert len(results) == 14 and results["relaxed"]["ppl_exact"] is False
-    assert results["segmentation-marginal"]["ppl_exact"] is True and results["gaussian (kl_scale=0.01)"]["bleu"] >= 0
+    assert len(results) == 14 and results["relaxed"].scores.ppl_exact is False
+    assert results["segmentation-marginal"].scores.ppl_exact is True
+    assert results["gaussian (kl_scale=0.01)"].scores.bleu >= 0
     printed = capsys.readouterr().out
     assert "| relaxed | ~" in printed and "BLEU signature: nrefs:1" in printed
     assert md.read_text().startswith("| pair | PPL | BLEU | prior entropy |")

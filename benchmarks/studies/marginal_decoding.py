@@ -26,7 +26,7 @@ import torch
 from pyro_attention.tasks.translation import TranslationConfig, decoding
 from pyro_attention.tasks.translation.checkpoints import Checkpoint, load_checkpoint
 from pyro_attention.tasks.translation.corpora import build_pair, build_vocabs, load_corpora, load_split
-from pyro_attention.tasks.translation.evaluation import decode_batches
+from pyro_attention.tasks.translation.translating import BeamSearch, decode_batches
 
 
 def logsumexp_marginal(self: Any, src: Any, h: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
@@ -76,7 +76,7 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
             for name in FORMULAS if k % 2 == 0 else list(FORMULAS)[::-1]:
                 decoding._Marginal.__call__ = FORMULAS[name]
                 start = time.perf_counter()
-                outputs[name] = decode_batches(ckpt, chosen, 5, "marginal", 5, 0.0, None, False)
+                outputs[name] = decode_batches(ckpt, chosen, BeamSearch(rule="marginal"))
                 seconds[name].append(time.perf_counter() - start)
                 print(f"round {k + 1}, {name}: {seconds[name][-1]:.2f} s, "
                       f"{len(chosen) / seconds[name][-1]:.2f} sentences/s", flush=True)

@@ -5,50 +5,49 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 import torch
 
 from pyro_attention.cli.common import CHECKPOINT_HELP, add_command, exit_with_error, float_in, int_at_least
 
+if TYPE_CHECKING:
+    from pyro_attention.tasks.translation import BeamSearch, Evaluation
 
-def _print_scores(res: dict) -> None:
+
+def _print_scores(res: Evaluation) -> None:
     print(
-        f"evaluate {res['checkpoint']} ({res['model']}{', ' + res['estimator'] if res['estimator'] else ''}) on "
-        f"{res['data']}: {res['sentences']} sentences, {res['tokens']} target tokens (with </s>)"
+        f"evaluate {res.checkpoint} ({res.model}{', ' + res.estimator if res.estimator else ''}) on "
+        f"{res.data}: {res.sentences} sentences, {res.tokens} target tokens (with </s>)"
     )
-    if res["ppl_exact"]:
-        print(f"perplexity           {res['ppl']:.4f}  (exact: {res['ppl_method']}; NLL/token {res['nll']:.4f})")
+    if not res.error.estimated:
+        print(f"perplexity           {res.ppl:.4f}  ({res.error.text()}: {res.ppl_method}; NLL/token {res.nll:.4f})")
     else:
-        khat = "k-hat undefined" if res["khat_max"] is None else f"max PSIS k-hat {res['khat_max']:.2f}"
-        if not res["ppl_reliable"] and res["khat_over_threshold"]:
-            khat += f"; UNRELIABLE: k-hat > 0.7 on {res['khat_over_threshold']:.1%} of tokens"
-        elif not res["ppl_reliable"]:
-            khat += "; UNRELIABLE: too few draws per token to check k-hat (--num-samples 25 or more)"
-        print(f"perplexity bound     {res['ppl']:.4f} ± {res['ppl_mc_se']:.4f}  (Monte Carlo s.e.; {khat}; "
-              f"{res['ppl_method']}; importance-weighted bound, not exact)")
-    if res["kmax_ppl"] is not None:
-        print(f"K-max perplexity     {res['kmax_ppl']:.4f}  ({res['kmax_method']})")
+        from pyro_attention.inference.arviz_generation import MIN_PSIS_DRAWS
+
+        hint = f" -- use --num-samples {MIN_PSIS_DRAWS} or more" if res.error.draws < MIN_PSIS_DRAWS else ""
+        print(f"perplexity bound     {res.ppl:.4f} ± {res.ppl_mc_se:.4f}  (Monte Carlo s.e.; "
+              f"{res.error.diagnostics_text()}{hint}; {res.ppl_method}; importance-weighted bound, not exact)")
+    if res.kmax_ppl is not None:
+        print(f"K-max perplexity     {res.kmax_ppl:.4f}  ({res.kmax_method})")
     else:
         print("K-max perplexity     -  (needs a categorical alignment)")
-    print(f"prior entropy        {res['prior_entropy']:.4f}  nats per target token")
-    for name, key in (("posterior entropy", "posterior_entropy"), ("guide entropy", "guide_entropy"),
-                      ("KL(guide || post.)", "guide_kl")):
-        if res.get(key) is not None:  # the distributions the pair has
-            print(f"{name:<20} {res[key]:.4f}  nats per target token")
-    if res["bleu"] is not None:
-        print(
-            f"BLEU                 {res['bleu']:.2f}  (beam {res['beam']}, rule {res['rule']}, length penalty "
-            f"{res['length_penalty']:g})"
-        )
-        print(f"sacreBLEU signature  {res['bleu_signature']}")
-        print(f"sacreBLEU            {res['bleu_text']}")
-    if res.get("degenerate"):
-        print(f"pyro-attention evaluate: warning: {res['degenerate']}", file=sys.stderr)
+    for name, value in (("prior entropy", res.prior_entropy), ("posterior entropy", res.posterior_entropy),
+                        ("guide entropy", res.guide_entropy), ("KL(guide || post.)", res.guide_kl)):
+        if value is not None:  # the distributions the pair has
+            print(f"{name:<20} {value:.4f}  nats per target token")
+    if res.bleu is not None:
+        search = res.search
+        print(f"BLEU                 {res.bleu:.2f}  (beam {search.beam}, rule {search.rule}, length penalty "
+              f"{search.length_penalty:g})")
+        print(f"sacreBLEU signature  {res.bleu_signature}")
+        print(f"sacreBLEU            {res.bleu_text}")
+    if res.degenerate:
+        print(f"pyro-attention evaluate: warning: {res.degenerate}", file=sys.stderr)
 
 
 #: the flags passed to :func:`~pyro_attention.tasks.translation.evaluate` as they are, by name
-_PASSED = ("src_file", "tgt_file", "ref_file", "data_dir", "size", "kmax", "beam", "rule", "length_penalty",
-           "max_decode_len", "batch_size", "num_samples", "device")
+_PASSED = ("src_file", "tgt_file", "ref_file", "data_dir", "size", "kmax", "batch_size", "num_samples", "device")
 
 
 def _evaluate(args: argparse.Namespace) -> int:
@@ -64,6 +63,7 @@ def _evaluate(args: argparse.Namespace) -> int:
             args.checkpoint,
             args.split,
             **{k: getattr(args, k) for k in _PASSED},
+            search=beam_search(args, args.kmax or 5),
             bleu=not args.no_bleu,
             lowercase=args.lowercase_bleu,
             progress=not args.quiet,
@@ -72,15 +72,23 @@ def _evaluate(args: argparse.Namespace) -> int:
         exit_with_error(args.parser, e)
     _print_scores(res)
     try:
-        if args.hypotheses and res["hypotheses"] is not None:
-            write_text(args.hypotheses, "".join(h + "\n" for h in res["hypotheses"]))
-            print(f"wrote {len(res['hypotheses'])} translations to {args.hypotheses}")
+        if args.hypotheses and res.hypotheses is not None:
+            write_text(args.hypotheses, "".join(h + "\n" for h in res.hypotheses))
+            print(f"wrote {len(res.hypotheses)} translations to {args.hypotheses}")
         if args.json:
-            scores = {k: v for k, v in res.items() if k != "hypotheses"}
-            write_text(args.json, json.dumps(scores, indent=2) + "\n")
+            write_text(args.json, json.dumps(res.to_dict(hypotheses=False), indent=2) + "\n")
     except OSError as e:
         exit_with_error(args.parser, e)
     return 0
+
+
+def beam_search(args: argparse.Namespace, k: int) -> BeamSearch:
+    """The :class:`~pyro_attention.tasks.translation.BeamSearch` of :func:`add_decoding_options`' flags, with ``K``
+    of the K-max rule ``k``."""
+    from pyro_attention.tasks.translation import BeamSearch
+
+    return BeamSearch(beam=args.beam, rule=args.rule, k=k, length_penalty=args.length_penalty,
+                      max_len=args.max_decode_len)
 
 
 def add_decoding_options(p: argparse.ArgumentParser) -> None:

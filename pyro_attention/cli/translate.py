@@ -8,10 +8,10 @@ import sys
 import torch
 
 from pyro_attention.cli.common import CHECKPOINT_HELP, add_command, exit_with_error, int_at_least
-from pyro_attention.cli.evaluate import add_decoding_options
+from pyro_attention.cli.evaluate import add_decoding_options, beam_search
 
 #: the flags passed to :func:`~pyro_attention.tasks.translation.translate_lines` as they are, by name
-_PASSED = ("beam", "rule", "length_penalty", "max_decode_len", "tokenize", "lowercase", "progress", "device")
+_PASSED = ("tokenize", "lowercase", "progress", "device")
 
 
 def _translate(args: argparse.Namespace) -> int:
@@ -22,7 +22,8 @@ def _translate(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     try:
         lines = sys.stdin.read().splitlines() if args.input == "-" else read_lines(args.input)
-        out = translate_lines(args.checkpoint, lines, k=args.kmax, **{k: getattr(args, k) for k in _PASSED})
+        out = translate_lines(args.checkpoint, lines, search=beam_search(args, args.kmax),
+                              **{k: getattr(args, k) for k in _PASSED})
     except (ValueError, OSError) as e:
         exit_with_error(args.parser, e)
     for line in out:

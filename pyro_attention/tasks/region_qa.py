@@ -115,7 +115,6 @@ def evaluate_pair(pair: AlignmentPair, data: RegionQADataset, num_samples: int =
     ll = log_likelihood(pair, batch, num_samples=num_samples)
     tokens = float(ll.num_tokens.sum())
     nll = -float(ll.per_example.sum()) / tokens
-    khat = ll.khat_values()
     predicted = predict(pair, batch, None, num_samples=num_samples)[:, 0].argmax(-1)  # the pair's own rule
     accuracy = float((predicted == batch.answer).float().mean())
     post = alignment_posterior(pair, batch)
@@ -126,8 +125,9 @@ def evaluate_pair(pair: AlignmentPair, data: RegionQADataset, num_samples: int =
         gold = {
             k: float((v[known, 0].argmax(-1) == batch.gold[known]).float().mean()) for k, v in post.items()
         }
-    khat_max = float(khat.max()) if khat.numel() else math.nan
-    return Evaluation(nll, ll.exact, ll.mc_variance**0.5 / tokens, khat_max, ll.reliable, accuracy, ent, gold)
+    err = ll.error
+    khat_max = err.khat_max if err.khat_defined else math.nan
+    return Evaluation(nll, ll.exact, err.se / tokens, khat_max, err.reliable, accuracy, ent, gold)
 
 
 def run_region_qa(

@@ -258,3 +258,28 @@ def test_an_estimate_whose_weights_one_draw_dominates_is_not_trusted(float64):
     log_w = torch.cat([torch.full((99, 1, 1), -50.0), torch.zeros(1, 1, 1)])
     ll = importance_estimate(log_w, torch.ones(1, 1, dtype=torch.bool), "test")
     assert ll.khat_values().tolist() == [math.inf] and not ll.reliable and "UNRELIABLE (k-hat > 0.7" in ll.error_text()
+
+
+def test_errors_of_batches_add_up_to_the_error_of_their_union(float64):
+    """``LogLikelihood.error`` of two batches added with ``+`` is the error of the batch they make together:
+    variances add, the smallest ESS and the largest k-hat are kept, k-hats above 0.7 are counted; an exact value
+    adds nothing, and a deterministic bound makes the sum inexact without making it an estimate."""
+    from pyro_attention.inference import EstimateError
+    from pyro_attention.inference.evaluate import importance_estimate
+
+    torch.manual_seed(0)
+    log_w = torch.randn(40, 5, 3) * torch.tensor([0.1, 1.0, 4.0, 8.0, 0.5]).view(1, 5, 1)  # light to heavy tails
+    mask = torch.ones(5, 3, dtype=torch.bool)
+    mask[4, 2] = False
+    whole = importance_estimate(log_w, mask, "test").error
+    parts = importance_estimate(log_w[:, :2], mask[:2], "test").error + importance_estimate(
+        log_w[:, 2:], mask[2:], "test").error
+    assert whole.khat_over > 0 and not whole.reliable and whole.estimated and not whole.exact  # heavy rows: k-hat > 0.7
+    assert parts.variance == pytest.approx(whole.variance, rel=1e-12)
+    assert (parts.ess_min, parts.khat_max, parts.khat_defined, parts.khat_over, parts.draws) == (
+        whole.ess_min, whole.khat_max, whole.khat_defined, whole.khat_over, whole.draws)
+    assert whole + EstimateError() == whole and EstimateError() + EstimateError() == EstimateError()
+    bound = EstimateError(exact=False)
+    assert not (bound + EstimateError()).exact and not (bound + EstimateError()).estimated
+    assert (bound + EstimateError()).text() == "a deterministic bound (no Monte Carlo error)"
+    assert (whole + bound).text() == whole.text()

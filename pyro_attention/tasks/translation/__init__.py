@@ -17,8 +17,9 @@ This package is the glue behind ``pyro-attention train | evaluate | translate`` 
   :class:`~pyro_attention.inference.loop.Trainer`, with this package's callbacks (``callbacks.py``: validation, history,
   checkpoints, TensorBoard, the epoch line, Ctrl-C / SIGTERM) and the generic ones (``SVIStep``, ``PlateauDecay``,
   ``EarlyStopping``, ``CsvLogger``, ``ProgressBar``);
-* :func:`evaluate` -- exact perplexity (an importance-weighted bound for the Dirichlet pair), K-max perplexity,
-  prior entropy per token and sacreBLEU of beam-search output;
+* :func:`evaluate` -- an :class:`Evaluation`: exact perplexity (an importance-weighted estimate, with its Monte
+  Carlo error and PSIS k-hat, for the continuous pairs), K-max perplexity, alignment entropies per token and
+  sacreBLEU of the output of a :class:`BeamSearch`;
 * :func:`translate_lines` -- detokenised translations of raw lines.
 
 **Learning-rate schedule.**  Pyro's optimiser keeps one torch optimiser per parameter; when the validation
@@ -34,9 +35,9 @@ thread count assumed: floating-point reductions may differ across thread counts)
 
 **Modules.**  ``config`` (:class:`TranslationConfig`, its checks, the constants), ``corpora`` (splits, vocabularies,
 batches, :func:`build_pair`), ``checkpoints`` (atomic writes, reading, compatibility), ``callbacks`` (validation and
-the translation callbacks of the loop), ``training`` (:func:`train`), ``evaluation`` (:func:`evaluate`,
-:func:`translate_lines`), ``decoding`` (beam search and greedy decoding over the network's
-:class:`~pyro_attention.tasks.translation.decoding.IncrementalDecoder` interface).
+the translation callbacks of the loop), ``training`` (:func:`train`), ``evaluation`` (:func:`evaluate`),
+``translating`` (:class:`BeamSearch`, :func:`translate_lines`), ``decoding`` (beam search and greedy decoding over
+the network's :class:`~pyro_attention.tasks.translation.decoding.IncrementalDecoder` interface).
 """
 
 from __future__ import annotations
@@ -73,19 +74,25 @@ from pyro_attention.tasks.translation.corpora import (
     make_batches,
 )
 from pyro_attention.tasks.translation.evaluation import (
+    Evaluation,
     evaluate,
-    translate_lines,
 )
 from pyro_attention.tasks.translation.training import (
     train,
 )
+from pyro_attention.tasks.translation.translating import (
+    BeamSearch,
+    translate_lines,
+)
 
 __all__ = [
+    "BeamSearch",
     "CHECKPOINT_FORMAT",
     "DATA_KINDS",
     "STRUCTURAL_KEYS",
     "Checkpoint",
     "Corpora",
+    "Evaluation",
     "Log",
     "Split",
     "TrainResult",

@@ -1,17 +1,11 @@
-"""Translation evaluation: perplexities, K-max perplexity, prior entropy and sacreBLEU of beam-search output
-(:func:`evaluate`), and detokenised translations of raw lines (:func:`translate_lines`)."""
+"""Translation evaluation: perplexities (exact, or estimated with their Monte Carlo error), K-max perplexity,
+alignment entropies and sacreBLEU of beam-search output, as an :class:`Evaluation` (:func:`evaluate`)."""
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
 import os
-import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import pyro
@@ -19,9 +13,9 @@ import torch
 from tqdm.auto import tqdm
 
 from pyro_attention.data.translation import TranslationBatch
-from pyro_attention.files import write_text, writing
+from pyro_attention.inference.evaluate import EstimateError
 from pyro_attention.pair import AlignmentPair, Rule
-from pyro_attention.tasks.translation.checkpoints import Checkpoint, load_checkpoint, move_checkpoint
+from pyro_attention.tasks.translation.checkpoints import Checkpoint, move_checkpoint
 from pyro_attention.tasks.translation.config import (
     ALIGNMENT_FIELDS,
     SPLITS,
@@ -29,121 +23,88 @@ from pyro_attention.tasks.translation.config import (
     tqdm_disabled,
 )
 from pyro_attention.tasks.translation.corpora import Split, load_split, make_batches
+from pyro_attention.tasks.translation.translating import BeamSearch, as_checkpoint, decode_batches
 
 #: the fewest importance samples per token an evaluation draws for an estimated likelihood (the training config's
 #: ``num_samples``, often 20 for the validation bound, is raised to it): PSIS k-hat needs at least 25
 EVAL_DRAWS = 100
 
 
-def _as_checkpoint(checkpoint: Checkpoint | str | os.PathLike) -> Checkpoint:
-    return checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
+@dataclass
+class Evaluation:
+    """What :func:`evaluate` measured of a checkpoint on a split or on files.
 
-
-class DecodeCache:
-    """Decoded chunks of sentences kept in a JSON-lines file, so that a decoding stopped part way (a sitting that
-    ended, a kill) goes on where it stopped: beam search over a test set with the exact marginal of a ``tanh``
-    output layer takes hours on a CPU.
-
-    The first line is the decoding's key (the checkpoint file's path, size and modification time, the rule, beam,
-    ``k``, length settings and a hash of the sources): a file written for another checkpoint or decoding is started
-    afresh.  Each further line is one chunk ``{"start", "hyps", "seconds"}`` (the chunk's first position in the
-    length-sorted order, its target ids, the seconds it took), appended and flushed to disk when the chunk is done;
-    a last line cut short by a kill is dropped when the file is opened again.
-
-    :param path: the file (its folder must exist); :attr:`seconds` and :attr:`sentences` sum the chunks read and
-        written, for a decoding speed that counts every sitting's chunks at the rate they were decoded.
+    Likelihoods are mean nats per target token (``</s>`` counted); alignment entropies are ``None`` where the pair
+    has no such distribution; the BLEU fields are ``None`` when nothing was decoded.  :meth:`to_dict` is the JSON
+    ``pyro-attention evaluate --json`` writes.
     """
 
-    def __init__(self, path: str | os.PathLike) -> None:
-        self.path = Path(path)
-        self.chunks: dict[int, list[list[int]]] = {}
-        self.seconds = 0.0
-        self.sentences = 0
+    checkpoint: str
+    model: str
+    estimator: str | None
+    options: dict[str, Any]
+    #: ``"train"``, ``"val"``, ``"test"`` or the source file scored; ``data``: the corpus in words
+    split: str
+    data: str
+    sentences: int
+    tokens: int
+    nll: float
+    ppl: float
+    #: exact, or an importance-weighted estimate whose Monte Carlo error and diagnostics are :attr:`error`
+    ppl_exact: bool
+    ppl_method: str
+    error: EstimateError
+    #: K of the K-max perplexity (``None``: not computed, or the pair's alignment is not categorical)
+    kmax: int | None
+    kmax_ppl: float | None
+    kmax_method: str | None
+    prior_entropy: float | None
+    posterior_entropy: float | None
+    guide_entropy: float | None
+    guide_kl: float | None
+    #: the decoding settings, the rule resolved for the pair
+    search: BeamSearch
+    bleu: float | None = None
+    bleu_signature: str | None = None
+    bleu_text: str | None = None
+    #: the detokenised translations, one per sentence
+    hypotheses: list[str] | None = None
+    #: a warning when the model gives the same output whatever the input (every occurrence of a target token has
+    #: the same log-probability, or every sentence decodes to the same output); the command line prints it
+    degenerate: str | None = None
 
-    def open(self, key: dict[str, Any]) -> None:
-        """Read the chunks decoded under ``key`` (none where the file is missing or holds another key) and rewrite
-        the file as its key and those chunks (atomically), ready for :meth:`add`."""
-        header = json.loads(json.dumps({"key": key}))
-        lines: list[dict[str, Any]] = []
-        if self.path.is_file():
-            parsed = []
-            for line in self.path.read_text(encoding="utf-8").splitlines():
-                try:
-                    parsed.append(json.loads(line))
-                except json.JSONDecodeError:  # cut short by a kill: it (and anything after) is decoded again
-                    break
-            if parsed and parsed[0] == header:
-                lines = [c for c in parsed[1:] if isinstance(c, dict) and {"start", "hyps", "seconds"} <= set(c)]
-        self.chunks = {int(c["start"]): c["hyps"] for c in lines}
-        self.seconds = sum(float(c["seconds"]) for c in lines)
-        self.sentences = sum(len(c["hyps"]) for c in lines)
-        write_text(self.path, "".join(json.dumps(x) + "\n" for x in [header, *lines]))
+    @property
+    def nll_mc_se(self) -> float | None:
+        """An estimate's Monte Carlo standard error of :attr:`nll` (``None`` when nothing was estimated)."""
+        return self.error.se / self.tokens if self.error.estimated else None
 
-    def add(self, start: int, hyps: list[list[int]], seconds: float) -> None:
-        """Append one decoded chunk and flush it to disk."""
-        self.chunks[start] = hyps
-        self.seconds += seconds
-        self.sentences += len(hyps)
-        with writing(self.path), open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"start": start, "hyps": hyps, "seconds": seconds}) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+    @property
+    def ppl_mc_se(self) -> float | None:
+        """An estimate's Monte Carlo standard error of :attr:`ppl` (delta method)."""
+        se = self.nll_mc_se
+        return None if se is None else self.ppl * se
 
+    @property
+    def khat_max(self) -> float | None:
+        """The largest PSIS k-hat of an estimate's weights (``None``: exact, or undefined everywhere)."""
+        return self.error.khat_max if self.error.khat_defined else None
 
-def checkpoint_key(path: str | os.PathLike) -> dict[str, Any]:
-    """A checkpoint file as it is now (its resolved path, size and modification time; ``None`` for a file that is
-    not there): what results kept for it must match (:class:`DecodeCache`, the runner's split scores)."""
-    path = Path(path)
-    stat = path.stat() if path.is_file() else None
-    return {"checkpoint": str(path.resolve()), "bytes": stat.st_size if stat else None,
-            "mtime_ns": stat.st_mtime_ns if stat else None}
+    @property
+    def ppl_reliable(self) -> bool:
+        """Exact, or an estimate that can be trusted (:attr:`EstimateError.reliable`)."""
+        return self.error.reliable
 
-
-def _decoding_key(ckpt: Checkpoint, sources: Sequence[Sequence[str]], **settings: Any) -> dict[str, Any]:
-    """What a :class:`DecodeCache` must match: the checkpoint file, the decoding's settings and the sources."""
-    digest = hashlib.sha256("\n".join(" ".join(s) for s in sources).encode("utf-8")).hexdigest()
-    return {**checkpoint_key(ckpt.path), **settings, "sources": len(sources), "sha256": digest}
-
-
-def decode_batches(
-    ckpt: Checkpoint,
-    sources: Sequence[Sequence[str]],
-    beam: int,
-    rule: Rule,
-    k: int,
-    length_penalty: float,
-    max_decode_len: int | None,
-    progress: bool,
-    cache: DecodeCache | None = None,
-) -> list[list[str]]:
-    from pyro_attention.tasks.translation.decoding import translate
-
-    # sentences of similar length decoded together (beam search is batched), each with its own length limit
-    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
-    out: list[list[str]] = [[] for _ in sources]
-    chunk = 64
-    if cache is not None:
-        cache.open(_decoding_key(ckpt, sources, beam=beam, rule=str(rule), k=k, length_penalty=length_penalty,
-                                 max_decode_len=max_decode_len, chunk=chunk))
-    bar = tqdm(total=len(sources), disable=tqdm_disabled(progress), desc="decoding", unit="sent", leave=False)
-    for start in range(0, len(order), chunk):
-        rows = order[start : start + chunk]
-        hyps = None if cache is None else cache.chunks.get(start)
-        if hyps is None or len(hyps) != len(rows):
-            began = time.perf_counter()
-            ids = [ckpt.src_vocab.encode(sources[i]) for i in rows]
-            width = max(len(x) for x in ids)
-            source = torch.tensor([x + [0] * (width - len(x)) for x in ids], dtype=torch.long,
-                                  device=next(ckpt.network.parameters()).device)
-            limits = [max_decode_len or 2 * len(sources[i]) + 10 for i in rows]
-            hyps = translate(ckpt.pair, source, source != 0, beam, rule, k, limits, length_penalty, batch_size=chunk)
-            if cache is not None:
-                cache.add(start, hyps, time.perf_counter() - began)
-        for i, hyp in zip(rows, hyps, strict=True):
-            out[i] = ckpt.tgt_vocab.decode(hyp)
-        bar.update(len(rows))
-    bar.close()
-    return out
+    def to_dict(self, hypotheses: bool = True) -> dict[str, Any]:
+        """The result as plain JSON values (``hypotheses=False``: without the translations)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("error", "search")}
+        out.update(
+            nll_mc_se=self.nll_mc_se, ppl_mc_se=self.ppl_mc_se, khat_max=self.khat_max,
+            khat_over_threshold=self.error.khat_over_fraction, ppl_reliable=self.ppl_reliable,
+            rule=str(self.search.rule), beam=self.search.beam, length_penalty=self.search.length_penalty,
+        )
+        if not hypotheses:
+            del out["hypotheses"]
+        return out
 
 
 @torch.no_grad()
@@ -157,10 +118,7 @@ def evaluate(
     data_dir: str | None = None,
     size: int | None = None,
     kmax: int = 5,
-    beam: int = 5,
-    rule: Rule | str | None = None,
-    length_penalty: float = 0.0,
-    max_decode_len: int | None = None,
+    search: BeamSearch | None = None,
     batch_size: int = 64,
     num_samples: int | None = None,
     bleu: bool = True,
@@ -168,69 +126,58 @@ def evaluate(
     seed: int | None = 0,
     progress: bool = False,
     device: str | None = None,
-) -> dict[str, Any]:
-    """Perplexity, K-max perplexity, prior entropy and BLEU of a checkpoint on a split or on given files.
+) -> Evaluation:
+    """Perplexity, K-max perplexity, alignment entropies and BLEU of a checkpoint on a split or on given files.
 
     :param split: ``"train"``, ``"val"`` or ``"test"`` of the corpus the checkpoint was trained on, unless
         ``src_file`` / ``tgt_file`` (and optionally raw ``ref_file``) are given.
     :param size: the first ``size`` pairs (synthetic: generate ``size``); default: the config's
         ``{split}_size`` (so ``split="val"`` scores what validation scored), else all.
-    :param kmax: ``K`` of the K-max perplexity (categorical pairs; 0 skips it) and of ``rule="kmax"``.
-    :param rule: decoding rule, ``"soft"``, ``"marginal"`` or ``"kmax"`` (default: ``"marginal"`` for the
-        categorical pairs, ``"soft"`` otherwise).
+    :param kmax: ``K`` of the K-max perplexity (categorical pairs; 0 skips it).
+    :param search: how to decode for BLEU (default :class:`BeamSearch`: beam 5, the pair's default rule); its
+        rule is checked even without BLEU (a rule the pair does not allow is a mistake).
     :param num_samples: importance samples per token of an estimate (default: the config's, >= EVAL_DRAWS).
     :param lowercase: case-insensitive BLEU (default: when the corpus is lower-cased, Multi30k and IWSLT14).
-    :param seed: seeds Pyro's RNGs first (``pyro.set_rng_seed``) so that the Dirichlet pair's sampled bound is
-        reproducible; ``None`` leaves them alone.
+    :param seed: seeds Pyro's RNGs first (``pyro.set_rng_seed``) so that an estimated likelihood is reproducible;
+        ``None`` leaves them alone.
     :param device: where to evaluate (default: where the loaded checkpoint's network is, the CPU for a path).
-    :returns: a dict with ``ppl`` (+ ``ppl_exact``, ``ppl_method``, ``nll``, ``tokens``), ``kmax_ppl``,
-        ``prior_entropy``, ``posterior_entropy``, ``guide_entropy`` and ``guide_kl`` (mean nats per target token;
-        ``None`` where the pair has no such distribution), ``bleu`` and ``bleu_signature``, ``hypotheses``, ... and
-        ``degenerate``: ``None``, or a warning when the model gives the same output whatever the input (every
-        occurrence of a target token has the same log-probability, or every sentence decodes to the same output);
-        the command line prints it.
     """
     ckpt = _loaded(checkpoint, device, seed)
     config = ckpt.config if data_dir is None else ckpt.config.replace(data_dir=data_dir)
     pair = ckpt.pair
-    rule = pair.rule(rule, decoding=True)  # checked even without BLEU: a rule the pair does not allow is a mistake
-    if kmax < 0 or beam < 1 or batch_size < 1:
-        raise ValueError(f"need kmax >= 0, beam >= 1, batch_size >= 1; got {kmax}, {beam}, {batch_size}")
+    search = (search or BeamSearch()).for_pair(pair)
+    if isinstance(kmax, bool) or not isinstance(kmax, int) or kmax < 0:
+        raise ValueError(f"evaluate: kmax must be an int >= 0 (0: no K-max perplexity), got {kmax!r}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"evaluate: batch_size must be an int >= 1, got {batch_size!r}")
     files = dict(src_file=src_file, tgt_file=tgt_file, ref_file=ref_file)
     data, batches = _evaluation_batches(ckpt, config, split, size, batch_size, bleu, **files)
     ckpt.network.eval()
     kmax_bound = kmax if Rule.KMAX in pair.rules else 0  # only categorical alignments have a K-max bound
     spread = _TokenSpread(len(ckpt.tgt_vocab))
     scores = _score(pair, batches, num_samples or max(config.num_samples, EVAL_DRAWS), kmax_bound, spread, progress)
-    result: dict[str, Any] = {
-        "checkpoint": str(ckpt.path),
-        "model": config.model,
-        "estimator": config.estimator,
-        "options": config.options,
-        "split": split if src_file is None else str(src_file),
-        "data": data.description,
-        "sentences": len(data),
-        **scores.fields(kmax, kmax_bound),
-        "bleu": None,
-        "bleu_signature": None,
-        "rule": str(rule),
-        "beam": beam,
-        "length_penalty": length_penalty,
-        "hypotheses": None,
-        "degenerate": None,
-    }
+    result = Evaluation(
+        checkpoint=str(ckpt.path),
+        model=config.model,
+        estimator=config.estimator,
+        options=config.options,
+        split=split if src_file is None else str(src_file),
+        data=data.description,
+        sentences=len(data),
+        **scores.result_fields(kmax_bound),
+        search=search,
+    )
     distinct_sources = len({tuple(s) for s in data.source})
-    reasons = [spread.degenerate(-scores.total / scores.tokens, distinct_sources)] if scores.exact else []
+    reasons = [spread.degenerate(result.nll, distinct_sources)] if scores.error.exact else []
     if bleu:
-        decoding = dict(beam=beam, rule=rule, kmax=kmax, length_penalty=length_penalty, max_decode_len=max_decode_len)
-        _add_bleu(result, reasons, ckpt, config, data, distinct_sources, lowercase, progress, **decoding)
-    result["degenerate"] = _degenerate(reasons)
+        _add_bleu(result, reasons, ckpt, config, data, distinct_sources, lowercase, progress)
+    result.degenerate = _degenerate(reasons)
     return result
 
 
 def _loaded(checkpoint: Checkpoint | str | os.PathLike, device: str | None, seed: int | None) -> Checkpoint:
     """The checkpoint, on ``device`` when given, with Pyro's RNGs seeded by ``seed`` when given."""
-    ckpt = _as_checkpoint(checkpoint)
+    ckpt = as_checkpoint(checkpoint)
     if device is not None:
         move_checkpoint(ckpt, device)
     if seed is not None:
@@ -265,40 +212,27 @@ class _Scores:
 
     total: float = 0.0  # log-likelihood
     tokens: int = 0
-    exact: bool = True
     method: str = ""
-    mc_variance: float = 0.0  # an estimate's Monte Carlo variance of ``total``
-    khat_max: float = -math.inf  # the largest defined PSIS k-hat of an estimate's weights
-    khat_defined: int = 0  # tokens whose k-hat is defined, and of them those above the threshold
-    khat_over: int = 0
-    reliable: bool = True  # every batch's value exact or a reliable estimate (LogLikelihood.reliable)
+    error: EstimateError = field(default_factory=EstimateError)
     kmax_total: float = 0.0
     kmax_exact: bool = True
     alignment: Counter = field(default_factory=Counter)  # entropy_sums' sums: prior, posterior, guide, KL
 
-    def fields(self, kmax: int, kmax_bound: int) -> dict[str, Any]:
-        """The scores' entries of :func:`evaluate`'s result, ``tokens`` to ``guide_kl`` (the alignment means:
-        ``None`` where the pair has no such distribution)."""
+    def result_fields(self, kmax_bound: int) -> dict[str, Any]:
+        """The scores' fields of :class:`Evaluation`, ``tokens`` to ``guide_kl``."""
         from pyro_attention import metrics
 
-        ppl = metrics.perplexity(self.total, self.tokens)
-        nll_se = None if self.exact else self.mc_variance**0.5 / self.tokens
         return {
             "tokens": self.tokens,
             "nll": -self.total / self.tokens,
-            "ppl": ppl,
-            "ppl_exact": self.exact,
+            "ppl": metrics.perplexity(self.total, self.tokens),
+            "ppl_exact": self.error.exact,
             "ppl_method": self.method,
-            # an estimate's Monte Carlo standard error (NLL per token; PPL by the delta method) and PSIS k-hat
-            "nll_mc_se": nll_se,
-            "ppl_mc_se": None if nll_se is None else ppl * nll_se,
-            "khat_max": self.khat_max if self.khat_defined else None,
-            "khat_over_threshold": self.khat_over / self.khat_defined if self.khat_defined else None,
-            "ppl_reliable": self.reliable,
+            "error": self.error,
             "kmax": kmax_bound or None,
             "kmax_ppl": metrics.perplexity(self.kmax_total, self.tokens) if kmax_bound else None,
             "kmax_method": (
-                f"K-max, K={kmax}, "
+                f"K-max, K={kmax_bound}, "
                 + ("covers every source position: exact" if self.kmax_exact else "a lower bound on log p")
                 if kmax_bound
                 else None
@@ -320,7 +254,6 @@ def _score(
     alignment entropies (:func:`~pyro_attention.inference.entropy_sums`), summed over ``batches``; every token's
     log-probability goes to ``spread``."""
     from pyro_attention.inference import entropy_sums, kmax_log_likelihood, log_likelihood, shared_enumeration
-    from pyro_attention.inference.evaluate import KHAT_THRESHOLD
 
     s = _Scores()
     with shared_enumeration():  # the likelihood and the exact posterior of a batch from one enumerated pass
@@ -329,14 +262,8 @@ def _score(
             spread.add(batch.target, batch.target_mask, ll.per_token)
             s.total += float(ll.per_example.sum())
             s.tokens += int(ll.num_tokens.sum())
-            s.exact, s.method = s.exact and ll.exact, ll.method
-            s.mc_variance += ll.mc_variance
-            s.reliable = s.reliable and ll.reliable
-            khat = ll.khat_values()
-            if khat.numel():
-                s.khat_max = max(s.khat_max, float(khat.max()))
-                s.khat_defined += khat.numel()
-                s.khat_over += int((khat > KHAT_THRESHOLD).sum())
+            s.method = ll.method
+            s.error += ll.error
             if kmax_bound:
                 km = kmax_log_likelihood(pair, batch, kmax_bound)
                 s.kmax_total += float(km.per_example.sum())
@@ -346,7 +273,7 @@ def _score(
 
 
 def _add_bleu(
-    result: dict[str, Any],
+    result: Evaluation,
     reasons: list[str | None],
     ckpt: Checkpoint,
     config: TranslationConfig,
@@ -354,22 +281,18 @@ def _add_bleu(
     distinct_sources: int,
     lowercase: bool | None,
     progress: bool,
-    *,
-    beam: int,
-    rule: Rule,
-    kmax: int,
-    length_penalty: float,
-    max_decode_len: int | None,
 ) -> None:
-    """Beam-search ``data``'s sources; put sacreBLEU and the detokenised hypotheses in ``result``, and, first in
-    ``reasons``, a warning when every source (at least 5 different ones) translates to the same output."""
+    """Decode ``data``'s sources under ``result.search``; put sacreBLEU and the detokenised hypotheses in
+    ``result``, and, first in ``reasons``, a warning when every source (at least 5 different ones) translates to the
+    same output."""
     from pyro_attention import metrics
 
-    hyps = decode_batches(ckpt, data.source, beam, rule, kmax or 5, length_penalty, max_decode_len, progress)
+    hyps = decode_batches(ckpt, data.source, result.search, progress)
     text = [metrics.detokenize(h, config.tgt) for h in hyps]
     lc = config.lowercased if lowercase is None else lowercase
     scored = metrics.bleu(text, data.references, lowercase=lc)
-    result.update(bleu=scored.score, bleu_signature=scored.signature, bleu_text=scored.text, hypotheses=text)
+    result.bleu, result.bleu_signature, result.bleu_text, result.hypotheses = (
+        scored.score, scored.signature, scored.text, text)
     longest = max(hyps, key=len)
     if distinct_sources >= 5 and longest and all(h == longest[: len(h)] for h in hyps):
         # the same output for every source (cut at each sentence's length limit when </s> never comes)
@@ -417,60 +340,3 @@ class _TokenSpread:
             f"log-probability varies by {pooled:.1e} nats across its {int(n.sum())} positions in {sentences} "
             "different sentences)"
         )
-
-
-def _tokenizer(kind: str, lang: str) -> Callable[[str], list[str]]:
-    if kind == "none":
-        return str.split
-    if kind == "moses":
-        from sacremoses import MosesTokenizer
-
-        moses = MosesTokenizer(lang=lang)
-        return lambda line: moses.tokenize(line, escape=True, aggressive_dash_splits=False)
-    raise ValueError(f"tokenize must be one of none, moses; got {kind!r}")
-
-
-@torch.no_grad()
-def translate_lines(
-    checkpoint: Checkpoint | str | os.PathLike,
-    lines: Iterable[str],
-    *,
-    beam: int = 5,
-    rule: Rule | str | None = None,
-    k: int = 5,
-    length_penalty: float = 0.0,
-    max_decode_len: int | None = None,
-    tokenize: str = "none",
-    lowercase: bool | None = None,
-    progress: bool = False,
-    device: str | None = None,
-) -> list[str]:
-    """Detokenised translations of ``lines`` (one sentence each; an empty line gives an empty line).
-
-    :param tokenize: ``"none"`` (the lines are tokenised like the training data: split on whitespace) or
-        ``"moses"`` (Moses-tokenise raw text with ``sacremoses``, escaping as the Multi30k / IWSLT files do).
-        BPE corpora need BPE-segmented input.
-    :param lowercase: lower-case the input (default: when the training corpus is lower-cased).
-    :param max_decode_len: at most this many target tokens (default ``2 * source length + 10``).
-    :param device: where to decode (default: where a loaded checkpoint's network is, the CPU for a path).
-    """
-    from pyro_attention.metrics import detokenize
-
-    if isinstance(lines, (str, bytes)):
-        raise TypeError(
-            f"translate_lines: lines must be a list (or other iterable) of sentences, got one {type(lines).__name__} "
-            f"{lines[:40]!r}; wrap a single sentence in a list: [{lines[:40]!r}]"
-        )
-    ckpt = _as_checkpoint(checkpoint)
-    if device is not None:
-        move_checkpoint(ckpt, device)
-    rule = ckpt.pair.rule(rule, decoding=True)
-    split = _tokenizer(tokenize, ckpt.config.src)
-    lc = ckpt.config.lowercased if lowercase is None else lowercase
-    sources = [split(line.lower() if lc else line) for line in lines]
-    real = [i for i, s in enumerate(sources) if s]
-    hyps = decode_batches(ckpt, [sources[i] for i in real], beam, rule, k, length_penalty, max_decode_len, progress)
-    out = [""] * len(sources)
-    for i, hyp in zip(real, hyps, strict=True):
-        out[i] = detokenize(hyp, ckpt.config.tgt)
-    return out

@@ -71,7 +71,7 @@ from pyro_attention.tasks.translation import (
 from pyro_attention.tasks.translation.checkpoints import read_checkpoint
 from pyro_attention.tasks.translation.config import ALIGNMENT_FIELDS, normalise_keys, toml_module
 from pyro_attention.tasks.translation.curves import curve_label, epoch_curves, plot_curves
-from pyro_attention.tasks.translation.evaluation import DecodeCache, checkpoint_key, decode_batches
+from pyro_attention.tasks.translation.evaluation import Evaluation
 from pyro_attention.tasks.translation.rowfiles import (
     RESULT_KEYS,
     TRAINED_KEYS,
@@ -83,6 +83,7 @@ from pyro_attention.tasks.translation.rowfiles import (
     unrecorded_sittings,
     write_json,
 )
+from pyro_attention.tasks.translation.translating import BeamSearch, DecodeCache, checkpoint_key, decode_batches
 
 Log = Callable[[str], None]
 #: the fields of one row of ``table.json``
@@ -340,7 +341,7 @@ def evaluate_row(config: TranslationConfig, folder: Path, label: str, bleu: bool
         rule = ckpt.pair.rule(decoding=True)
         row["decode_rule"] = str(rule)
         cache = DecodeCache(folder / f"decoded-{rule}.jsonl")  # a stopped evaluation goes on where it stopped
-        hyps = decode_batches(ckpt, data.source, 5, rule, 5, 0.0, None, False, cache=cache)
+        hyps = decode_batches(ckpt, data.source, BeamSearch(rule=rule), cache=cache)
         row["decode_sentences_per_s"] = cache.sentences / max(cache.seconds, 1e-9)
         scored = metrics.bleu([metrics.detokenize(h, config.tgt) for h in hyps], data.references,
                               lowercase=config.lowercased)
@@ -348,21 +349,22 @@ def evaluate_row(config: TranslationConfig, folder: Path, label: str, bleu: bool
         refs = [" ".join(t) for t in data.target]
         row["bleu_tok_none"] = sacrebleu.corpus_bleu([" ".join(h) for h in hyps], [refs], tokenize="none").score
         if kmax_decoding:
-            kmax = decode_batches(ckpt, data.source, 5, Rule.KMAX, 5, 0.0, None, False,
-                           cache=DecodeCache(folder / "decoded-kmax.jsonl"))
+            kmax = decode_batches(ckpt, data.source, BeamSearch(rule=Rule.KMAX),
+                                  cache=DecodeCache(folder / "decoded-kmax.jsonl"))
             text = [metrics.detokenize(h, config.tgt) for h in kmax]
             row["bleu_kmax5"] = metrics.bleu(text, data.references, lowercase=config.lowercased).score
     return row
 
 
-def _scored(path: Path, checkpoint: Path, score: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """``score()``, kept in ``path`` for the checkpoint file as it is now (path, size, modification time): an
-    evaluation stopped after scoring a split does not score it again for the same ``best.pt``."""
+def _scored(path: Path, checkpoint: Path, score: Callable[[], Evaluation]) -> dict[str, Any]:
+    """``score()`` as JSON (:meth:`Evaluation.to_dict`), kept in ``path`` for the checkpoint file as it is now
+    (path, size, modification time): an evaluation stopped after scoring a split does not score it again for the
+    same ``best.pt``."""
     key = checkpoint_key(checkpoint)
     kept = read_json(path, None)
     if isinstance(kept, dict) and kept.get("key") == key:
         return kept["scores"]
-    scores = score()
+    scores = score().to_dict(hypotheses=False)
     write_json(path, {"key": key, "scores": scores})
     return scores
 

@@ -600,7 +600,7 @@ def test_a_stopped_decoding_goes_on_where_it_stopped(tmp_path, monkeypatch):
     is decoded, and the output is the uninterrupted decoding's; another decoding or checkpoint starts afresh."""
     from pyro_attention.tasks.translation import decoding
     from pyro_attention.tasks.translation.checkpoints import load_checkpoint
-    from pyro_attention.tasks.translation.evaluation import DecodeCache, decode_batches
+    from pyro_attention.tasks.translation.translating import BeamSearch, DecodeCache, decode_batches
 
     runs = tmp_path / "r"
     run_experiment(_write(tmp_path), runs, only=["soft"], max_epochs=1, progress=False, log=None)
@@ -608,7 +608,7 @@ def test_a_stopped_decoding_goes_on_where_it_stopped(tmp_path, monkeypatch):
     ckpt = load_checkpoint(best)
     words = [w for w in ckpt.src_vocab.itos if not w.startswith("<")]
     sources = [[words[(i * 7 + j) % len(words)] for j in range(1 + i % 5)] for i in range(150)]  # 3 chunks of 64
-    whole = decode_batches(ckpt, sources, 2, "soft", 5, 0.0, None, False)
+    whole = decode_batches(ckpt, sources, BeamSearch(2, "soft"))
 
     calls = []
     real = decoding.translate
@@ -623,21 +623,21 @@ def test_a_stopped_decoding_goes_on_where_it_stopped(tmp_path, monkeypatch):
     path = runs / "soft" / "decoded-soft.jsonl"
     stop_after = 1
     with pytest.raises(KeyboardInterrupt):
-        decode_batches(ckpt, sources, 2, "soft", 5, 0.0, None, False, cache=DecodeCache(path))
+        decode_batches(ckpt, sources, BeamSearch(2, "soft"), cache=DecodeCache(path))
     assert len(path.read_text().splitlines()) == 2  # the key and the first chunk
     with open(path, "a") as f:
         f.write('{"start": 64, "hy')  # a chunk cut short by a kill
     stop_after, calls = None, []
     cache = DecodeCache(path)
-    assert decode_batches(ckpt, sources, 2, "soft", 5, 0.0, None, False, cache=cache) == whole
+    assert decode_batches(ckpt, sources, BeamSearch(2, "soft"), cache=cache) == whole
     assert len(calls) == 2 and cache.sentences == 150 and cache.seconds > 0
     calls = []
-    assert decode_batches(ckpt, sources, 2, "soft", 5, 0.0, None, False, cache=DecodeCache(path)) == whole and not calls
-    decode_batches(ckpt, sources, 3, "soft", 5, 0.0, None, False, cache=DecodeCache(path))  # another beam: afresh
+    assert decode_batches(ckpt, sources, BeamSearch(2, "soft"), cache=DecodeCache(path)) == whole and not calls
+    decode_batches(ckpt, sources, BeamSearch(3, "soft"), cache=DecodeCache(path))  # another beam: afresh
     assert len(calls) == 3
     calls = []
     os.utime(best, ns=(best.stat().st_atime_ns, best.stat().st_mtime_ns + 10**9))  # a new best.pt: afresh
-    decode_batches(ckpt, sources, 3, "soft", 5, 0.0, None, False, cache=DecodeCache(path))
+    decode_batches(ckpt, sources, BeamSearch(3, "soft"), cache=DecodeCache(path))
     assert len(calls) == 3
 
 

@@ -22,6 +22,7 @@ import torch
 from pyro_attention import cli
 from pyro_attention.tasks.translation import (
     CHECKPOINT_FORMAT,
+    BeamSearch,
     TranslationConfig,
     evaluate,
     load_checkpoint,
@@ -145,21 +146,21 @@ def test_evaluate(run, capsys, tmp_path):
     assert "prior entropy" in printed and "posterior entropy" in printed  # the marginal pair: no guide, no KL
     assert "guide entropy" not in printed and "KL(guide" not in printed
     assert "BLEU" in printed and "sacreBLEU signature  nrefs:1|case:mixed|eff:no|tok:13a" in printed
-    res = json.loads(scores.read_text())
-    assert res["ppl_exact"] and res["ppl"] > 1 and res["sentences"] == 6
+    saved = json.loads(scores.read_text())
+    assert saved["ppl_exact"] and saved["ppl"] > 1 and saved["sentences"] == 6
     # K-max sums over fewer alignments: a lower bound on log p, so a higher perplexity
-    assert res["kmax_ppl"] >= res["ppl"] - 1e-6
-    assert 0 <= res["prior_entropy"] <= torch.log(torch.tensor(8.0)).item()
-    assert 0 <= res["posterior_entropy"] <= torch.log(torch.tensor(8.0)).item() and res["guide_kl"] is None
-    assert 0 <= res["bleu"] <= 100
+    assert saved["kmax_ppl"] >= saved["ppl"] - 1e-6
+    assert 0 <= saved["prior_entropy"] <= torch.log(torch.tensor(8.0)).item()
+    assert 0 <= saved["posterior_entropy"] <= torch.log(torch.tensor(8.0)).item() and saved["guide_kl"] is None
+    assert 0 <= saved["bleu"] <= 100
     assert len(hyps.read_text().splitlines()) == 6
 
 
 def test_evaluate_python_api_matches_cli_numbers(run):
     res = evaluate(run / "last.pt", "val", kmax=0, bleu=False)
-    assert res["kmax_ppl"] is None and res["bleu"] is None
+    assert res.kmax_ppl is None and res.bleu is None
     state = torch.load(run / "last.pt", weights_only=True)
-    assert res["ppl"] == pytest.approx(state["val"]["ppl"], rel=1e-5)  # the validation number of training
+    assert res.ppl == pytest.approx(state["val"]["ppl"], rel=1e-5)  # the validation number of training
 
 
 def test_translate_file_and_stdin(run, tmp_path, capsys, monkeypatch):
@@ -171,7 +172,7 @@ def test_translate_file_and_stdin(run, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.StringIO("s1 s2 s3\n\ns0 s5 s6\n"))
     assert cli.main(["translate", str(run), "--beam", "2"]) == 0
     assert capsys.readouterr().out.splitlines() == from_file
-    assert translate_lines(run, ["s1 s2 s3"], beam=2) == from_file[:1]
+    assert translate_lines(run, ["s1 s2 s3"], search=BeamSearch(beam=2)) == from_file[:1]
 
 
 def test_resume_is_exact(tmp_path, capsys):
@@ -269,14 +270,14 @@ def test_relaxed_reports_a_bound(tmp_path, capsys):
     assert cli.main(["evaluate", str(out), "--size", "4", "--beam", "1", "--num-samples", "2", "--quiet"]) == 0
     printed = capsys.readouterr().out
     assert "perplexity bound" in printed and "K-max perplexity     -" in printed
-    assert re.search(r"perplexity bound +[0-9.]+ ± [0-9.]+  \(Monte Carlo s\.e\.; (max PSIS k-hat -?[0-9.]+|k-hat "
-                     r"undefined)", printed), printed
+    assert re.search(r"perplexity bound +[0-9.]+ ± [0-9.]+  \(Monte Carlo s\.e\.; ESS >= [0-9]+; (max k-hat -?[0-9.]+|"
+                     r"k-hat undefined)", printed), printed
     # 2 draws per token are too few to fit k-hat (LogLikelihood.reliable's rule); by default evaluation draws at least
     # 100 whatever the training config's --num-samples (2 here)
-    assert "UNRELIABLE: too few draws per token to check k-hat (--num-samples 25 or more)" in printed
+    assert "UNRELIABLE (K=2 draws: k-hat needs at least 25) -- use --num-samples 25 or more" in printed
     scores = tmp_path / "scores.json"
     assert cli.main(["evaluate", str(out), "--size", "4", "--beam", "1", "--quiet", "--json", str(scores)]) == 0
-    assert "K=100," in json.loads(scores.read_text())["ppl_method"] and "too few" not in capsys.readouterr().out
+    assert "K=100," in json.loads(scores.read_text())["ppl_method"] and "UNRELIABLE (K=" not in capsys.readouterr().out
     with pytest.raises(SystemExit) as e:
         cli.main(["evaluate", str(out), "--size", "4", "--rule", "marginal", "--quiet"])
     assert e.value.code == 2 and "argument --rule" in capsys.readouterr().err
@@ -445,9 +446,9 @@ def test_multi30k_one_epoch_on_64_pairs(tmp_path, capsys):
     assert "Multi30k train de-en" in printed and "64 pairs; dropped" in printed
     assert "of 29000 pairs longer than 50" in printed
     assert (out / "best.pt").is_file()
-    res = evaluate(out, "test", size=4, beam=1, kmax=0)
-    assert res["sentences"] == 4 and "case:lc" in res["bleu_signature"]
-    assert res["ppl_exact"] and res["ppl"] > 1
+    res = evaluate(out, "test", size=4, search=BeamSearch(beam=1), kmax=0)
+    assert res.sentences == 4 and "case:lc" in res.bleu_signature
+    assert res.ppl_exact and res.ppl > 1
 
 
 def test_inspect_end_to_end_on_synthetic(tmp_path, capsys):
@@ -525,7 +526,7 @@ def test_product_output_checkpoint_round_trip(tmp_path, attention_type):
     assert isinstance(ckpt.network.head, ProductOfExperts) and ckpt.network.attention == attention_type
     res = evaluate(out / "last.pt", "val", kmax=0, bleu=False)
     state = torch.load(out / "last.pt", weights_only=True)
-    assert res["ppl_exact"] and res["ppl"] == pytest.approx(state["val"]["ppl"], rel=1e-5)
+    assert res.ppl_exact and res.ppl == pytest.approx(state["val"]["ppl"], rel=1e-5)
     # resuming with another output layer is refused, naming it
     with pytest.raises(ValueError, match="output: checkpoint 'product', this run 'tanh'"):
         train(TranslationConfig.from_dict({**ckpt.config.to_dict(), "output": "tanh", "epochs": 2}), resume=True)
@@ -543,7 +544,7 @@ def test_toolkit_decoder_options_checkpoint_round_trip(tmp_path):
     assert (ckpt.network.feed.name, ckpt.network.bridge.name) == ("attentional", "final")
     res = evaluate(out / "last.pt", "val", kmax=0, bleu=False)
     state = torch.load(out / "last.pt", weights_only=True)
-    assert res["ppl"] == pytest.approx(state["val"]["ppl"], rel=1e-5)
+    assert res.ppl == pytest.approx(state["val"]["ppl"], rel=1e-5)
     with pytest.raises(ValueError, match="input_feed: checkpoint 'attentional', this run 'context'"):
         train(TranslationConfig.from_dict({**ckpt.config.to_dict(), "input_feed": "context", "epochs": 2}),
               resume=True)
@@ -594,8 +595,8 @@ def test_a_format_1_checkpoint_is_upgraded_on_reading(tmp_path):
     assert upgraded["optim"].keys() == state["optim"].keys() and upgraded["epoch_batches"] == state["epoch_batches"]
     assert upgraded["history"]["epochs"]["val_guide_kl"] == [None]
     torch.save(old, tmp_path / "old.pt")
-    same = evaluate(out / "last.pt", "val", bleu=False)["ppl"]
-    assert evaluate(tmp_path / "old.pt", "val", bleu=False)["ppl"] == same
+    same = evaluate(out / "last.pt", "val", bleu=False).ppl
+    assert evaluate(tmp_path / "old.pt", "val", bleu=False).ppl == same
     with pytest.raises(ValueError, match=r"new\.pt: checkpoint format 4; this pyro-attention reads formats 1 to 3"):
         torch.save({**state, "format_version": 4}, tmp_path / "new.pt")
         load_checkpoint(tmp_path / "new.pt")
@@ -750,7 +751,7 @@ def test_device_option(tmp_path):
     ckpt = load_checkpoint(out / "last.pt", device="cpu")
     assert next(ckpt.network.parameters()).device.type == "cpu"
     res = evaluate(ckpt, "val", kmax=0, bleu=False, device="cpu")
-    assert res["ppl"] == pytest.approx(state["val"]["ppl"], rel=1e-5)
+    assert res.ppl == pytest.approx(state["val"]["ppl"], rel=1e-5)
     config = row_config({"data": "synthetic", "device": "cpu"}, {"label": "a"}, tmp_path, {"threads": 2})
     assert config.threads == 2 and config.out_dir == tmp_path / "a"
 

@@ -10,7 +10,14 @@ import torch
 
 from pyro_attention import cli
 from pyro_attention.models import NEIGHBOURS
-from pyro_attention.tasks.translation import TranslationConfig, evaluate, load_checkpoint, train, translate_lines
+from pyro_attention.tasks.translation import (
+    BeamSearch,
+    TranslationConfig,
+    evaluate,
+    load_checkpoint,
+    train,
+    translate_lines,
+)
 
 TINY = dict(
     train_size=16, val_size=8, test_size=4, batch_size=8, embedding=8, encoder=8, decoder=16, attention=8, epochs=1
@@ -42,7 +49,7 @@ def test_neighbour_trains_checkpoints_and_decodes(tmp_path, name):
         saved = ckpt.pair.modules()[module_name].state_dict()
         for key, value in module.state_dict().items():
             assert torch.equal(saved[key], value), (module_name, key)
-    scores = evaluate(ckpt, "val", beam=2, kmax=2)
+    scores = evaluate(ckpt, "val", search=BeamSearch(beam=2), kmax=2).to_dict()
     assert math.isfinite(scores["ppl"]) and scores["ppl"] == pytest.approx(
         result.history["epochs"]["val_ppl"][-1], rel=0.05
     )
@@ -52,7 +59,7 @@ def test_neighbour_trains_checkpoints_and_decodes(tmp_path, name):
         recorded = result.history["epochs"][f"val_{name}"][-1]
         assert (scores[name] is None) == (recorded is None), name
         assert scores[name] is None or scores[name] == pytest.approx(recorded, rel=1e-4, abs=1e-9), name
-    out = translate_lines(ckpt, ["a b c"], beam=2)
+    out = translate_lines(ckpt, ["a b c"], search=BeamSearch(beam=2))
     assert len(out) == 1
 
 
