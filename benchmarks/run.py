@@ -29,7 +29,7 @@ a slow drift of a shared machine hits every variant; medians reported; ratios ar
   and ``inference.kmax_log_likelihood`` (K = 5), no gradients.
 
 * **output layers** (``--outputs``: this section alone) -- the paper's ``tanh`` layer against the product of
-  experts (``Seq2Seq(output="product")``) at the ``multi30k`` size (B=64, S=13, T=14, embeddings 256, BiLSTM
+  experts (``Seq2Seq(output=ProductOfExperts)``) at the ``multi30k`` size (B=64, S=13, T=14, embeddings 256, BiLSTM
   2 x 256, decoder 512, attention 256, vocabularies 7,859 / 5,921, dropout 0.3 in training mode: a standard
   toolkit's configuration on Multi30k De-En) and, with ``--full``, the ``large`` size (S=T=50, V=10k): every
   pair's step over the soft step *of the same layer*, and peak memory, all variants of a size interleaved, once

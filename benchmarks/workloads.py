@@ -21,6 +21,7 @@ from pyro_attention.data.region_qa import RegionBatch  # noqa: E402
 from pyro_attention.data.translation import TranslationBatch  # noqa: E402
 from pyro_attention.inference.distributed import DataParallelSVI  # noqa: E402
 from pyro_attention.networks import RegionQA, Seq2Seq  # noqa: E402
+from pyro_attention.networks.output import OUTPUT_LAYERS as NETWORK_OUTPUTS  # noqa: E402
 
 #: the pairs and output layers of the output-layer section (``--outputs``)
 OUTPUT_PAIRS = ("soft", "marginal", "hard-enum", "va-enum", "va-sample")
@@ -156,7 +157,8 @@ def output_workload(spec: dict[str, Any], output: str, device: torch.device, see
     def make_network(chunk_size: int | None = 8) -> Seq2Seq:
         torch.manual_seed(seed)
         net = Seq2Seq(spec["Vs"], V, embedding_size=spec["E"], encoder_size=spec["enc"], decoder_size=spec["dec"],
-                      attention_size=spec["att"], dropout=spec["dropout"], chunk_size=chunk_size, output=output)
+                      attention_size=spec["att"], dropout=spec["dropout"], chunk_size=chunk_size,
+                      output=NETWORK_OUTPUTS[output])
         return net.to(device).train()
 
     return Workload(f"{output}", spec, make_network, batch, B * T, 2.0 * S * B * T * spec["dec"] * V)

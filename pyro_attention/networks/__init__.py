@@ -1,5 +1,8 @@
-"""Deterministic task networks (no sample statements)."""
+"""Deterministic task networks (no sample statements), and the parts a network is assembled from: attention scores,
+output layers, and the decoder's input feed and bridge (given to a network as classes:
+``Seq2Seq(V_src, V_tgt, attention=GeneralScore, output=ProductOfExperts)``)."""
 
+from pyro_attention.networks.attention import AttentionScore, DotScore, GeneralScore, MLPScore
 from pyro_attention.networks.base import (
     AttentionNetwork,
     Encoded,
@@ -9,10 +12,15 @@ from pyro_attention.networks.base import (
     gather_context,
     mask_scores,
 )
+from pyro_attention.networks.output import ConcatTanhOutput, OutputLayer, ProductOfExperts, TanhOutput
+from pyro_attention.networks.recurrence import AttentionalFeed, Bridge, ContextFeed, FinalBridge, InputFeed, MeanBridge
 from pyro_attention.networks.region_qa import RegionQA
 from pyro_attention.networks.seq2seq import Seq2Seq
 
 __all__ = [
     "AttentionNetwork", "Encoded", "ExpertLogits", "HeadNetwork", "RegionQA", "Seq2Seq", "expected_context",
     "gather_context", "mask_scores",
+    "AttentionScore", "DotScore", "GeneralScore", "MLPScore",
+    "ConcatTanhOutput", "OutputLayer", "ProductOfExperts", "TanhOutput",
+    "AttentionalFeed", "Bridge", "ContextFeed", "FinalBridge", "InputFeed", "MeanBridge",
 ]

@@ -5,8 +5,9 @@
 * :class:`DotScore` -- ``h_t^T x_s`` (Luong's "dot"; needs the decoder size to equal the value size).
 
 Each precomputes what depends on the source only (:meth:`AttentionScore.keys`, once per sentence) and scores
-one decoder step against it (:meth:`AttentionScore.scores`).  :data:`ATTENTION_SCORES` maps the names accepted by
-``Seq2Seq(attention=...)`` to the classes.
+one decoder step against it (:meth:`AttentionScore.scores`).  A network takes the class
+(``Seq2Seq(attention=GeneralScore)``); :data:`ATTENTION_SCORES` maps the names of configs and the command line
+(``--attention-type``) to the classes.
 """
 
 from __future__ import annotations

@@ -44,6 +44,16 @@ class Encoded:
         return tuple(self.prior_scores.shape)  # type: ignore[return-value]
 
 
+def check_part(owner: str, name: str, part: Any, base: type, known: dict[str, type]) -> None:
+    """A ``TypeError`` unless ``part`` is a subclass of ``base`` (a network's part, given as the class it builds),
+    naming the classes of ``known`` (the config names' registry) and, for a name, the class it stands for."""
+    if isinstance(part, type) and issubclass(part, base):
+        return
+    choices = ", ".join(c.__name__ for c in known.values())
+    hint = f"; the name {part!r} stands for {known[part].__name__}" if isinstance(part, str) and part in known else ""
+    raise TypeError(f"{owner}: {name} must be a subclass of {base.__name__} ({choices}), got {part!r}{hint}")
+
+
 def mask_scores(scores: Tensor, source_mask: Tensor) -> Tensor:
     """Set scores of padded source positions to ``-inf`` (after any scaling, so gradients stay finite).
 

@@ -12,6 +12,7 @@ from torch import Tensor
 from pyro_attention.data.translation import TranslationBatch
 from pyro_attention.networks.base import Encoded, ExpertLogits, mask_scores
 from pyro_attention.networks.lexical import DiagonalTension, IBM1Network, JumpTransition, check_lexical
+from pyro_attention.networks.output import ProductOfExperts
 from pyro_attention.networks.seq2seq import Seq2Seq
 
 __all__ = ["DistortionNetwork", "filter_step"]
@@ -58,7 +59,7 @@ class DistortionNetwork(Seq2Seq):
             if fixed in kwargs:
                 raise ValueError(f"DistortionNetwork: {fixed} is fixed (the lexical expert, the soft context)")
         check_lexical("DistortionNetwork", lexical, source_vocab, target_vocab)
-        super().__init__(source_vocab, target_vocab, output="product", **kwargs)
+        super().__init__(source_vocab, target_vocab, output=ProductOfExperts, **kwargs)
         del self.head  # Seq2Seq's product layer: the lexical model's expert takes its place
         self.lexical = IBM1Network(source_vocab, target_vocab) if lexical is None else lexical
         self.head = self.lexical.head  # registered after ``lexical``: its parameters are named lexical.head.*

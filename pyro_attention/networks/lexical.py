@@ -19,7 +19,8 @@ neural of rank ``E``).  They differ in the prior:
   :class:`~pyro_attention.networks.Seq2Seq`'s prior ``p(z_t | x, y_<t)`` (its
   decoder LSTM and attention score over the BiLSTM source states: a neural distortion model) on an IBM1Network's
   table, optionally with the same diagonal and jumps.  Comparing the three measures what a learned prior adds;
-  comparing with ``Seq2Seq(output="product")`` what the decoder's expert ``u_t`` (and contextual source values) add.
+  comparing with ``Seq2Seq(output=ProductOfExperts)`` what the decoder's expert ``u_t`` (and contextual source
+  values) add.
 
 **The decoder's expert on the table** (:class:`DecoderExpert`, in :class:`HMMNetwork`): ``u_t``, the logits of a
 target-side LSTM over ``y_<t``, joins the lexical expert in a product, ``p(y_t | x, z_t = s, y_<t) \propto

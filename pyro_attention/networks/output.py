@@ -23,7 +23,8 @@ enumeration kernel (:mod:`pyro_attention.distributions.enumeration`) uses for th
   IBM Model 1's likelihood (Brown et al. 1993) with a neural lexical table ``t(y | x_s) = softmax(U_x x_s)[y]``:
   ``p(y_t | x) = (1 / S) sum_s t(y_t | x_s)``.
 
-:data:`OUTPUT_LAYERS` maps the names accepted by the networks' ``output=`` argument to the classes.
+A network takes its layer as a class (``Seq2Seq(output=ProductOfExperts)``) and builds it with its own sizes
+(:meth:`OutputLayer.build`); :data:`OUTPUT_LAYERS` maps the names of configs and the command line to the classes.
 """
 
 from __future__ import annotations
@@ -39,6 +40,14 @@ class OutputLayer(nn.Module):
 
     #: the name of the layer in :data:`OUTPUT_LAYERS` (and in configs and checkpoints)
     name: str = ""
+
+    @classmethod
+    def build(cls, query_size: int, value_size: int, num_classes: int, dropout: float = 0.0,
+              question_queries: bool = False) -> OutputLayer:  # pragma: no cover - interface
+        """The layer a network asks for by its sizes: queries ``h`` of ``query_size``, contexts of ``value_size``,
+        ``num_classes`` outputs; ``question_queries``: one query per example (``(B, Q)``, region QA) rather than
+        one per target position.  A ``ValueError`` where the layer cannot serve."""
+        raise NotImplementedError
 
     def query(self, h: Tensor) -> Tensor:  # pragma: no cover - interface
         """The per-target-position part of the layer, from query states ``h`` ``(..., H)``."""
@@ -83,6 +92,14 @@ class TanhOutput(OutputLayer):
         self.out_c = nn.Linear(value_size, hidden_size, bias=False)
         self.out = nn.Linear(hidden_size, num_classes)
 
+    @classmethod
+    def build(cls, query_size: int, value_size: int, num_classes: int, dropout: float = 0.0,
+              question_queries: bool = False) -> TanhOutput:
+        """A hidden layer of ``query_size`` (the decoder's); one query per target position only."""
+        if question_queries:
+            raise ValueError("TanhOutput: one query per target position; for one per example use ConcatTanhOutput")
+        return cls(query_size, value_size, query_size, num_classes, dropout)
+
     def query(self, h: Tensor) -> Tensor:
         return self.out_h(self.dropout(h))
 
@@ -118,6 +135,15 @@ class ConcatTanhOutput(OutputLayer):
         self.out_hidden = nn.Linear(query_size + value_size, hidden_size)
         self.out = nn.Linear(hidden_size, num_classes)
 
+    @classmethod
+    def build(cls, query_size: int, value_size: int, num_classes: int, dropout: float = 0.0,
+              question_queries: bool = False) -> ConcatTanhOutput:
+        """A hidden layer of ``query_size``; one query per example only, without dropout."""
+        if not question_queries or dropout:
+            raise ValueError("ConcatTanhOutput: one query per example (region QA), no dropout; for a decoder use "
+                             "TanhOutput")
+        return cls(query_size, value_size, query_size, num_classes)
+
     def query(self, h: Tensor) -> Tensor:
         """``W[:, :Q] q`` for questions ``(B, Q)``, shaped ``(B, 1, H)`` (one target position)."""
         return (self.out_hidden.weight[:, : self.query_size] @ h.unsqueeze(-1)).squeeze(-1).unsqueeze(1)
@@ -152,6 +178,11 @@ class ProductOfExperts(OutputLayer):
         self.query_expert = nn.Linear(query_size, num_classes)
         self.source_expert = nn.Linear(value_size, num_classes, bias=False)
 
+    @classmethod
+    def build(cls, query_size: int, value_size: int, num_classes: int, dropout: float = 0.0,
+              question_queries: bool = False) -> ProductOfExperts:
+        return cls(query_size, value_size, num_classes, dropout, question_queries=question_queries)
+
     def query(self, h: Tensor) -> Tensor:
         u = self.query_expert(self.dropout(h))
         return u.unsqueeze(1) if self.question_queries else u
@@ -179,6 +210,11 @@ class LexicalExpert(ProductOfExperts):
         super().__init__(query_size, value_size, num_classes, dropout)
         del self.query_expert  # no decoder expert: u == 0
 
+    @classmethod
+    def build(cls, query_size: int, value_size: int, num_classes: int, dropout: float = 0.0,
+              question_queries: bool = False) -> LexicalExpert:
+        return cls(query_size, value_size, num_classes, dropout)
+
     def query(self, h: Tensor) -> Tensor:
         """``u == 0``, shaped ``(..., 1)`` to broadcast over the classes (and to carry the target positions)."""
         return h.new_zeros(h.shape[:-1] + (1,))
@@ -188,12 +224,5 @@ class LexicalExpert(ProductOfExperts):
         return ExpertLogits(None, self.source_expert(self.dropout(values)))
 
 
-#: ``output=`` names of the networks -> layer classes
+#: the ``output`` names of configs and the command line (``--output``) -> a decoder's layer classes
 OUTPUT_LAYERS: dict[str, type[OutputLayer]] = {"tanh": TanhOutput, "product": ProductOfExperts}
-
-
-def check_output(owner: str, output: str) -> str:
-    """``output`` if it names an output layer, else a ``ValueError`` naming the allowed ones."""
-    if output not in OUTPUT_LAYERS:
-        raise ValueError(f"{owner}: output must be one of {tuple(OUTPUT_LAYERS)}, got {output!r}")
-    return output

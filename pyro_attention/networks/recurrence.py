@@ -10,7 +10,7 @@
 
 Both see only the source and the prior's soft context, never a sampled alignment, so the target positions stay
 conditionally independent given ``(x, y_<t)`` and the alignment can be enumerated per token.  :data:`BRIDGES` and
-:data:`INPUT_FEEDS` map the names accepted by ``Seq2Seq`` (and configs and checkpoints) to the classes.
+:data:`INPUT_FEEDS` map the names of configs, checkpoints and the command line to the classes ``Seq2Seq`` takes.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 * question encoder: mean of token embeddings (or a linear map of a question vector) -> ``q`` ``(B, H)``;
 * values: ``x_s = tanh(W_v r_s)`` ``(B, S, D)``;
 * prior scores (MLP attention): ``a_s = w^T tanh(W_q q + W_k x_s)``;
-* output (``output=``, :mod:`~pyro_attention.networks.output`) for a context ``c``: ``"tanh"``
-  ``logits = U tanh(W_o [q; c] + b_o)`` (default) or ``"product"`` ``logits = U_q q + b + U_x c`` -- both
+* output (``output=``, :mod:`~pyro_attention.networks.output`) for a context ``c``: :class:`ConcatTanhOutput`
+  ``logits = U tanh(W_o [q; c] + b_o)`` (default) or :class:`ProductOfExperts` ``logits = U_q q + b + U_x c`` -- both
   nonlinear functions of the attended region after the softmax, so that ``f(E[z]) != E[f(z)]``;
 * inference network (separate parameters): ``b_s = w'^T tanh(W'_q q + W'_y e(y) + W'_k r_s)`` sees the
   observed answer ``y``.
@@ -18,8 +18,8 @@ import torch
 from torch import Tensor, nn
 
 from pyro_attention.data.region_qa import PAD, RegionBatch
-from pyro_attention.networks.base import Encoded, HeadNetwork
-from pyro_attention.networks.output import ConcatTanhOutput, OutputLayer, ProductOfExperts, check_output
+from pyro_attention.networks.base import Encoded, HeadNetwork, check_part
+from pyro_attention.networks.output import ConcatTanhOutput, OutputLayer, ProductOfExperts
 
 
 class RegionQA(HeadNetwork):
@@ -30,7 +30,7 @@ class RegionQA(HeadNetwork):
     :param vocab_size: question vocabulary size (token-id questions); ``None`` for vector questions.
     :param question_size: size ``Q`` of vector questions (when ``vocab_size`` is ``None``).
     :param hidden_size: ``D`` (values, question state, attention and output hidden layer).
-    :param output: the output layer: ``"tanh"`` (default) or ``"product"`` (a product of experts).
+    :param output: the output layer's class: :class:`ConcatTanhOutput` (default) or :class:`ProductOfExperts`.
     """
 
     def __init__(
@@ -40,7 +40,7 @@ class RegionQA(HeadNetwork):
         vocab_size: int | None = None,
         question_size: int | None = None,
         hidden_size: int = 64,
-        output: str = "tanh",
+        output: type[OutputLayer] = ConcatTanhOutput,
     ) -> None:
         super().__init__()
         if (vocab_size is None) == (question_size is None):
@@ -49,7 +49,8 @@ class RegionQA(HeadNetwork):
                            ("question_size", question_size), ("hidden_size", hidden_size)):
             if size is not None and size < 1:
                 raise ValueError(f"RegionQA: {name} must be >= 1, got {size}")
-        self.output = check_output("RegionQA", output)
+        check_part("RegionQA", "output", output, OutputLayer,
+                   {"tanh": ConcatTanhOutput, "product": ProductOfExperts})
         self.feature_size = feature_size
         self.num_classes = num_answers
         self.vocab_size = vocab_size
@@ -67,10 +68,10 @@ class RegionQA(HeadNetwork):
         self.att_key = nn.Linear(H, H, bias=False)
         self.att_v = nn.Linear(H, 1, bias=False)
         # output f(q, c)
-        if output == "tanh":
-            self.head: OutputLayer = ConcatTanhOutput(H, H, H, num_answers)
-        else:
-            self.head = ProductOfExperts(H, H, num_answers, question_queries=True)
+        try:
+            self.head: OutputLayer = output.build(H, H, num_answers, question_queries=True)
+        except ValueError as e:
+            raise ValueError(f"RegionQA: {e}") from None
         # inference network q(z | x, y): its own question and region encoders plus an answer embedding
         self.post_answer = nn.Embedding(num_answers, H)
         self.post_key = nn.Linear(feature_size, H, bias=False)

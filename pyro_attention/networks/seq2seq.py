@@ -2,24 +2,29 @@
 
 * encoder: embeddings and a bidirectional LSTM -> values ``x_s`` ``(B, S, D)`` with ``D = 2 * encoder_size``;
 * decoder: an LSTM whose input at step ``t`` is ``[e(y_{t-1}); f_{t-1}]`` (input feeding; ``input_feed=``,
-  :mod:`~pyro_attention.networks.recurrence`).  With ``"context"`` (default) ``f_{t-1} = c_{t-1} =
-  sum_s p(z_{t-1} = s) x_s`` is the prior's soft context; with ``"attentional"`` it is Luong et al.'s (2015)
+  :mod:`~pyro_attention.networks.recurrence`).  With :class:`ContextFeed` (default) ``f_{t-1} = c_{t-1} =
+  sum_s p(z_{t-1} = s) x_s`` is the prior's soft context; with :class:`AttentionalFeed` it is Luong et al.'s (2015)
   attentional state, the output layer's hidden vector at the soft context, ``tanh(W_o [h_{t-1}; c_{t-1}] + b)``
   (OpenNMT-py's ``input_feed 1``).
   Either way the recurrence never depends on a *sampled* alignment, so the target positions stay conditionally
   independent given ``(x, y_<t)`` -- a Pyro plate -- and the alignment can be enumerated per token (Deng et al.
-  2018, Section 5).  Its initial state (``bridge=``) is ``tanh(W mean_s x_s)`` with cell 0 (``"mean"``, default)
-  or the encoder's final states, both directions concatenated (``"final"``, OpenNMT-py's, which needs
-  ``decoder_size = 2 * encoder_size``);
-* prior scores (``attention=``, :mod:`~pyro_attention.networks.attention`): ``"mlp"``
-  ``a_{t,s} = w^T tanh(W_h h_t + W_x x_s)`` (the paper's, default), Luong's ``"general"`` ``h_t^T W_a x_s``
-  or ``"dot"`` ``h_t^T x_s``;
+  2018, Section 5).  Its initial state (``bridge=``) is ``tanh(W mean_s x_s)`` with cell 0 (:class:`MeanBridge`,
+  default) or the encoder's final states, both directions concatenated (:class:`FinalBridge`, OpenNMT-py's, which
+  needs ``decoder_size = 2 * encoder_size``);
+* prior scores (``attention=``, :mod:`~pyro_attention.networks.attention`): :class:`MLPScore`
+  ``a_{t,s} = w^T tanh(W_h h_t + W_x x_s)`` (the paper's, default), Luong's :class:`GeneralScore`
+  ``h_t^T W_a x_s`` or :class:`DotScore` ``h_t^T x_s``;
 * output (``output=``, :mod:`~pyro_attention.networks.output`) for a context ``c`` (a hard ``x_z``, a soft or a
-  relaxed one): ``"tanh"`` ``logits = U tanh(W_o [h_t; c] + b)`` (the paper's, default) or ``"product"``, a
-  product of experts ``logits = U_h h_t + b + U_x c`` whose enumeration over alignments costs about one soft
-  step;
+  relaxed one): :class:`TanhOutput` ``logits = U tanh(W_o [h_t; c] + b)`` (the paper's, default) or
+  :class:`ProductOfExperts` ``logits = U_h h_t + b + U_x c``, whose enumeration over alignments costs about one
+  soft step;
 * inference network (separate parameters, as in the paper): BiLSTMs over the source and over the *whole*
   target, and a bilinear score ``b_{t,s} = u_t^T W v_s``, so ``q(z_t | x, y)`` sees every target token.
+
+The four parts are given as classes, which the network builds with its own sizes; configs and the command line name
+them (``--attention-type general``) and :func:`~pyro_attention.tasks.translation.build_pair` resolves the names
+(:data:`~pyro_attention.networks.attention.ATTENTION_SCORES`, :data:`~pyro_attention.networks.output.OUTPUT_LAYERS`,
+:data:`~pyro_attention.networks.recurrence.INPUT_FEEDS`, :data:`~pyro_attention.networks.recurrence.BRIDGES`).
 
 The paper's sizes (IWSLT14): ``embedding 512, encoder 2 layers x 512 per direction, decoder 2 layers x 768,
 attention 512``.  The defaults here are CPU-sized (``64 / 64 / 128 / 64``, one layer).  ``init=0.1`` draws every
@@ -34,10 +39,10 @@ import torch
 from torch import Tensor, nn
 
 from pyro_attention.data.translation import PAD, SPECIALS, TranslationBatch
-from pyro_attention.networks.attention import ATTENTION_SCORES
-from pyro_attention.networks.base import Encoded, HeadNetwork, mask_scores
-from pyro_attention.networks.output import OUTPUT_LAYERS, OutputLayer, TanhOutput, check_output
-from pyro_attention.networks.recurrence import BRIDGES, INPUT_FEEDS, Bridge, InputFeed, States
+from pyro_attention.networks.attention import ATTENTION_SCORES, AttentionScore, MLPScore
+from pyro_attention.networks.base import Encoded, HeadNetwork, check_part, mask_scores
+from pyro_attention.networks.output import OUTPUT_LAYERS, OutputLayer, TanhOutput
+from pyro_attention.networks.recurrence import BRIDGES, INPUT_FEEDS, Bridge, ContextFeed, InputFeed, MeanBridge, States
 
 
 @dataclass
@@ -47,7 +52,7 @@ class SourceEncoding:
     values: Tensor  # (B, S, D)
     keys: Tensor  # (B, S, A): W_x x_s, precomputed
     source_mask: Tensor  # (B, S)
-    final_h: Tensor | None = None  # (B, layers, D): the encoder's final states (``bridge="final"`` only)
+    final_h: Tensor | None = None  # (B, layers, D): the encoder's final states (``FinalBridge`` only)
     final_c: Tensor | None = None  # (B, layers, D)
 
     def repeat_rows(self, n: int) -> SourceEncoding:
@@ -69,7 +74,7 @@ class Seq2Seq(HeadNetwork):
     :param embedding_size: ``E`` (both sides).
     :param encoder_size: BiLSTM hidden size per direction (values have ``D = 2 * encoder_size``).
     :param decoder_size: decoder LSTM hidden size.
-    :param attention_size: MLP attention hidden size (``attention="mlp"`` only).
+    :param attention_size: MLP attention hidden size (:class:`MLPScore` only).
     :param layers: LSTM layers of encoder and decoder.
     :param dropout: dropout on embeddings and between LSTM layers (active in ``train()`` mode).
     :param chunk_size: the memory setting :attr:`~pyro_attention.networks.base.AttentionNetwork.chunk_size`: source
@@ -79,16 +84,16 @@ class Seq2Seq(HeadNetwork):
     :param keep_bytes: the other memory setting of that kernel
         (:attr:`~pyro_attention.networks.base.AttentionNetwork.keep_bytes`): bytes of log-probabilities kept for the
         backward pass, the rest recomputed there (``None``: the kernel's default, 1 GiB).
-    :param output: the output layer, a key of :data:`~pyro_attention.networks.output.OUTPUT_LAYERS`:
-        ``"tanh"`` (default) or ``"product"``.
-    :param attention: the prior's score, a key of :data:`~pyro_attention.networks.attention.ATTENTION_SCORES`:
-        ``"mlp"`` (default), ``"general"`` or ``"dot"``.
-    :param input_feed: what the decoder is fed besides the previous word, a key of
-        :data:`~pyro_attention.networks.recurrence.INPUT_FEEDS`: ``"context"`` (the prior's soft context, default)
-        or ``"attentional"`` (Luong's attentional state).
-    :param bridge: the decoder's initial state, a key of :data:`~pyro_attention.networks.recurrence.BRIDGES`:
-        ``"mean"`` (default) or ``"final"`` (the encoder's final states; needs ``decoder_size == 2 *
-        encoder_size``).
+    :param output: the output layer's class (:class:`~pyro_attention.networks.output.OutputLayer`):
+        :class:`TanhOutput` (default) or :class:`ProductOfExperts`.
+    :param attention: the prior's score's class (:class:`~pyro_attention.networks.attention.AttentionScore`):
+        :class:`MLPScore` (default), :class:`GeneralScore` or :class:`DotScore`.
+    :param input_feed: what the decoder is fed besides the previous word
+        (:class:`~pyro_attention.networks.recurrence.InputFeed`): :class:`ContextFeed` (the prior's soft context,
+        default) or :class:`AttentionalFeed` (Luong's attentional state).
+    :param bridge: the decoder's initial state (:class:`~pyro_attention.networks.recurrence.Bridge`):
+        :class:`MeanBridge` (default) or :class:`FinalBridge` (the encoder's final states; needs ``decoder_size ==
+        2 * encoder_size``).
     :param init: ``> 0``: every parameter uniform in ``[-init, init]`` (padding embeddings zero); ``0`` (default):
         torch's default initialisation.
     """
@@ -105,16 +110,15 @@ class Seq2Seq(HeadNetwork):
         dropout: float = 0.0,
         chunk_size: int | None = 8,
         keep_bytes: int | None = None,
-        output: str = "tanh",
-        attention: str = "mlp",
-        input_feed: str = "context",
-        bridge: str = "mean",
+        output: type[OutputLayer] = TanhOutput,
+        attention: type[AttentionScore] = MLPScore,
+        input_feed: type[InputFeed] = ContextFeed,
+        bridge: type[Bridge] = MeanBridge,
         init: float = 0.0,
     ) -> None:
         super().__init__()
         self._check_args(source_vocab, target_vocab, embedding_size, encoder_size, decoder_size, attention_size,
                          layers, dropout, output, attention, input_feed, bridge, init)
-        self.output, self.attention = output, attention
         self.num_classes = target_vocab
         self.source_vocab = source_vocab
         self.chunk_size, self.keep_bytes = chunk_size, keep_bytes
@@ -131,21 +135,18 @@ class Seq2Seq(HeadNetwork):
             bidirectional=True,
             dropout=dropout if layers > 1 else 0.0,
         )
-        fed_size = INPUT_FEEDS[input_feed].size(D, decoder_size)
+        fed_size = input_feed.size(D, decoder_size)
         self.decoder = nn.ModuleList(
             nn.LSTMCell(embedding_size + fed_size if i == 0 else decoder_size, decoder_size) for i in range(layers)
         )
         # built where ``init_h`` was before bridges were objects: the same random draws and parameter order
-        self.bridge: Bridge = BRIDGES[bridge](D, decoder_size, layers)
+        self.bridge: Bridge = bridge(D, decoder_size, layers)
         try:
-            self.score = ATTENTION_SCORES[attention](decoder_size, D, attention_size)
+            self.score: AttentionScore = attention(decoder_size, D, attention_size)
+            self.head: OutputLayer = output.build(decoder_size, D, target_vocab, dropout)
         except ValueError as e:
             raise ValueError(f"Seq2Seq: {e}") from None
-        if output == "tanh":
-            self.head: OutputLayer = TanhOutput(decoder_size, D, decoder_size, target_vocab, dropout)
-        else:
-            self.head = OUTPUT_LAYERS[output](decoder_size, D, target_vocab, dropout)
-        self.feed: InputFeed = INPUT_FEEDS[input_feed](D, decoder_size, self.head, dropout)
+        self.feed: InputFeed = input_feed(D, decoder_size, self.head, dropout)
         # inference network q(z | x, y)
         self.q_src_embed = nn.Embedding(source_vocab, embedding_size, padding_idx=PAD)
         self.q_tgt_embed = nn.Embedding(target_vocab, embedding_size, padding_idx=PAD)
@@ -161,8 +162,9 @@ class Seq2Seq(HeadNetwork):
 
     @staticmethod
     def _check_args(source_vocab: int, target_vocab: int, embedding_size: int, encoder_size: int, decoder_size: int,
-                    attention_size: int, layers: int, dropout: float, output: str, attention: str, input_feed: str,
-                    bridge: str, init: float) -> None:
+                    attention_size: int, layers: int, dropout: float, output: type[OutputLayer],
+                    attention: type[AttentionScore], input_feed: type[InputFeed], bridge: type[Bridge],
+                    init: float) -> None:
         """A ``ValueError`` naming the first bad constructor argument."""
         for name, size, low in (
             ("source_vocab", source_vocab, len(SPECIALS)), ("target_vocab", target_vocab, len(SPECIALS)),
@@ -173,14 +175,13 @@ class Seq2Seq(HeadNetwork):
                 raise ValueError(f"Seq2Seq: {name} must be >= {low}, got {size}")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"Seq2Seq: dropout must be in [0, 1), got {dropout}")
-        check_output("Seq2Seq", output)
-        if attention not in ATTENTION_SCORES:
-            raise ValueError(f"Seq2Seq: attention must be one of {tuple(ATTENTION_SCORES)}, got {attention!r}")
-        for name, value, allowed in (("input_feed", input_feed, INPUT_FEEDS), ("bridge", bridge, BRIDGES)):
-            if value not in allowed:
-                raise ValueError(f"Seq2Seq: {name} must be one of {tuple(allowed)}, got {value!r}")
+        for name, part, base, known in (
+            ("output", output, OutputLayer, OUTPUT_LAYERS), ("attention", attention, AttentionScore, ATTENTION_SCORES),
+            ("input_feed", input_feed, InputFeed, INPUT_FEEDS), ("bridge", bridge, Bridge, BRIDGES),
+        ):
+            check_part("Seq2Seq", name, part, base, known)
         try:
-            BRIDGES[bridge].check_sizes(2 * encoder_size, decoder_size)
+            bridge.check_sizes(2 * encoder_size, decoder_size)
         except ValueError as e:
             raise ValueError(f"Seq2Seq: {e}") from None
         if not 0.0 <= init < float("inf"):

@@ -27,7 +27,8 @@ from pyro_attention.distributions.kernels import product_log_normalizer
 from pyro_attention.inference import alignment_posterior, log_likelihood
 from pyro_attention.models import PAIRS, HardAttention, MarginalLikelihood, VariationalAttention
 from pyro_attention.networks import AttentionNetwork, RegionQA, Seq2Seq
-from pyro_attention.networks.output import ProductOfExperts
+from pyro_attention.networks.attention import DotScore, GeneralScore
+from pyro_attention.networks.output import ConcatTanhOutput, ProductOfExperts, TanhOutput
 
 V = 5
 ENUMERATED = [(MarginalLikelihood, {}), (HardAttention, {"estimator": "enum"}),
@@ -42,14 +43,15 @@ def _naive(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 def _seq2seq(seed: int = 0, **kw) -> tuple[Seq2Seq, object]:
     """B=2, S=3, T=3, V=5; the second pair is padded on both sides."""
     torch.manual_seed(seed)
-    net = Seq2Seq(V, V, embedding_size=4, encoder_size=3, decoder_size=5, attention_size=4, output="product", **kw)
+    net = Seq2Seq(V, V, embedding_size=4, encoder_size=3, decoder_size=5, attention_size=4, output=ProductOfExperts,
+                  **kw)
     return net, collate([([4, 3, 4], [3, 4]), ([3, 4], [4])])
 
 
 def _region(seed: int = 0) -> tuple[RegionQA, object]:
     torch.manual_seed(seed)
     ds = make_region_qa(3, num_regions=(2, 4), num_kinds=4, seed=seed)
-    net = RegionQA(ds.feature_size, len(ds.answers), vocab_size=len(ds.vocab), hidden_size=6, output="product")
+    net = RegionQA(ds.feature_size, len(ds.answers), vocab_size=len(ds.vocab), hidden_size=6, output=ProductOfExperts)
     return net, ds.data
 
 
@@ -243,28 +245,40 @@ def test_soft_attention_is_not_the_marginal_on_the_product_layer(float64):
     assert not torch.allclose(soft, exact, atol=1e-6)
 
 
-def test_bad_output_names_are_refused():
-    with pytest.raises(ValueError, match=r"Seq2Seq: output must be one of \('tanh', 'product'\), got 'linear'"):
+def test_parts_that_are_not_classes_of_their_kind_are_refused():
+    """A network's parts are classes; a name (resolved only by configs and the command line) or a class of another
+    kind is a ``TypeError`` that lists the classes, and for a known name says which class it stands for."""
+    with pytest.raises(TypeError, match=r"Seq2Seq: output must be a subclass of OutputLayer \(TanhOutput, "
+                                        r"ProductOfExperts\), got 'linear'$"):
         Seq2Seq(V, V, output="linear")
-    with pytest.raises(ValueError, match=r"RegionQA: output must be one of \('tanh', 'product'\), got 'poe'"):
+    with pytest.raises(TypeError, match=r"got 'product'; the name 'product' stands for ProductOfExperts"):
+        Seq2Seq(V, V, output="product")
+    with pytest.raises(TypeError, match=r"RegionQA: output must be a subclass of OutputLayer \(ConcatTanhOutput, "
+                                        r"ProductOfExperts\), got 'poe'"):
         RegionQA(4, 3, question_size=2, output="poe")
-    with pytest.raises(ValueError, match=r"attention must be one of \('mlp', 'general', 'dot'\), got 'luong'"):
-        Seq2Seq(V, V, attention="luong")
+    with pytest.raises(TypeError, match=r"attention must be a subclass of AttentionScore \(MLPScore, GeneralScore, "
+                                        r"DotScore\), got <class 'pyro_attention.networks.output.TanhOutput'>"):
+        Seq2Seq(V, V, attention=TanhOutput)
     with pytest.raises(ValueError, match="attention 'dot' needs the decoder size to equal the value size"):
-        Seq2Seq(V, V, encoder_size=3, decoder_size=5, attention="dot")
+        Seq2Seq(V, V, encoder_size=3, decoder_size=5, attention=DotScore)
+    with pytest.raises(ValueError, match="RegionQA: TanhOutput: one query per target position; for one per example "
+                                         "use ConcatTanhOutput"):
+        RegionQA(4, 3, question_size=2, output=TanhOutput)
+    with pytest.raises(ValueError, match="Seq2Seq: ConcatTanhOutput: one query per example"):
+        Seq2Seq(V, V, output=ConcatTanhOutput)
 
 
-@pytest.mark.parametrize("attention", ["general", "dot"])
+@pytest.mark.parametrize("attention", [GeneralScore, DotScore])
 def test_luong_scores_train_and_enumerate_exactly(float64, attention):
     torch.manual_seed(0)
-    net = Seq2Seq(V, V, embedding_size=4, encoder_size=3, decoder_size=6, attention=attention, output="product")
+    net = Seq2Seq(V, V, embedding_size=4, encoder_size=3, decoder_size=6, attention=attention, output=ProductOfExperts)
     net.double()
     batch = collate([([4, 3, 4], [3, 4]), ([3, 4], [4])])
     pair = MarginalLikelihood(net)
     enc = net.encode(batch)
     src = net.encode_source(batch.source, batch.source_mask)
     h = torch.randn(2, 6)
-    want = (src.values @ (net.score.att_w.weight.T @ h.unsqueeze(-1)) if attention == "general"
+    want = (src.values @ (net.score.att_w.weight.T @ h.unsqueeze(-1)) if attention is GeneralScore
             else src.values @ h.unsqueeze(-1)).squeeze(-1)
     assert torch.allclose(net.score.scores(h, src.keys), want, atol=1e-12)
     naive = (pair.prior_logits(enc).log_softmax(-1) + _generic(net, enc)).logsumexp(-1) * enc.target_mask

@@ -13,7 +13,14 @@ from pyro import poutine
 from pyro_attention.data.translation import PAD, TranslationBatch, collate
 from pyro_attention.inference import alignment_posterior, kmax_log_likelihood, log_likelihood, predict
 from pyro_attention.models import PAIRS, MarginalLikelihood, RelaxedAttention, VariationalAttention
-from pyro_attention.networks import Seq2Seq
+from pyro_attention.networks import (
+    AttentionalFeed,
+    FinalBridge,
+    OutputLayer,
+    ProductOfExperts,
+    Seq2Seq,
+    TanhOutput,
+)
 from pyro_attention.pair import Rule
 from pyro_attention.tasks.translation.decoding import IncrementalDecoder, SourceMemory, greedy, translate
 from tests.support.toy_network import tiny_seq2seq
@@ -218,17 +225,17 @@ def test_batched_beam_equals_one_sentence_at_a_time(rule, alpha):
 # ---------------------------------------------------------------------------------------------------------------
 # OpenNMT-py's decoder choices: attentional input feeding, the encoder's final states as bridge, uniform init
 
-TOOLKIT = dict(input_feed="attentional", bridge="final", init=0.1)
+TOOLKIT = dict(input_feed=AttentionalFeed, bridge=FinalBridge, init=0.1)
 
 
-def _toolkit_net(output: str = "tanh", seed: int = 0, **kw) -> Seq2Seq:
+def _toolkit_net(output: type[OutputLayer] = TanhOutput, seed: int = 0, **kw) -> Seq2Seq:
     torch.manual_seed(seed)
     options = {**TOOLKIT, **kw}
     return Seq2Seq(12, 12, embedding_size=8, encoder_size=4, decoder_size=8, attention_size=6, output=output,
                    **options)
 
 
-@pytest.mark.parametrize("output", ["tanh", "product"])
+@pytest.mark.parametrize("output", [TanhOutput, ProductOfExperts])
 @pytest.mark.parametrize("name", ["marginal", "variational"])
 def test_toolkit_decoder_stays_exact_and_padding_free(float64, output, name):
     """Feeding the attentional state keeps the recurrence free of the sampled alignment: the exact likelihood is
@@ -248,7 +255,7 @@ def test_toolkit_decoder_stays_exact_and_padding_free(float64, output, name):
 
 
 def test_toolkit_bridge_is_the_encoders_final_states():
-    """``bridge="final"``: the decoder starts from the encoder's last states (forward at the last real word,
+    """``bridge=FinalBridge``: the decoder starts from the encoder's last states (forward at the last real word,
     backward at the first), per layer, whatever the padding."""
     net = _toolkit_net(layers=2)
     net.eval()
@@ -273,7 +280,7 @@ def test_toolkit_attentional_state_is_the_output_layers_hidden_vector():
     weights = torch.softmax(a, -1)
     context = weights @ src.values[0]
     assert torch.allclose(fed, net.head.hidden(net.head.query(h), context), atol=1e-6)
-    assert net.feed.proj is None and _toolkit_net("product").feed.proj is not None
+    assert net.feed.proj is None and _toolkit_net(ProductOfExperts).feed.proj is not None
 
 
 def test_toolkit_uniform_init_and_errors():
@@ -281,10 +288,13 @@ def test_toolkit_uniform_init_and_errors():
     for name, p in net.named_parameters():
         assert p.abs().max() <= 0.1, name
     assert (net.src_embed.weight[PAD] == 0).all() and (net.tgt_embed.weight[PAD] == 0).all()
-    with pytest.raises(ValueError, match="input_feed must be one of"):
+    with pytest.raises(TypeError, match=r"Seq2Seq: input_feed must be a subclass of InputFeed \(ContextFeed, "
+                       r"AttentionalFeed\), got 'state'"):
         Seq2Seq(12, 12, input_feed="state")
+    with pytest.raises(TypeError, match="got 'final'; the name 'final' stands for FinalBridge"):
+        Seq2Seq(12, 12, bridge="final")
     with pytest.raises(ValueError, match="bridge 'final' needs decoder_size = 2 x encoder_size"):
-        Seq2Seq(12, 12, encoder_size=4, decoder_size=6, bridge="final")
+        Seq2Seq(12, 12, encoder_size=4, decoder_size=6, bridge=FinalBridge)
     with pytest.raises(ValueError, match="init must be >= 0"):
         Seq2Seq(12, 12, init=-0.1)
 
@@ -310,8 +320,8 @@ def test_product_marginal_next_log_probs_equal_the_general_path(float64, toolkit
     logsumexp over them (padded sources, several hypotheses per sentence), for the exact marginal and K-max."""
     from pyro_attention.tasks.translation import decoding
 
-    net = (_toolkit_net(output="product") if toolkit else
-           Seq2Seq(12, 12, embedding_size=8, encoder_size=6, decoder_size=8, attention_size=6, output="product"))
+    net = (_toolkit_net(output=ProductOfExperts) if toolkit else
+           Seq2Seq(12, 12, embedding_size=8, encoder_size=6, decoder_size=8, attention_size=6, output=ProductOfExperts))
     net.double().eval()
     batch = collate([([4, 5, 6, 7, 8], [5]), ([8, 9], [4]), ([10, 11, 4], [7])])
     sentences = net.encode_source(batch.source, batch.source_mask)
@@ -359,7 +369,7 @@ def test_tanh_marginal_next_log_probs_equal_logsumexp_of_the_log_softmaxes(float
 def test_product_marginal_beam_equals_the_general_path(monkeypatch):
     """Beam search with the cached source experts (exact marginal, K-max) returns what the general path returns,
     batched or alone."""
-    net = _toolkit_net(output="product", seed=2)
+    net = _toolkit_net(output=ProductOfExperts, seed=2)
     pairs = [([4, 5, 6, 7, 8], [5]), ([8, 9], [4]), ([10, 11, 4], [7]), ([5], [6])]
     batch = collate(pairs)
     pair = MarginalLikelihood(net)

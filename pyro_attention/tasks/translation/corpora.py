@@ -12,6 +12,9 @@ from pyro_attention.data.synthetic_translation import make_synthetic_translation
 from pyro_attention.data.text import Vocab, bucket_batches, read_lines, read_parallel
 from pyro_attention.data.translation import SPECIALS, TranslationBatch
 from pyro_attention.networks import Seq2Seq
+from pyro_attention.networks.attention import ATTENTION_SCORES
+from pyro_attention.networks.output import OUTPUT_LAYERS
+from pyro_attention.networks.recurrence import BRIDGES, INPUT_FEEDS
 from pyro_attention.pair import AlignmentPair
 from pyro_attention.registry import make_pair
 from pyro_attention.tasks.translation.config import (
@@ -241,10 +244,10 @@ def build_pair(config: TranslationConfig, src_vocab: Vocab, tgt_vocab: Vocab) ->
         dropout=config.dropout,
         chunk_size=config.chunk_size or None,
         keep_bytes=round(config.keep_gib * 2**30),
-        output=config.output,
-        attention=config.attention_type,
-        input_feed=config.input_feed,
-        bridge=config.bridge,
+        output=OUTPUT_LAYERS[config.output],
+        attention=ATTENTION_SCORES[config.attention_type],
+        input_feed=INPUT_FEEDS[config.input_feed],
+        bridge=BRIDGES[config.bridge],
         init=config.init,
     )
     pair = make_pair(config.model, network, config.estimator, **(config.options or {}))

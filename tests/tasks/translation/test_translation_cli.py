@@ -523,7 +523,7 @@ def test_product_output_checkpoint_round_trip(tmp_path, attention_type):
     assert _train(out, *extra) == 0
     ckpt = load_checkpoint(out / "last.pt")
     assert ckpt.config.output == "product" and ckpt.config.attention_type == attention_type
-    assert isinstance(ckpt.network.head, ProductOfExperts) and ckpt.network.attention == attention_type
+    assert isinstance(ckpt.network.head, ProductOfExperts) and ckpt.network.score.name == attention_type
     res = evaluate(out / "last.pt", "val", kmax=0, bleu=False)
     state = torch.load(out / "last.pt", weights_only=True)
     assert res.ppl_exact and res.ppl == pytest.approx(state["val"]["ppl"], rel=1e-5)
