@@ -122,6 +122,11 @@ class Trainer:
         """Whether batches of the current epoch are left (``True`` when the epoch's length is unknown)."""
         return self.epoch_length is None or self.position < self.epoch_length
 
+    def steps_left(self, epoch_length: int) -> int:
+        """The steps :meth:`fit` has still to take, from where the loop is (:meth:`load_state_dict`), with epochs of
+        ``epoch_length`` batches and no early stop."""
+        return max(max(self.epochs - self.epoch, 0) * epoch_length - self.position, 0)
+
     def stop(self) -> None:
         """Ask the loop to stop (after this step, before this epoch, or after this epoch: where it is called)."""
         self.should_stop = True

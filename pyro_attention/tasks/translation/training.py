@@ -102,27 +102,21 @@ def _train(
     if saved is not None:
         plateau.load_state_dict(saved["plateau"])
     early = EarlyStopping(plateau, config.patience, run.log)
-    done = saved["trainer"] if saved is not None else {"epoch": 0, "position": 0}
-    stopped = early.reached()
-    remaining = 0 if stopped else max(max(config.epochs - done["epoch"], 0) * len(run.train_batches)
-                                      - done["position"], 0)
-    if remaining == 0 and not stopped:
-        run.log(f"nothing to do: {done['epoch']} of {config.epochs} epochs done (raise --epochs to train further)")
     checkpoints = Checkpointing(run, plateau)
+    bar = ProgressBar(type(run.pair).__name__, disable=tqdm_disabled(progress and run.rank == 0), dynamic_ncols=True)
     callbacks = [Validate(run), plateau, History(run, plateau), checkpoints]
     if run.rank == 0:
         callbacks.append(CsvLogger(run.csv_path, CSV_FIELDS, append=True,
                                    step_row=lambda _: last_row("step", run.history["steps"]),
                                    epoch_row=lambda _: last_row("epoch", run.history["epochs"])))
         callbacks.append(TensorBoardLog(run))
-    callbacks += [
-        ProgressBar(type(run.pair).__name__, total=remaining, disable=tqdm_disabled(progress and run.rank == 0),
-                    dynamic_ncols=True),
-        EpochLog(run, plateau), early, StopOnSignal(run, checkpoints),
-    ]
+    callbacks += [bar, EpochLog(run, plateau), early, StopOnSignal(run, checkpoints)]
     trainer = Trainer(_svi_step(run, plateau), run.epoch_batches, config.epochs, callbacks)
     if saved is not None:
         trainer.load_state_dict(saved["trainer"])
+    bar.total = 0 if early.reached() else trainer.steps_left(len(run.train_batches))
+    if bar.total == 0 and not early.reached():
+        run.log(f"nothing to do: {trainer.epoch} of {config.epochs} epochs done (raise --epochs to train further)")
     trainer.fit()
     run.log(f"best validation PPL {plateau.best:.4f} at epoch {plateau.best_epoch + 1}; checkpoints in {run.out}")
     return TrainResult(run.pair, run.network, run.src_vocab, run.tgt_vocab, run.out, trainer.epoch, trainer.step,

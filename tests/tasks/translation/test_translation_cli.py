@@ -196,6 +196,9 @@ def test_resume_is_exact(tmp_path, capsys):
             other = sb["optim"][name]["state"][0][k]
             assert torch.equal(torch.as_tensor(v), torch.as_tensor(other)), (name, k)
     assert torch.equal(sa["rng"]["torch"], sb["rng"]["torch"])
+    assert cli.main(["train", "--out", str(a), "--resume", "--epochs", "2", "--quiet"]) == 0  # already there
+    assert "nothing to do: 2 of 2 epochs done (raise --epochs to train further)" in capsys.readouterr().out
+    assert torch.load(a / "last.pt", weights_only=True)["trainer"]["step"] == 6
 
 
 def test_resume_refuses_another_model_or_vocabulary(run, capsys):
