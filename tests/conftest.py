@@ -56,3 +56,13 @@ def _sigint_as_in_a_terminal():
         signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
     signal.signal(signal.SIGINT, previous)
+
+
+@pytest.fixture(scope="module")
+def mistake_work_dir(tmp_path_factory):
+    """A bad-input catalogue's work folder (``tests.support.mistakes``), one for each catalogue module."""
+    from tests.support.mistakes import start_work, tiny_run
+
+    start_work(tmp_path_factory.mktemp("bad_inputs"))
+    yield
+    tiny_run.cache_clear()

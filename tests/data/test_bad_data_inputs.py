@@ -1,0 +1,236 @@
+"""Bad input to the data readers (text, corpora, vocabularies, gold alignments, scenes, batching): this layer's entries
+of the bad-input catalogue, each a mistake committed once that must get a clear error
+(:func:`tests.support.mistakes.check_mistake`; docs/troubleshooting.md lists every layer's)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pyro_attention.data import make_region_qa
+from pyro_attention.data.alignments import read_bitext, read_naacl, read_pharaoh
+from pyro_attention.data.clevr import ClevrFormatError, read_scenes
+from pyro_attention.data.corpora import data_dir, multi30k_paths
+from pyro_attention.data.text import Vocab, bucket_batches, read_lines, read_parallel
+from pyro_attention.data.translation import collate
+from tests.support.mistakes import (
+    DIRS,
+    FILES,
+    GOLD,
+    SIZES,
+    TENSORS,
+    VOCAB,
+    WORK,
+    Mistake,
+    check_mistake,
+    multi30k_layout,
+    without_data_env,
+    work_file,
+    work_gz,
+    work_parallel,
+    work_path,
+)
+
+pytestmark = pytest.mark.usefixtures("mistake_work_dir")
+
+CATALOGUE: list[Mistake] = [
+    Mistake(
+        "corpus-old-mac-line-endings", FILES, "a corpus with old-Mac `\\r` line endings (it trained on 1 pair instead "
+        "of 3)",
+        lambda: read_parallel(*work_parallel("mac", "ein hund\reine katze\rein haus\r", "a dog\ra cat\ra house\r")),
+        ValueError, r"mac\.src: line 1 holds a carriage return \(\\r\) inside it: the file has old-Mac line endings",
+        "Convert the line endings to `\\n` (`tr '\\r' '\\n'`).",
+    ),
+    Mistake(
+        "corpus-line-counts", FILES, "source and target files of a parallel corpus have different numbers of lines",
+        lambda: read_parallel(*work_parallel("counts", "ein hund\neine katze\n", "a dog\n")),
+        ValueError, r"counts\.src has 2 lines, .*counts\.tgt has 1 lines",
+        "Line the files up (one sentence pair per line in both); check for a lost or extra line.",
+    ),
+    Mistake(
+        "corpus-empty-line", FILES, "an empty (or whitespace-only) line in a parallel corpus",
+        lambda: read_parallel(*work_parallel("empty", "ein hund\neine katze\n", "a dog\n   \n")),
+        ValueError, r"empty\.tgt: line 2 is empty",
+        "Remove the pair from both files (or fill in the missing sentence).",
+    ),
+    Mistake(
+        "corpus-invalid-utf8", FILES, "a corpus line that is not valid UTF-8 (e.g. a Latin-1 file)",
+        lambda: read_lines(work_file("latin1.de", b"ein hund\n" + "fährt\n".encode("latin-1"))),
+        ValueError, r"latin1\.de: line 2 is not valid UTF-8",
+        "Re-encode the file as UTF-8 (`iconv -f latin1 -t utf-8`).",
+    ),
+    Mistake(
+        "corpus-missing-file", FILES, "a corpus file that does not exist",
+        lambda: read_parallel(work_path("nope.src"), work_path("nope.tgt")),
+        FileNotFoundError, r"nope\.src: no such file",
+        "Check the path (relative paths are relative to the working directory).",
+    ),
+    Mistake(
+        "corpus-not-gzip", FILES, "a file named `.gz` that is not gzip-compressed",
+        lambda: read_lines(work_file("plain.de.gz", "ein hund\n")),
+        ValueError, r"plain\.de\.gz: cannot be read as gzip",
+        "Compress it (`gzip file`) or drop the `.gz` suffix.",
+    ),
+    Mistake(
+        "corpus-max-len-not-positive", FILES, "`max_len=0` when reading a corpus",
+        lambda: read_parallel(*work_parallel("ok", "ein hund\n", "a dog\n"), max_len=0),
+        ValueError, r"max_len must be a positive integer or None, got 0",
+        "Give a positive length, or `None` for no limit.",
+    ),
+    Mistake(
+        "bitext-no-separator", FILES, "a `source ||| target` line without the separator",
+        lambda: read_bitext(work_file("x.src-tgt", "ein hund ||| a dog\neine katze a cat\n")),
+        ValueError, r"x\.src-tgt: line 2 has no '\|\|\|' separator",
+        "Write every line as `source tokens ||| target tokens`.",
+    ),
+    Mistake(
+        "data-dir-unset", DIRS, "a corpus on disk without `--data-dir` or `PYRO_ATTENTION_DATA`",
+        lambda: without_data_env(lambda: data_dir(None)),
+        FileNotFoundError, r"no data directory given: pass --data-dir PATH or set the PYRO_ATTENTION_DATA",
+        "Pass `--data-dir PATH` or `export PYRO_ATTENTION_DATA=PATH`.",
+    ),
+    Mistake(
+        "multi30k-missing-file", DIRS, "a language pair that the corpus folder lacks a file for",
+        multi30k_layout,
+        FileNotFoundError, r"multi30k/tok/val\.lc\.norm\.tok\.fr\.gz: no such file",
+        "Choose a language (and split) that exists: Czech has no 2017 test sets.",
+    ),
+    Mistake(
+        "multi30k-unknown-split", DIRS, "an unknown Multi30k split",
+        lambda: multi30k_paths(WORK[0], "dev"),
+        ValueError, r"unknown Multi30k split 'dev'; allowed: train, val, test_2016_flickr",
+        "Use one of the listed splits.",
+    ),
+    Mistake(
+        "clevr-scenes-missing", DIRS, "a CLEVR scene file that does not exist",
+        lambda: read_scenes(work_path("CLEVR_val_scenes.json.gz")),
+        FileNotFoundError, r"CLEVR_val_scenes\.json\.gz.*does not exist",
+        "Point `--data-dir` at the folder holding `clevr/`.",
+    ),
+    Mistake(
+        "clevr-scenes-not-json", DIRS, "a CLEVR scene file that is not JSON",
+        lambda: read_scenes(work_gz("broken_scenes.json.gz", "{not json")),
+        ClevrFormatError, r"broken_scenes\.json\.gz.*not valid JSON",
+        "Download the scene file again; it is damaged.",
+    ),
+    Mistake(
+        "vocab-file-not-vocab", VOCAB, "loading a vocabulary from a JSON file that is not one",
+        lambda: Vocab.load(work_file("vocab.json", json.dumps({"hund": 4}))),
+        ValueError, r"vocab\.json: not a pyro_attention\.Vocab JSON document",
+        "Load a file written by `Vocab.save`.",
+    ),
+    Mistake(
+        "vocab-id-out-of-range", VOCAB, "decoding an id that the vocabulary does not have",
+        lambda: Vocab(["hund", "katze"]).decode([4, 99]),
+        ValueError, r"Vocab\.decode: id 99 is out of range for vocabulary size 6",
+        "Decode with the vocabulary the ids were made with.",
+    ),
+    Mistake(
+        "vocab-encode-string", VOCAB, "encoding a sentence string instead of a token list",
+        lambda: Vocab(["hund"]).encode("ein hund"),
+        TypeError, r"Vocab\.encode expects a list of tokens, not a string",
+        "Split first: `vocab.encode(sentence.split())`.",
+    ),
+    Mistake(
+        "vocab-duplicate-token", VOCAB, "a vocabulary with a token twice (or a special token)",
+        lambda: Vocab(["hund", "katze", "hund"]),
+        ValueError, r"Vocab: 'hund' is a duplicate",
+        "Deduplicate the token list (`Vocab.build` does).",
+    ),
+    Mistake(
+        "vocab-max-size-too-small", VOCAB, "a vocabulary size limit below the four special tokens",
+        lambda: Vocab.build([["a", "b"]], max_size=2),
+        ValueError, r"Vocab\.build: max_size must be >= 4 \(the specials\), got 2",
+        "Allow at least 4 entries (`<pad> <s> </s> <unk>`) plus the words.",
+    ),
+    Mistake(
+        "gold-pharaoh-malformed", GOLD, "a Pharaoh gold line with a token that is not a link",
+        lambda: read_pharaoh(work_file("bad.gold", "0-0 1-1\n0-0 2_2\n"), one_indexed=False),
+        ValueError, r"bad\.gold: line 2: '2_2' is not a link",
+        "Write links as `i-j` (sure) or `ipj` (possible).",
+    ),
+    Mistake(
+        "gold-pharaoh-line-count", GOLD, "a gold file with another number of lines than sentence pairs",
+        lambda: read_pharaoh(work_file("short.gold", "0-0\n1-1\n"), one_indexed=False, source_lengths=[2, 2, 2]),
+        ValueError, r"short\.gold: 2 lines but 3 source lengths",
+        "Give one gold line per sentence pair (an empty line for a pair without links).",
+    ),
+    Mistake(
+        "gold-naacl-malformed", GOLD, "a NAACL gold line without `SNUM i j`",
+        lambda: read_naacl(work_file("bad.wa", "1 1\n")),
+        ValueError, r"bad\.wa: line 1: expected 'SNUM i j \[S\|P\] \[confidence\]', got '1 1'",
+        "One link a line: sentence number, source position, target position, optional S/P.",
+    ),
+    Mistake(
+        "gold-link-outside-source", GOLD, "a gold link to a source position past the end of the sentence",
+        lambda: collate([([4, 5], [6, 7])], gold=[[0, 5]]),
+        ValueError, r"collate: gold alignment 0 links target token 1 to source position 5, outside the 2 source "
+        r"tokens",
+        "Use 0-based source positions below the source length, or -1 for an unaligned token.",
+    ),
+    Mistake(
+        "gold-link-count", GOLD, "a gold alignment with another number of links than target tokens",
+        lambda: collate([([4, 5], [6])], gold=[[0, 1]]),
+        ValueError, r"collate: gold alignment 0 has 2 links for 1 target tokens",
+        "Give one source position (or -1) per target token.",
+    ),
+    Mistake(
+        "empty-source-sentence", TENSORS, "a zero-length source sentence",
+        lambda: collate([([4, 5], [6]), ([], [6, 7])]),
+        ValueError, r"collate: pair 1 has an empty source sentence",
+        "Drop the pair.",
+    ),
+    Mistake(
+        "empty-target-sentence", TENSORS, "a zero-length target sentence",
+        lambda: collate([([4, 5], [6]), ([7], [])]),
+        ValueError, r"collate: pair 1 has an empty target sentence",
+        "Drop the pair.",
+    ),
+    Mistake(
+        "region-qa-no-examples", SIZES, "generating a synthetic region-QA split of no (or negative) size",
+        lambda: make_region_qa(-1),
+        ValueError, r"num_examples must be >= 1, got -1",
+        "Ask for at least one example.",
+    ),
+    Mistake(
+        "region-qa-bad-probability", SIZES, "an ambiguity that is not a probability",
+        lambda: make_region_qa(3, ambiguity=2.0),
+        ValueError, r"ambiguity must be a probability in \[0, 1\], got 2\.0",
+        "Use a value in [0, 1].",
+    ),
+    Mistake(
+        "bucket-batch-size-zero", SIZES, "length-bucketed batches of size 0",
+        lambda: bucket_batches([[4]], [[5]], 0),
+        ValueError, r"bucket_batches: batch_size must be >= 1, got 0",
+        "Use batch_size >= 1.",
+    ),
+    Mistake(
+        "vocab-file-not-json", VOCAB, "a vocabulary file that is not valid JSON (cut short)",
+        lambda: Vocab.load(work_file("cut.json", Vocab(["hund"]).to_json()[:30])),
+        ValueError, r"cut\.json: not valid JSON \(Unterminated string",
+        "Write the vocabulary again with `Vocab.save`.",
+    ),
+    Mistake(
+        "vocab-file-missing", VOCAB, "a vocabulary file that does not exist (a bare `FileNotFoundError`)",
+        lambda: Vocab.load(work_path("no-vocab.json")),
+        FileNotFoundError, r"no-vocab\.json: no such vocabulary file",
+        "Check the path.",
+    ),
+    Mistake(
+        "vocab-file-bad-token", VOCAB, "a vocabulary file with a token that is not a string",
+        lambda: Vocab.load(work_file("num.json", Vocab(["hund"]).to_json().replace('"hund"', "7"))),
+        ValueError, r"num\.json: Vocab: tokens must be non-empty strings, got 7",
+        "Write the vocabulary with `Vocab.save` (tokens are strings).",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("mistake", CATALOGUE, ids=[m.id for m in CATALOGUE])
+def test_mistake_gets_a_clear_error(mistake: Mistake):
+    check_mistake(mistake)
+
+
+def test_region_qa_region_counts_in_order():
+    with pytest.raises(ValueError, match="num_regions must be"):
+        make_region_qa(3, num_regions=(4, 2))
