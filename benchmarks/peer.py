@@ -186,7 +186,7 @@ def ours_worker(args: argparse.Namespace) -> dict[str, Any]:
         "setup_in_worker_s": setup, "first_step_end_epoch": first_step_end,
         "maxrss_self_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1.024e-3, 1),
         "info": {
-            "src_vocab": len(src_vocab), "tgt_vocab": len(tgt_vocab), "train_pairs": len(corpora.train),
+            "src_vocab": len(src_vocab), "tgt_vocab": len(tgt_vocab), "train_sentences": len(corpora.train),
             "dropped_pairs": corpora.train.dropped, "batches": len(batches),
             "parameters": sum(p.numel() for p in params.values()), "parameters_updated": updated,
             "attention": attention, "attention_type_passed": passed, "pair": type(pair).__name__,

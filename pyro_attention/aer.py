@@ -304,7 +304,7 @@ def merge_json(path: str | Path, new: list[dict[str, Any]]) -> list[dict[str, An
         if not isinstance(old, list) or not all(isinstance(r, dict) for r in old):
             raise ValueError(f"{path}: not a JSON list of AER rows (it holds a {type(old).__name__}); give another "
                              "--json file")
-    key = ("corpus", "model", "output", "source", "symmetrisation", "train_pairs")
+    key = ("corpus", "model", "output", "source", "symmetrisation", "train_sentences")
     replaced = {tuple(r.get(k) for k in key) for r in new}
     merged = [r for r in old if tuple(r.get(k) for k in key) not in replaced] + new
     write_text(path, json.dumps(merged, indent=1) + "\n")

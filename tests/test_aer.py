@@ -142,8 +142,8 @@ def test_naacl_sure_possible_confidence(tmp_path):
     gold = read_naacl(write(tmp_path / "g.wa", text))
     assert list(gold) == WORKED_GOLD and gold.report == []
     assert alignment_error_rate(WORKED_PRED, gold).aer == pytest.approx(0.375)
-    # num_pairs adds pairs without links; a 4th numeric field is a confidence.
-    more = read_naacl(write(tmp_path / "h.wa", "2 1 1 0.9\n"), num_pairs=3)
+    # num_sentences adds pairs without links; a 4th numeric field is a confidence.
+    more = read_naacl(write(tmp_path / "h.wa", "2 1 1 0.9\n"), num_sentences=3)
     assert [g.sure for g in more] == [set(), {(0, 0)}, set()]
 
 
@@ -424,8 +424,8 @@ def test_merge_json_replaces_a_row_only_at_the_same_training_size(tmp_path):
 
     path = tmp_path / "aer.json"
     full = {"corpus": "enfr", "model": "hmm-marginal", "output": "lexical", "source": "smoothed",
-            "symmetrisation": "forward", "aer": 26.5, "train_pairs": 29447}
-    pilot = dict(full, aer=27.7, train_pairs=5447)
+            "symmetrisation": "forward", "aer": 26.5, "train_sentences": 29447}
+    pilot = dict(full, aer=27.7, train_sentences=5447)
     rerun = dict(full, aer=26.4)
     merge_json(path, [full])
     assert merge_json(path, [pilot]) == [full, pilot]

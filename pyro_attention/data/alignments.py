@@ -286,7 +286,7 @@ def _naacl_link(path: Path, number: int, line: str) -> tuple[int, int, int, bool
 
 def read_naacl(
     path: str | os.PathLike,
-    num_pairs: int | None = None,
+    num_sentences: int | None = None,
     swap: bool = False,
     one_indexed: bool = True,
     source_lengths: Sequence[int] | Sequence[Sequence[str]] | None = None,
@@ -298,9 +298,9 @@ def read_naacl(
     taken as the confidence (ignored).  With ``one_indexed`` (the NAACL convention) position 0 is the NULL word:
     those links are dropped and reported.
 
-    :param num_pairs: number of sentence pairs (pairs without any link get an empty :class:`GoldAlignment`);
+    :param num_sentences: number of sentence pairs (pairs without any link get an empty :class:`GoldAlignment`);
         default ``len(source_lengths)`` or ``len(target_lengths)`` if given, else the largest ``SNUM``.  Links of
-        a pair number outside ``1..num_pairs`` are dropped and reported.
+        a pair number outside ``1..num_sentences`` are dropped and reported.
     :param swap: the first position column is the *target* language (``cs-en-ldmt/czen.wal``: English first,
         Czech the source); links are returned as ``(source_pos, target_pos)`` all the same.
     :param source_lengths: per pair, source token counts (or token lists) to drop out-of-range links;
@@ -320,21 +320,21 @@ def read_naacl(
             snum, first, second, is_possible = link
             src_w, tgt_w = (second, first) if swap else (first, second)
             parsed.append((number, snum, src_w, tgt_w, is_possible, line.strip()))
-    if num_pairs is None:
+    if num_sentences is None:
         if src_len is not None or tgt_len is not None:
-            num_pairs = len(src_len if src_len is not None else tgt_len)  # type: ignore[arg-type]
+            num_sentences = len(src_len if src_len is not None else tgt_len)  # type: ignore[arg-type]
         else:
-            num_pairs = max((p[1] for p in parsed), default=0)
+            num_sentences = max((p[1] for p in parsed), default=0)
     else:
         for lengths, name in ((src_len, "source lengths"), (tgt_len, "target lengths")):
-            _check_count(path, "pairs (num_pairs)", num_pairs, lengths, name)
-    sure: list[set[Link]] = [set() for _ in range(num_pairs)]
-    possible: list[set[Link]] = [set() for _ in range(num_pairs)]
+            _check_count(path, "pairs (num_sentences)", num_sentences, lengths, name)
+    sure: list[set[Link]] = [set() for _ in range(num_sentences)]
+    possible: list[set[Link]] = [set() for _ in range(num_sentences)]
     report: list[DroppedLink] = []
     for number, snum, src_w, tgt_w, is_possible, text in parsed:
         link = (src_w - base, tgt_w - base)
-        if not 1 <= snum <= num_pairs:
-            report.append(DroppedLink(snum, link, f"pair number {snum} is outside 1..{num_pairs}", number, text))
+        if not 1 <= snum <= num_sentences:
+            report.append(DroppedLink(snum, link, f"pair number {snum} is outside 1..{num_sentences}", number, text))
             continue
         if one_indexed and (src_w == 0 or tgt_w == 0):
             report.append(DroppedLink(snum, link, "NULL link (position 0)", number, text))

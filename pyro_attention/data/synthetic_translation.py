@@ -170,7 +170,7 @@ def encode_synthetic(
 
 
 def make_synthetic_translation(
-    num_pairs: int,
+    num_sentences: int,
     seed: int = 0,
     vocab_size: int = 24,
     min_len: int = 3,
@@ -180,15 +180,15 @@ def make_synthetic_translation(
     context: bool = True,
     reorder: bool = True,
 ) -> SyntheticTranslation:
-    """Draw ``num_pairs`` synthetic sentence pairs with known alignments (rules in the module docstring).
+    """Draw ``num_sentences`` synthetic sentence pairs with known alignments (rules in the module docstring).
 
     :param vocab_size: number of source words ``s0 .. s{V-1}`` (at least 4, so that every rule has a word).
     :param min_len: shortest source sentence (words).
     :param max_len: longest source sentence; targets can be up to twice as long (fan-out words).
     :param marker_prob: probability that a source word is the reordering marker ``s0``.
     """
-    if num_pairs < 0:
-        raise ValueError(f"num_pairs must be >= 0, got {num_pairs}")
+    if num_sentences < 0:
+        raise ValueError(f"num_sentences must be >= 0, got {num_sentences}")
     if vocab_size < 4:
         raise ValueError(f"vocab_size must be >= 4, got {vocab_size}")
     if not 1 <= min_len <= max_len:
@@ -197,7 +197,7 @@ def make_synthetic_translation(
         raise ValueError(f"marker_prob must be in [0, 1), got {marker_prob}")
     rng = random.Random(seed)
     source, target, gold = [], [], []
-    for _ in range(num_pairs):
+    for _ in range(num_sentences):
         length = rng.randint(min_len, max_len)
         words = [MARKER if rng.random() < marker_prob else f"s{rng.randrange(1, vocab_size)}" for _ in range(length)]
         tgt, g = translate_synthetic(words, one_to_many, context, reorder)

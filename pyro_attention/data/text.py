@@ -394,6 +394,6 @@ def bucket_batches(
         raise ValueError(f"bucket_batches: {len(gold)} gold alignments for {len(source_ids)} sentence pairs")
     out = []
     for idx in bucket_indices(source_ids, target_ids, batch_size, shuffle, generator):
-        pairs = [(source_ids[i], target_ids[i]) for i in idx]
-        out.append(collate(pairs, None if gold is None else [gold[i] for i in idx]))
+        sentences = [(source_ids[i], target_ids[i]) for i in idx]
+        out.append(collate(sentences, None if gold is None else [gold[i] for i in idx]))
     return out

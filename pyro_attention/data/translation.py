@@ -114,28 +114,29 @@ class TranslationBatch:
 
 
 def collate(
-    pairs: Sequence[tuple[Sequence[int], Sequence[int]]], gold: Sequence[Sequence[int]] | None = None
+    sentences: Sequence[tuple[Sequence[int], Sequence[int]]], gold: Sequence[Sequence[int]] | None = None
 ) -> TranslationBatch:
-    """Pad ``(source ids, target ids)`` pairs into a batch; targets get ``<s>`` in front and ``</s>`` at the end.
+    """Pad sentence pairs ``(source ids, target ids)`` into a batch; targets get ``<s>`` in front and ``</s>`` at
+    the end.
 
-    :param gold: optional per pair, the source position of each target token (``-1``: unaligned); ``</s>`` is
+    :param gold: optional per sentence, the source position of each target token (``-1``: unaligned); ``</s>`` is
         unaligned.
     """
-    if not pairs:
+    if not sentences:
         raise ValueError("collate: no sentence pairs")
-    for i, (src, tgt) in enumerate(pairs):
+    for i, (src, tgt) in enumerate(sentences):
         if len(src) == 0:
-            raise ValueError(f"collate: pair {i} has an empty source sentence")
+            raise ValueError(f"collate: sentence pair {i} has an empty source sentence")
         if len(tgt) == 0:
-            raise ValueError(f"collate: pair {i} has an empty target sentence")
-    B = len(pairs)
-    S = max(len(src) for src, _ in pairs)
-    T = max(len(tgt) for _, tgt in pairs) + 1
+            raise ValueError(f"collate: sentence pair {i} has an empty target sentence")
+    B = len(sentences)
+    S = max(len(src) for src, _ in sentences)
+    T = max(len(tgt) for _, tgt in sentences) + 1
     source = torch.full((B, S), PAD, dtype=torch.long)
     target_in = torch.full((B, T), PAD, dtype=torch.long)
     target = torch.full((B, T), PAD, dtype=torch.long)
     gold_t = torch.full((B, T), -1, dtype=torch.long) if gold is not None else None
-    for i, (src, tgt) in enumerate(pairs):
+    for i, (src, tgt) in enumerate(sentences):
         source[i, : len(src)] = torch.as_tensor(list(src), dtype=torch.long)
         target_in[i, : len(tgt) + 1] = torch.as_tensor([BOS, *tgt], dtype=torch.long)
         target[i, : len(tgt) + 1] = torch.as_tensor([*tgt, EOS], dtype=torch.long)

@@ -50,7 +50,7 @@ from pyro_attention.distributions.kernels import observed_log_softmax, product_l
 from pyro_attention.networks.base import AttentionNetwork, Encoded, ExpertLogits, gather_context
 
 __all__ = ["KEEP_BYTES", "experts_table", "follows_output_logits", "gathered_table", "logits_at_values",
-           "observed_table", "padded_pairs"]
+           "observed_table", "padded_positions"]
 
 #: Bytes of output log-probabilities the fused path may keep for the backward pass by default (1 GiB).
 KEEP_BYTES = 2**30
@@ -68,7 +68,7 @@ def observed_table(
     :param keep_bytes: bytes of log-probabilities the fused path may keep for the backward pass (``None``:
         :data:`KEEP_BYTES`); the other chunks' logits are recomputed there.
     """
-    padding = padded_pairs(enc)
+    padding = padded_positions(enc)
     experts = network.output_experts(enc) if follows_output_logits(network, "output_experts") else None
     if experts is not None:
         return experts_table(experts, enc.target).masked_fill(padding, 0.0)
@@ -93,9 +93,9 @@ def observed_table(
     return gathered_table(network, enc, chunk_size).masked_fill(padding, 0.0)
 
 
-def padded_pairs(enc: Encoded) -> Tensor:
+def padded_positions(enc: Encoded) -> Tensor:
     """``(B, T, S)`` boolean: ``True`` where the target position ``t`` or the source position ``s`` is padding (the
-    pairs :func:`observed_table` gives 0)."""
+    positions :func:`observed_table` gives 0)."""
     return ~(enc.target_mask.unsqueeze(-1) & enc.source_mask.unsqueeze(-2))
 
 

@@ -1,5 +1,6 @@
 """Issue #17, the classes that are not one bad value: failed writes, the command line's help, epoch numbering,
-progress bars in logs, degenerate models.  (Single mistakes and their messages: the bad-input catalogues, ``tests/test_bad_inputs.py``.)"""
+progress bars in logs, degenerate models.  (Single mistakes and their messages: the bad-input catalogues,
+``tests/test_bad_inputs.py``.)"""
 
 from __future__ import annotations
 

@@ -178,14 +178,14 @@ CATALOGUE: list[Mistake] = [
     Mistake(
         "empty-source-sentence", TENSORS, "a zero-length source sentence",
         lambda: collate([([4, 5], [6]), ([], [6, 7])]),
-        ValueError, r"collate: pair 1 has an empty source sentence",
-        "Drop the pair.",
+        ValueError, r"collate: sentence pair 1 has an empty source sentence",
+        "Drop the sentence pair.",
     ),
     Mistake(
         "empty-target-sentence", TENSORS, "a zero-length target sentence",
         lambda: collate([([4, 5], [6]), ([7], [])]),
-        ValueError, r"collate: pair 1 has an empty target sentence",
-        "Drop the pair.",
+        ValueError, r"collate: sentence pair 1 has an empty target sentence",
+        "Drop the sentence pair.",
     ),
     Mistake(
         "region-qa-no-examples", SIZES, "generating a synthetic region-QA split of no (or negative) size",

@@ -14,7 +14,7 @@ from pyro_attention.distributions.enumeration import (
     gathered_table,
     logits_at_values,
     observed_table,
-    padded_pairs,
+    padded_positions,
 )
 from pyro_attention.distributions.kernels import log_mixture_of_softmaxes, observed_log_softmax, probability_floor
 from pyro_attention.networks import Seq2Seq
@@ -222,7 +222,7 @@ def test_seq2seq_table_uses_the_kernel_and_equals_the_generic_path(float64, chun
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Seq2Seq, "output_layer", None)
         plain = observed_table(net, net.encode(batch), chunk_size, keep)
-    padding = padded_pairs(enc)  # (B, T, S)
+    padding = padded_positions(enc)  # (B, T, S)
     assert padding.any() and (fused[padding] == 0).all()  # padded pairs are 0 (the fused path skips them)
     assert torch.allclose(fused, plain, atol=1e-10)
     assert torch.allclose(gathered_table(net, net.encode(batch), chunk_size).masked_fill(padding, 0), plain,
@@ -295,7 +295,7 @@ def test_networks_say_nothing_of_alignments():
 
 
 @pytest.mark.parametrize("name", ["marginal", "hard", "variational", "segmentation-marginal"])
-def test_no_pair_reads_the_table_at_padded_pairs(float64, monkeypatch, name):
+def test_no_pair_reads_the_table_at_padded_positions(float64, monkeypatch, name):
     """``observed_table`` is 0 at a padded source or target position and the fused path skips those rows, which is
     exact only if no pair reads them: the ELBO's value and gradients are the same with any number there."""
     import pyro
@@ -313,7 +313,7 @@ def test_no_pair_reads_the_table_at_padded_pairs(float64, monkeypatch, name):
     def run(fill: float) -> list[torch.Tensor]:
         def table(network, enc, *args):  # noqa: ANN001, ANN202
             calls.append(fill)
-            return observed_table(network, enc, *args).masked_fill(padded_pairs(enc), fill)
+            return observed_table(network, enc, *args).masked_fill(padded_positions(enc), fill)
 
         for module in (categorical, structured):
             monkeypatch.setattr(module, "observed_table", table)

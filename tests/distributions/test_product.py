@@ -22,7 +22,7 @@ from pyro import poutine
 
 from pyro_attention.data import make_region_qa
 from pyro_attention.data.translation import collate
-from pyro_attention.distributions.enumeration import gathered_table, observed_table, padded_pairs
+from pyro_attention.distributions.enumeration import gathered_table, observed_table, padded_positions
 from pyro_attention.distributions.kernels import product_log_normalizer
 from pyro_attention.inference import alignment_posterior, log_likelihood
 from pyro_attention.models import PAIRS, HardAttention, MarginalLikelihood, VariationalAttention
@@ -62,7 +62,7 @@ MAKER_IDS = ["seq2seq", "region-qa"]
 def _generic(net: AttentionNetwork, enc) -> torch.Tensor:  # noqa: ANN001
     """The generic path: gather every x_s, full logits, log_softmax at the observed token; 0 at a padded (target,
     source) pair, as :func:`observed_table` gives it."""
-    return gathered_table(net, enc).masked_fill(padded_pairs(enc), 0.0)
+    return gathered_table(net, enc).masked_fill(padded_positions(enc), 0.0)
 
 
 # -- the kernel ------------------------------------------------------------------------------------------------

@@ -163,7 +163,7 @@ def test_translation_batch_errors():
                 batch.target_mask,
             )
         )
-    with pytest.raises(ValueError, match="pair 0 has an empty source sentence"):
+    with pytest.raises(ValueError, match="sentence pair 0 has an empty source sentence"):
         collate([([], [1])])
     with pytest.raises(TypeError, match="expects a TranslationBatch"):
         net.encode("a batch")

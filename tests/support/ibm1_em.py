@@ -140,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     "source": "posterior",
                     "symmetrisation": name, "aer": round(100 * result.aer, 2),
                     "precision": round(100 * result.precision, 2), "recall": round(100 * result.recall, 2),
-                    "train_pairs": len(src), "wall_s": round(wall, 1),
+                    "train_sentences": len(src), "wall_s": round(wall, 1),
                     "note": f"tests/support/ibm1_em.py, {args.iterations} EM iterations from a uniform table"
                             + (f"; null_prob {args.null_prob:g}" if null else "")})
     if args.json:

@@ -67,7 +67,7 @@ def load_user_gold(config: AlignConfig, log: Callable[[str], None] = print) -> G
         where = f"{config.gold_src} / {config.gold_tgt}"
     swap = config.links_order == "target-source"
     if config.links_format == "naacl":
-        gold = read_naacl(config.gold_links, num_pairs=len(source), swap=swap, source_lengths=source,
+        gold = read_naacl(config.gold_links, num_sentences=len(source), swap=swap, source_lengths=source,
                           target_lengths=target)
     else:
         first, second = (target, source) if swap else (source, target)

@@ -137,7 +137,7 @@ class AlignRow:
     result: AERResult
     output: str = ""
     network: str = "seq2seq"
-    train_pairs: int = 0
+    train_sentences: int = 0
     wall_s: float = 0.0
     note: str = ""
 
@@ -153,7 +153,7 @@ def run_align(config: AlignConfig, log: Callable[[str], None] = print) -> list[A
         f"{corpus.description}: {len(corpus.source)} gold pairs ({corpus.gold.num_sure} sure links), "
         f"{len(corpus.extra_source)} extra training pairs; network {network.name}: {network.description}"
     )
-    train_pairs = len(corpus.source) + len(corpus.extra_source)
+    train_sentences = len(corpus.source) + len(corpus.extra_source)
     gold = list(corpus.gold)
     rows: list[AlignRow] = []
     for model in config.models:
@@ -175,7 +175,7 @@ def run_align(config: AlignConfig, log: Callable[[str], None] = print) -> list[A
                 family: str = family, model_note: str = model_note, output: str = output) -> AlignRow:
             note = "; ".join(x for x in (model_note, note) if x)
             return AlignRow(model, label, direction, alignment_error_rate(links, gold), output,
-                            family, train_pairs, seconds, note)
+                            family, train_sentences, seconds, note)
 
         for name, probs in forward.items():
             label = "soft" if model == "soft" else name  # a soft model's "prior" is its attention weights
@@ -383,7 +383,7 @@ JSON_SYMMETRISATIONS = ("forward", "reverse", "intersection", "union", "grow-dia
 
 def json_rows(rows: list[AlignRow], corpus: str) -> list[dict[str, Any]]:
     """Rows for ``docs/results/aer.json``: ``corpus``, ``model`` (``<network>-<pair>``), ``output``, ``source``,
-    ``symmetrisation``, ``aer`` / ``precision`` / ``recall`` in %, ``train_pairs``, ``wall_s`` (training, both
+    ``symmetrisation``, ``aer`` / ``precision`` / ``recall`` in %, ``train_sentences``, ``wall_s`` (training, both
     directions for a symmetrised row) and ``note``."""
     out = []
     for r in rows:
@@ -394,7 +394,7 @@ def json_rows(rows: list[AlignRow], corpus: str) -> list[dict[str, Any]]:
             "corpus": corpus, "model": f"{r.network}-{r.model}", "output": r.output,
             "source": "soft" if r.source == "weights" else r.source, "symmetrisation": r.direction,
             "aer": round(100 * a.aer, 2), "precision": round(100 * a.precision, 2),
-            "recall": round(100 * a.recall, 2), "train_pairs": r.train_pairs, "wall_s": round(r.wall_s, 1),
+            "recall": round(100 * a.recall, 2), "train_sentences": r.train_sentences, "wall_s": round(r.wall_s, 1),
             "note": r.note,
         })
     return out

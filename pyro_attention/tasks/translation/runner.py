@@ -88,7 +88,7 @@ from pyro_attention.tasks.translation.translating import BeamSearch, DecodeCache
 Log = Callable[[str], None]
 #: the fields of one row of ``table.json``
 ROW_FIELDS = (
-    "label", "pair", "estimator", "output", "attention_type", "train_pairs", "val_ppl", "test_ppl", "ppl_exact",
+    "label", "pair", "estimator", "output", "attention_type", "train_sentences", "val_ppl", "test_ppl", "ppl_exact",
     "ppl_method", "test_ppl_mc_se", "test_khat_max", "ppl_reliable", "bleu", "bleu_signature", "bleu_tok_none",
     "bleu_kmax5", "prior_entropy", "posterior_entropy",
     "guide_entropy", "guide_kl", "epochs", "best_epoch", "stopped_early", "wall_s", "tokens_per_s", "device",
@@ -320,7 +320,7 @@ def evaluate_row(config: TranslationConfig, folder: Path, label: str, bleu: bool
     row: dict[str, Any] = {
         "label": label, "pair": config.model, "estimator": config.estimator, "output": config.output,
         "attention_type": config.attention_type, "options": config.options,
-        "train_pairs": _train_pairs(config), "val_ppl": val["ppl"], "test_ppl": test["ppl"],
+        "train_sentences": _train_sentences(config), "val_ppl": val["ppl"], "test_ppl": test["ppl"],
         "ppl_exact": bool(test["ppl_exact"]), "ppl_method": test["ppl_method"], "test_kmax5_ppl": test["kmax_ppl"],
         # an estimate's Monte Carlo error and PSIS k-hat (scores kept before they were recorded: None)
         "test_ppl_mc_se": test.get("ppl_mc_se"), "test_khat_max": test.get("khat_max"),
@@ -369,7 +369,7 @@ def _scored(path: Path, checkpoint: Path, score: Callable[[], Evaluation]) -> di
     return scores
 
 
-def _train_pairs(config: TranslationConfig) -> int | None:
+def _train_sentences(config: TranslationConfig) -> int | None:
     try:
         return len(load_split(config, "train", max_len=config.max_len, size=config.train_size, references=False))
     except (OSError, ValueError):  # pragma: no cover - data moved since training

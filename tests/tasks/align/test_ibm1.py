@@ -15,7 +15,7 @@ from pyro_attention.aer import alignment_error_rate
 from pyro_attention.data import make_synthetic_translation
 from pyro_attention.data.text import Vocab
 from pyro_attention.data.translation import collate
-from pyro_attention.distributions.enumeration import gathered_table, observed_table, padded_pairs
+from pyro_attention.distributions.enumeration import gathered_table, observed_table, padded_positions
 from pyro_attention.inference import alignment_posterior, fit, log_likelihood
 from pyro_attention.networks.distortion import DistortionNetwork
 from pyro_attention.networks.lexical import IBM1Network
@@ -119,7 +119,7 @@ def test_lexical_expert_kernel_and_the_ibm1_posterior(network):
     enc = net.encode(batch)
     table = observed_table(net, enc, net.chunk_size)
     assert net.output_experts(enc) is not None  # the lexical expert's path is what runs
-    padding = padded_pairs(enc)  # (B, T, S): 0 there
+    padding = padded_positions(enc)  # (B, T, S): 0 there
     assert torch.allclose(table, gathered_table(net, enc, net.chunk_size).masked_fill(padding, 0), atol=1e-6)
     pair = make_pair("marginal", net)
     probs = alignment_posterior(pair, batch)
@@ -470,9 +470,9 @@ def test_align_ibm1_from_the_command_line_writes_json_rows(tmp_path, capsys):
                                    if r["symmetrisation"].startswith("posterior-")}, abs=0.01)
     for r in rows:
         assert set(r) >= {"corpus", "model", "output", "source", "symmetrisation", "aer", "precision", "recall",
-                          "train_pairs", "wall_s"}
+                          "train_sentences", "wall_s"}
         assert r["corpus"] == "user" and r["model"] == "ibm1-marginal" and r["output"] == "lexical"
-        assert r["train_pairs"] == 4 and 0 <= r["aer"] <= 100
+        assert r["train_sentences"] == 4 and 0 <= r["aer"] <= 100
 
 
 @pytest.mark.parametrize("network, kind", [("distortion", "DistortionNetwork"), ("hmm", "HMMNetwork")])
@@ -646,7 +646,7 @@ def test_em_ibm1_matches_the_measured_neural_ibm1(corpus):
     config = AlignConfig(corpus=corpus, data_dir=str(DATA), extra_size=29000)
     c = load_gold_corpus(config, log=lambda _: None)
     src, tgt = c.source + c.extra_source, c.target + c.extra_target
-    assert len(src) == rows[0]["train_pairs"]
+    assert len(src) == rows[0]["train_sentences"]
     em = EMIBM1(src, tgt).iterate(5)
     links = [{(int(s), t) for t, s in enumerate(em.posterior(a, b).argmax(-1))} for a, b in zip(c.source, c.target,
                                                                                                strict=True)]

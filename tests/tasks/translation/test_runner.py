@@ -67,7 +67,7 @@ def test_rows_trained_evaluated_and_resumed_exactly(tmp_path):
     assert soft["ppl_exact"] and marginal["ppl_exact"] and marginal["output"] == "product"
     assert soft["bleu_kmax5"] is None and marginal["bleu_kmax5"] is not None
     assert 0 <= marginal["bleu"] <= 100 and 0 <= marginal["bleu_tok_none"] <= 100
-    assert soft["epochs"] == 2 and soft["train_pairs"] == 16
+    assert soft["epochs"] == 2 and soft["train_sentences"] == 16
     # the same table over two sittings: one epoch per row, then the rest
     runs = tmp_path / "split"
     assert run_experiment(path, runs, max_epochs=1, progress=False, log=None) == []
