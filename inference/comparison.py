@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from pyro_attention.checks import count
 from pyro_attention.inference.evaluate import EstimateError, estimate_text, log_likelihood
 from pyro_attention.pair import AlignmentPair
 
@@ -123,6 +124,7 @@ def compare(pairs: Mapping[str, AlignmentPair], data: Any, by: str = "token", nu
     import pandas as pd
 
     _check_pairs(pairs, by)
+    count(num_samples, "compare: num_samples", 1)
     _check_vocabularies(pairs)
     values, example_of, method, error = _scores(pairs, _batches(data), num_samples)
     per_token = {name: np.concatenate(v) for name, v in values.items()}

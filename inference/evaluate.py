@@ -38,6 +38,7 @@ from pyro import poutine
 from pyro.poutine.util import site_is_subsample
 from torch import Tensor
 
+from pyro_attention.checks import count
 from pyro_attention.pair import MAX_PLATE_NESTING, AlignmentPair, Rule, observed_log_likelihood
 
 __all__ = [
@@ -322,6 +323,7 @@ def log_likelihood(
         fixed per pair in advance (the prior for BAM and the Gaussian context, whose ``q`` sits far from the prior
         when the KL is down-weighted -- docs/neighbours.md).
     """
+    count(num_samples, "log_likelihood: num_samples", 1)
     return pair.log_likelihood(batch, num_samples=num_samples, proposal=proposal)
 
 
@@ -410,6 +412,7 @@ def kmax_log_likelihood(pair: AlignmentPair, batch: Any, k: int) -> LogLikelihoo
     it when ``K`` covers every real source position.  ``pair.kmax_log_likelihood(batch, k)``: pairs without a
     categorical alignment refuse (``ValueError``).
     """
+    count(k, "kmax_log_likelihood: k", 1)
     return pair.kmax_log_likelihood(batch, k)
 
 
@@ -428,4 +431,6 @@ def predict(
         pair's default, the first of its :attr:`~pyro_attention.pair.AlignmentPair.rules`. A rule the pair does not
         allow is refused with a ``ValueError`` (:class:`~pyro_attention.pair.RuleError`).
     """
+    count(num_samples, "predict: num_samples", 1)
+    count(k, "predict: k")
     return pair.predict(batch, rule, num_samples=num_samples, k=k)

@@ -20,6 +20,7 @@ from typing import Any
 import pyro
 import torch
 
+from pyro_attention.checks import count
 from pyro_attention.inference.distributed import DataParallelSVI
 from pyro_attention.inference.evaluate import log_likelihood
 from pyro_attention.inference.loop import Callback, CsvLogger, ProgressBar, SVIStep, Trainer, check_matmul_precision
@@ -101,6 +102,9 @@ def fit(
         keeps the process's (:func:`~pyro_attention.inference.loop.float32_matmul_precision`); ``None``: the
         process's throughout.
     """
+    for name, value in (("num_epochs", num_epochs), ("batch_size", batch_size), ("warmup_steps", warmup_steps),
+                        ("num_samples", num_samples), ("seed", seed)):
+        count(value, f"fit: {name}")
     if num_epochs < 0 or batch_size < 1 or warmup_steps < 0:
         raise ValueError(
             f"fit: need num_epochs >= 0, batch_size >= 1, warmup_steps >= 0; got "

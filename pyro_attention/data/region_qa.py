@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from pyro_attention.checks import count, same_device
+
 KINDS = ["person", "dog", "cat", "cup", "ball", "hat", "car", "tree", "bird", "book", "lamp", "chair"]
 COLOURS = ["red", "green", "blue", "yellow", "black", "white", "purple", "brown"]
 MATERIALS = ["metal", "rubber", "wood", "glass", "cloth"]
@@ -66,13 +68,18 @@ class RegionBatch:
         )
 
     def validate(
-        self, num_answers: int | None = None, vocab_size: int | None = None, dtype: torch.dtype | None = None
+        self, num_answers: int | None = None, vocab_size: int | None = None, dtype: torch.dtype | None = None,
+        device: torch.device | None = None,
     ) -> None:
         """Raise ``ValueError`` naming the offending tensor and shape for malformed input.
 
         :param dtype: the floating-point dtype of the network's parameters, that features must share.
+        :param device: where the network is, that every tensor must share.
         """
         r, m, q, a = self.regions, self.region_mask, self.question, self.answer
+        if device is not None:
+            same_device({"regions": r, "region_mask": m, "question": q, "answer": a, "gold": self.gold}, device,
+                        "RegionBatch")
         if r.dim() != 3:
             raise ValueError(f"regions must be (B, S, F), got shape {tuple(r.shape)}")
         B, S, _ = r.shape
@@ -176,6 +183,10 @@ def _check_sizes(
     ambiguity: float,
 ) -> None:
     """The sizes of :func:`make_region_qa`, each in its range; else a ``ValueError`` naming it."""
+    for name, value in (("num_examples", num_examples), ("num_regions[0]", num_regions[0]),
+                        ("num_regions[1]", num_regions[1]), ("num_kinds", num_kinds), ("num_colours", num_colours),
+                        ("num_materials", num_materials)):
+        count(value, f"make_region_qa: {name}")
     if num_examples < 1:
         raise ValueError(f"num_examples must be >= 1, got {num_examples}")
     lo, hi = num_regions

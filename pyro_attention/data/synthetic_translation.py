@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import torch
 
+from pyro_attention.checks import count
 from pyro_attention.data.text import Vocab, bucket_batches
 from pyro_attention.data.translation import TranslationBatch
 
@@ -187,6 +188,7 @@ def make_synthetic_translation(
     :param max_len: longest source sentence; targets can be up to twice as long (fan-out words).
     :param marker_prob: probability that a source word is the reordering marker ``s0``.
     """
+    count(num_sentences, "make_synthetic_translation: num_sentences")
     if num_sentences < 0:
         raise ValueError(f"num_sentences must be >= 0, got {num_sentences}")
     if vocab_size < 4:

@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from pyro_attention.checks import count, texts, token_ids
 from pyro_attention.data.corpora import (
     require_file,
 )
@@ -63,8 +64,9 @@ def read_lines(path: str | os.PathLike) -> list[str]:
     """Read a UTF-8 text file (gzip when the name ends in ``.gz``) into a list of lines.
 
     Only the line terminator (``\\n``, or ``\\r\\n``) is removed, and a byte-order mark at the very start of the
-    file; other whitespace is kept.  Lines are split on ``\\n`` only (not on the Unicode line separators that
-    ``str.splitlines`` honours), so line numbers agree with ``wc -l`` / ``sed -n``.
+    file (one anywhere else, as files joined with ``cat`` have, is refused); other whitespace is kept. Lines are
+    split on ``\\n`` only (not on the Unicode line separators that ``str.splitlines`` honours), so line numbers
+    agree with ``wc -l`` / ``sed -n``.
 
     :raises FileNotFoundError: if the file does not exist (or is a directory).
     :raises ValueError: naming the file and the 1-based line number of a line that is not valid UTF-8 or holds a
@@ -88,6 +90,12 @@ def read_lines(path: str | os.PathLike) -> list[str]:
                     ) from None
                 if number == 1 and line.startswith("\ufeff"):
                     line = line[1:]
+                if "\ufeff" in line:
+                    raise ValueError(
+                        f"{path}: line {number} holds a byte-order mark (U+FEFF) at character "
+                        f"{line.index(chr(0xFEFF)) + 1}: files joined with cat keep each one's mark, and it would "
+                        f"be read as part of a word; remove them first (e.g. sed 's/\\xEF\\xBB\\xBF//g')"
+                    )
                 if "\r" in line:
                     raise ValueError(
                         f"{path}: line {number} holds a carriage return (\\r) inside it: the file has old-Mac line "
@@ -235,6 +243,9 @@ class Vocab:
 
         :param max_size: at most this many entries **including** the 4 specials (``len(vocab) <= max_size``).
         """
+        count(min_freq, "Vocab.build: min_freq")
+        if max_size is not None:
+            count(max_size, "Vocab.build: max_size")
         if min_freq < 1:
             raise ValueError(f"Vocab.build: min_freq must be >= 1, got {min_freq}")
         if max_size is not None and max_size < len(SPECIALS):
@@ -242,10 +253,10 @@ class Vocab:
         if isinstance(sentences, str):
             raise TypeError("Vocab.build expects an iterable of token lists, not a string")
         counts: Counter[str] = Counter()
-        for sentence in sentences:
+        for i, sentence in enumerate(sentences):
             if isinstance(sentence, str):
                 raise TypeError("Vocab.build expects token lists; split sentences first (got a string)")
-            counts.update(sentence)
+            counts.update(texts(sentence, f"Vocab.build: sentences[{i}]", "one token"))
         for special in SPECIALS:
             counts.pop(special, None)
         ranked = sorted((t for t, c in counts.items() if c >= min_freq), key=lambda t: (-counts[t], t))
@@ -276,6 +287,7 @@ class Vocab:
         """Token ids, ``<unk>`` (3) for tokens not in the vocabulary.  No ``<s>`` / ``</s>`` is added."""
         if isinstance(tokens, str):
             raise TypeError("Vocab.encode expects a list of tokens, not a string")
+        tokens = texts(tokens, "Vocab.encode: tokens", "one token")
         unk, stoi = self.unk_index, self.stoi
         return [stoi.get(t, unk) for t in tokens]
 
@@ -288,6 +300,8 @@ class Vocab:
         """
         if isinstance(ids, torch.Tensor):
             ids = ids.tolist()
+        else:
+            token_ids(ids, "Vocab.decode: ids")
         out: list[str] = []
         for i in ids:
             i = int(i)

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from pyro_attention.checks import same_device, token_ids
+
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
 
@@ -51,9 +53,16 @@ class TranslationBatch:
               (self.source, self.source_mask, self.target_in, self.target, self.target_mask, self.gold))
         )
 
-    def validate(self, source_vocab: int | None = None, target_vocab: int | None = None) -> None:
-        """Raise ``ValueError`` naming the offending tensor and shape for malformed input."""
+    def validate(self, source_vocab: int | None = None, target_vocab: int | None = None,
+                 device: torch.device | None = None) -> None:
+        """Raise ``ValueError`` naming the offending tensor and shape for malformed input.
+
+        :param device: where the network is, that every tensor must share.
+        """
         s, sm, ti, t, tm = self.source, self.source_mask, self.target_in, self.target, self.target_mask
+        if device is not None:
+            same_device({"source": s, "source_mask": sm, "target_in": ti, "target": t, "target_mask": tm,
+                         "gold": self.gold}, device, "TranslationBatch")
         if s.dim() != 2 or s.dtype != torch.long:
             raise ValueError(f"source must be a (B, S) long tensor, got shape {tuple(s.shape)} dtype {s.dtype}")
         B, S = s.shape
@@ -124,6 +133,11 @@ def collate(
     """
     if not sentences:
         raise ValueError("collate: no sentence pairs")
+    for i, pair in enumerate(sentences):
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise TypeError(f"collate: sentences[{i}] must be a (source ids, target ids) pair, got {pair!r:.80}")
+        token_ids(pair[0], f"collate: sentences[{i}] source")
+        token_ids(pair[1], f"collate: sentences[{i}] target")
     for i, (src, tgt) in enumerate(sentences):
         if len(src) == 0:
             raise ValueError(f"collate: sentence pair {i} has an empty source sentence")

@@ -120,6 +120,11 @@ class AttentionNetwork(nn.Module):
     def encode(self, batch: Any) -> Encoded:  # pragma: no cover - interface
         raise NotImplementedError
 
+    @property
+    def device(self) -> torch.device:
+        """Where the network's parameters are (a batch must be there too)."""
+        return next(self.parameters()).device
+
     def output_logits(self, enc: Encoded, context: Tensor) -> Tensor:  # pragma: no cover - interface
         """Map a context ``(..., B, T, D)`` to output logits ``(..., B, T, V)``."""
         raise NotImplementedError

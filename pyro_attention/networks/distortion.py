@@ -79,7 +79,7 @@ class DistortionNetwork(Seq2Seq):
         filtered posterior ``f_t ∝ prior_t(s) t(y_t | x_s)`` is fed (as its context) to step ``t + 1``."""
         if not isinstance(batch, TranslationBatch):
             raise TypeError(f"DistortionNetwork.encode expects a TranslationBatch, got {type(batch).__name__}")
-        batch.validate(self.source_vocab, self.num_classes)
+        batch.validate(self.source_vocab, self.num_classes, device=self.device)
         src = self.encode_source(batch.source, batch.source_mask)
         state, fed = self.initial_state(src)
         log_t = self.lexical.observed_log_probs(batch)  # (B, T, S)

@@ -122,7 +122,7 @@ class IBM1Network(HeadNetwork):
     def encode(self, batch: TranslationBatch) -> Encoded:
         if not isinstance(batch, TranslationBatch):
             raise TypeError(f"IBM1Network.encode expects a TranslationBatch, got {type(batch).__name__}")
-        batch.validate(self.source_vocab, self.num_classes)
+        batch.validate(self.source_vocab, self.num_classes, device=self.device)
         values = self.src_embed(batch.source)  # (B, S, E)
         B, S = batch.source.shape
         T = batch.target.shape[1]
@@ -320,7 +320,7 @@ class HMMNetwork(HeadNetwork):
     def encode(self, batch: TranslationBatch) -> Encoded:
         if not isinstance(batch, TranslationBatch):
             raise TypeError(f"HMMNetwork.encode expects a TranslationBatch, got {type(batch).__name__}")
-        batch.validate(self.source_vocab, self.num_classes)
+        batch.validate(self.source_vocab, self.num_classes, device=self.device)
         values = self.lexical.src_embed(batch.source)
         query = self._query(batch)
         log_prior, _ = self._forward(batch, self._emission(batch, query))

@@ -91,7 +91,7 @@ class RegionQA(HeadNetwork):
             raise ValueError(
                 f"regions: expected feature size {self.feature_size}, got shape {tuple(batch.regions.shape)}"
             )
-        batch.validate(self.num_classes, self.vocab_size, dtype=self.value.weight.dtype)
+        batch.validate(self.num_classes, self.vocab_size, dtype=self.value.weight.dtype, device=self.device)
         q = self._question(batch, self.embed)  # (B, H)
         # padded rows may hold anything (even NaN): they are zeroed so they never reach a number we use
         regions = batch.regions.masked_fill(~batch.region_mask.unsqueeze(-1), 0.0)

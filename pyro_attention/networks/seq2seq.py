@@ -241,7 +241,7 @@ class Seq2Seq(HeadNetwork):
     def encode(self, batch: TranslationBatch) -> Encoded:
         if not isinstance(batch, TranslationBatch):
             raise TypeError(f"Seq2Seq.encode expects a TranslationBatch, got {type(batch).__name__}")
-        batch.validate(self.source_vocab, self.num_classes)
+        batch.validate(self.source_vocab, self.num_classes, device=self.device)
         src = self.encode_source(batch.source, batch.source_mask)
         state, fed = self.initial_state(src)
         hs, scores = [], []

@@ -223,6 +223,47 @@ CATALOGUE: list[Mistake] = [
         ValueError, r"num\.json: Vocab: tokens must be non-empty strings, got 7",
         "Write the vocabulary with `Vocab.save` (tokens are strings).",
     ),
+    # -- round two: marks inside files, values of the wrong kind -----------------------------------------------------
+    Mistake(
+        "corpus-bom-inside-file", FILES, "a byte-order mark inside a file (two files joined with `cat`; it was read "
+        "as part of the first word)",
+        lambda: read_lines(work_file("joined.en", "a dog\n\ufefftwo cats\n")),
+        ValueError, r"joined\.en: line 2 holds a byte-order mark \(U\+FEFF\) at character 1: files joined with cat",
+        "Remove the marks (`sed 's/\\xEF\\xBB\\xBF//g'`), or save each file without one before joining them.",
+    ),
+    Mistake(
+        "collate-text-not-ids", TENSORS, "`collate` given sentences as text instead of token ids (a raw "
+        "`too many dimensions 'str'`)",
+        lambda: collate([("ein hund", "a dog")]),
+        TypeError, r"collate: sentences\[0\] source must be token ids \(a list of ints\), got the text 'ein hund'",
+        "Encode each side with its vocabulary first: `vocab.encode(text.split())`.",
+    ),
+    Mistake(
+        "collate-not-a-pair", TENSORS, "`collate` given `None` (or anything else that is not a (source, target) pair) "
+        "among the sentences",
+        lambda: collate([([4, 5], [6]), None]),
+        TypeError, r"collate: sentences\[1\] must be a \(source ids, target ids\) pair, got None",
+        "Give a list of `(source ids, target ids)` pairs.",
+    ),
+    Mistake(
+        "vocab-encode-none", VOCAB, "`Vocab.encode` given `None` among the tokens (it was encoded as `<unk>`)",
+        lambda: Vocab(["a", "b"]).encode(["a", None]),
+        TypeError, r"Vocab\.encode: tokens\[1\] must be a string \(one token\), got None \(NoneType\)",
+        "Give a list of token strings (`line.split()`).",
+    ),
+    Mistake(
+        "vocab-decode-text", VOCAB, "`Vocab.decode` given text instead of ids (a raw `invalid literal for int()`)",
+        lambda: Vocab(["a", "b"]).decode("4 5"),
+        TypeError, r"Vocab\.decode: ids must be token ids \(a list of ints\), got the text '4 5'",
+        "Give a list (or tensor) of ids.",
+    ),
+    Mistake(
+        "region-qa-count-not-whole", SIZES, "`make_region_qa` given a count that is not a whole number (NaN: a raw "
+        "`zeros() takes 1 positional argument`)",
+        lambda: make_region_qa(float("nan")),
+        TypeError, r"make_region_qa: num_examples must be a whole number \(an int\), got nan \(float\)",
+        "Give an int.",
+    ),
 ]  # fmt: skip
 
 

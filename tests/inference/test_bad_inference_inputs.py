@@ -91,6 +91,13 @@ CATALOGUE: list[Mistake] = [
         WriteError, r"cannot write .*e-file/post\.nc: File exists \(errno 17\): .*e-file is a file, not a folder",
         "Give a path you can write to; an existing file there is left as it was.",
     ),
+    Mistake(
+        "fit-count-not-whole", SIZES, "`fit` given an epoch count that is not a whole number (NaN trained nothing, "
+        "without a word)",
+        lambda: fit(SoftAttention(region_net()[0]), [region_net()[1]], num_epochs=float("nan"), progress=False),
+        TypeError, r"fit: num_epochs must be a whole number \(an int\), got nan \(float\)",
+        "Give an int.",
+    ),
 ]  # fmt: skip
 
 

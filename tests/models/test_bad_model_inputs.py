@@ -270,6 +270,27 @@ CATALOGUE: list[Mistake] = [
         ValueError, r"num_samples must be >= 1, got 0",
         "Use num_samples >= 1 (more is tighter).",
     ),
+    # -- round two: values of the wrong kind, tensors where the network is not ----------------------------------------
+    Mistake(
+        "num-samples-not-whole", SIZES, "`log_likelihood` given a draw count that is not a whole number (NaN and "
+        "`'10'` were accepted)",
+        lambda: log_likelihood(MarginalLikelihood(region_net()[0]), region_net()[1], num_samples=float("nan")),
+        TypeError, r"log_likelihood: num_samples must be a whole number \(an int\), got nan \(float\)",
+        "Give an int (100 is the default).",
+    ),
+    Mistake(
+        "batch-on-meta-device", TENSORS, "a batch on the `meta` device (shapes without values: a raw `Tensor on "
+        "device cpu is not on the expected device meta`)",
+        lambda: region_ll(regions=lambda b: b.regions.to("meta")),
+        ValueError, r"RegionBatch: regions is on the meta device \(a shape without values\); give real data",
+        "Give the batch's real tensors, on the network's device (`batch.to(device)`).",
+    ),
+    Mistake(
+        "network-on-meta-device", TENSORS, "a network on the `meta` device (built without weights)",
+        lambda: log_likelihood(MarginalLikelihood(region_net()[0].to("meta")), region_net()[1]),
+        ValueError, r"RegionBatch: the network's parameters are on the meta device \(shapes without values\)",
+        "Build the network on a real device, or `to_empty(device=...)` and load its weights first.",
+    ),
 ]  # fmt: skip
 
 

@@ -107,7 +107,8 @@ def _check_source(net: Any, source: Tensor, source_mask: Tensor) -> None:
     B = source.shape[0] if source.dim() > 0 else 1
     one = torch.ones(B, 1, dtype=torch.bool, device=source.device)
     bos, eos = torch.full((B, 1), BOS, device=source.device), torch.full((B, 1), EOS, device=source.device)
-    TranslationBatch(source, source_mask, bos, eos, one).validate(getattr(net, "source_vocab", None))
+    TranslationBatch(source, source_mask, bos, eos, one).validate(getattr(net, "source_vocab", None),
+                                                                 device=net.device)
 
 
 class _ProductMarginal:

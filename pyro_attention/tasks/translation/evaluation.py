@@ -12,6 +12,7 @@ import pyro
 import torch
 from tqdm.auto import tqdm
 
+from pyro_attention.checks import count
 from pyro_attention.data.translation import TranslationBatch
 from pyro_attention.inference.evaluate import EstimateError
 from pyro_attention.pair import AlignmentPair, Rule
@@ -146,10 +147,12 @@ def evaluate(
     config = ckpt.config if data_dir is None else ckpt.config.replace(data_dir=data_dir)
     pair = ckpt.pair
     search = (search or BeamSearch()).for_pair(pair)
-    if isinstance(kmax, bool) or not isinstance(kmax, int) or kmax < 0:
-        raise ValueError(f"evaluate: kmax must be an int >= 0 (0: no K-max perplexity), got {kmax!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"evaluate: batch_size must be an int >= 1, got {batch_size!r}")
+    if count(kmax, "evaluate: kmax") < 0:
+        raise ValueError(f"evaluate: kmax must be >= 0 (0: no K-max perplexity), got {kmax}")
+    count(batch_size, "evaluate: batch_size", 1)
+    for name, value in (("size", size), ("num_samples", num_samples)):
+        if value is not None:
+            count(value, f"evaluate: {name}", 1)
     files = dict(src_file=src_file, tgt_file=tgt_file, ref_file=ref_file)
     data, batches = _evaluation_batches(ckpt, config, split, size, batch_size, bleu, **files)
     ckpt.network.eval()

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from pyro_attention.checks import texts
 from pyro_attention.files import write_text, writing
 from pyro_attention.pair import AlignmentPair, Rule
 from pyro_attention.tasks.translation.checkpoints import Checkpoint, load_checkpoint, move_checkpoint
@@ -209,11 +210,7 @@ def translate_lines(
     """
     from pyro_attention.metrics import detokenize
 
-    if isinstance(lines, (str, bytes)):
-        raise TypeError(
-            f"translate_lines: lines must be a list (or other iterable) of sentences, got one {type(lines).__name__} "
-            f"{lines[:40]!r}; wrap a single sentence in a list: [{lines[:40]!r}]"
-        )
+    lines = texts(lines, "translate_lines: lines")
     ckpt = as_checkpoint(checkpoint)
     if device is not None:
         move_checkpoint(ckpt, device)

@@ -282,7 +282,7 @@ CATALOGUE: list[Mistake] = [
     Mistake(
         "evaluate-negative-kmax", SIZES, "evaluation with a negative K",
         lambda: evaluate(tiny_run(), "val", kmax=-1, bleu=False),
-        ValueError, r"evaluate: kmax must be an int >= 0 \(0: no K-max perplexity\), got -1",
+        ValueError, r"evaluate: kmax must be >= 0 \(0: no K-max perplexity\), got -1",
         "Use kmax >= 0 (0 skips the K-max perplexity).",
     ),
     Mistake(
@@ -339,6 +339,18 @@ CATALOGUE: list[Mistake] = [
         lambda: load_checkpoint(damaged_checkpoint("vocab-json")),
         ValueError, r"checkpoint .*vocab-json\.pt: target vocabulary is damaged: not valid JSON \(",
         "Use another checkpoint of the run (`best.pt` or `last.pt`), or the original file.",
+    ),
+    Mistake(
+        "translate-lines-none", FILES, "`translate_lines` given `None` among the lines",
+        lambda: translate_lines(tiny_run(), ["3 4 5", None]),
+        TypeError, r"translate_lines: lines\[1\] must be a string \(one sentence\), got None \(NoneType\)",
+        "Give a list of strings (an empty string for an empty line).",
+    ),
+    Mistake(
+        "evaluate-size-not-whole", SIZES, "`evaluate` given a size that is not a whole number",
+        lambda: evaluate(tiny_run(), "val", size=2.5, bleu=False),
+        TypeError, r"evaluate: size must be a whole number \(an int\), got 2\.5 \(float\)",
+        "Give an int, or `None` for all.",
     ),
 ]  # fmt: skip
 
