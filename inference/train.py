@@ -102,14 +102,12 @@ def fit(
         keeps the process's (:func:`~pyro_attention.inference.loop.float32_matmul_precision`); ``None``: the
         process's throughout.
     """
-    for name, value in (("num_epochs", num_epochs), ("batch_size", batch_size), ("warmup_steps", warmup_steps),
-                        ("num_samples", num_samples), ("seed", seed)):
+    for name, value in dict(num_epochs=num_epochs, batch_size=batch_size, warmup_steps=warmup_steps,
+                            num_samples=num_samples, seed=seed).items():
         count(value, f"fit: {name}")
     if num_epochs < 0 or batch_size < 1 or warmup_steps < 0:
-        raise ValueError(
-            f"fit: need num_epochs >= 0, batch_size >= 1, warmup_steps >= 0; got "
-            f"num_epochs={num_epochs}, batch_size={batch_size}, warmup_steps={warmup_steps}"
-        )
+        raise ValueError(f"fit: need num_epochs >= 0, batch_size >= 1, warmup_steps >= 0; got num_epochs={num_epochs}, "
+                         f"batch_size={batch_size}, warmup_steps={warmup_steps}")
     try:
         lr = check_lr(lr)
         if matmul_precision is not None:

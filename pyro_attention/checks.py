@@ -70,3 +70,28 @@ def same_device(tensors: Mapping[str, torch.Tensor | None], device: torch.device
             raise ValueError(f"{owner}: {name} is on the meta device (a shape without values); give real data")
         raise ValueError(f"{owner}: {name} is on {tensor.device}, the network on {device}; move the batch first "
                          f"(batch.to({str(device)!r}))")
+
+
+def weight_differences(have: Mapping[str, torch.Tensor], saved: Mapping[str, Any], strict: bool = True,
+                       most: int = 4) -> list[str]:
+    """How saved weights ``saved`` (a ``state_dict``) fail to fit a module whose own are ``have``, in words: weights
+    of the same name and another shape, and with ``strict`` the weights either side lacks (``most`` names of each
+    kind); empty when they fit.  What ``load_state_dict`` would raise, said before it raises."""
+
+    def some(names: list[str]) -> str:
+        return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+
+    out = []
+    shapes = [f"{k} is {tuple(v.shape)} there, {tuple(have[k].shape)} here" for k, v in saved.items()
+              if k in have and isinstance(v, torch.Tensor) and tuple(v.shape) != tuple(have[k].shape)]
+    if shapes:
+        out.append(f"{len(shapes)} of another size ({'; '.join(shapes[:most])}"
+                   + (f"; and {len(shapes) - most} more" if len(shapes) > most else "") + ")")
+    if strict:
+        missing = [k for k in have if k not in saved]
+        extra = [k for k in saved if k not in have]
+        if missing:
+            out.append(f"{len(missing)} missing ({some(missing)})")
+        if extra:
+            out.append(f"{len(extra)} this module has no place for ({some(extra)})")
+    return out

@@ -51,6 +51,7 @@ import torch
 from pyro import poutine
 from torch import Tensor, nn
 
+from pyro_attention.checks import weight_differences
 from pyro_attention.networks.base import AttentionNetwork, Encoded, expected_context, mask_scores
 
 if TYPE_CHECKING:
@@ -361,6 +362,10 @@ class AlignmentPair:
                 + (f" (unexpected: {sorted(got - have)})" if got - have else "")
             )
         for name, module in self.modules().items():
+            wrong = weight_differences(module.state_dict(), state[name])
+            if wrong:
+                raise ValueError(f"{type(self).__name__}: the saved weights of {name!r} do not fit its "
+                                 f"{type(module).__name__}: " + "; ".join(wrong))
             module.load_state_dict(state[name])
 
     def train(self, mode: bool = True) -> AlignmentPair:

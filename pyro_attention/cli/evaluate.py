@@ -56,6 +56,11 @@ def _evaluate(args: argparse.Namespace) -> int:
     from pyro_attention.files import write_text
     from pyro_attention.tasks.translation import evaluate
 
+    if args.no_bleu:
+        given = [flag for flag, value in (("--hypotheses", args.hypotheses), ("--lowercase-bleu", args.lowercase_bleu))
+                 if value is not None]
+        if given:
+            args.parser.error(f"argument {given[0]}: it goes with decoding, which --no-bleu skips (drop one of them)")
     if args.threads:
         torch.set_num_threads(args.threads)
     try:

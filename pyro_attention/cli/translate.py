@@ -18,11 +18,14 @@ def _translate(args: argparse.Namespace) -> int:
     from pyro_attention.data.text import read_lines
     from pyro_attention.tasks.translation import translate_lines
 
+    if args.kmax is not None and args.rule != "kmax":
+        args.parser.error(f"argument --kmax: K of the K-max rule; it goes with --rule kmax (got --rule {args.rule})"
+                          if args.rule else "argument --kmax: K of the K-max rule; add --rule kmax")
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
         lines = sys.stdin.read().splitlines() if args.input == "-" else read_lines(args.input)
-        out = translate_lines(args.checkpoint, lines, search=beam_search(args, args.kmax),
+        out = translate_lines(args.checkpoint, lines, search=beam_search(args, args.kmax or 5),
                               **{k: getattr(args, k) for k in _PASSED})
     except (ValueError, OSError) as e:
         exit_with_error(args.parser, e)
@@ -38,7 +41,7 @@ def add_translate(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
                      "Translate one sentence per line; detokenised output on stdout.")
     tl.add_argument("checkpoint", help=CHECKPOINT_HELP)
     tl.add_argument("input", nargs="?", default="-", help="input file (plain or .gz); '-' or none: stdin")
-    tl.add_argument("--kmax", type=int_at_least(1), default=5, help="K of --rule kmax (5)")
+    tl.add_argument("--kmax", type=int_at_least(1), default=None, help="K of --rule kmax (default 5)")
     tl.add_argument(
         "--tokenize",
         choices=("none", "moses"),

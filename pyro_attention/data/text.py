@@ -48,6 +48,7 @@ __all__ = [
     "Vocab",
     "bucket_batches",
     "bucket_indices",
+    "different_files",
     "read_lines",
     "read_parallel",
     "undo_bpe",
@@ -145,6 +146,15 @@ class ParallelCorpus:
         return text
 
 
+def different_files(source: str | os.PathLike, target: str | os.PathLike) -> None:
+    """A ``ValueError`` naming the file when the source and the target side of a parallel text are one file (a
+    copy-paste slip: the model would learn to copy)."""
+    a, b = Path(source), Path(target)
+    if a == b or (a.exists() and b.exists() and os.path.samefile(a, b)):
+        raise ValueError(f"{a} is given as both the source and the target side; give the target language's file "
+                         "for the target")
+
+
 def read_parallel(
     src_path: str | os.PathLike,
     tgt_path: str | os.PathLike,
@@ -161,6 +171,7 @@ def read_parallel(
         either side is empty / whitespace only (naming the file and 1-based line).
     """
     src_path, tgt_path = Path(src_path), Path(tgt_path)
+    different_files(src_path, tgt_path)
     if max_len is not None and max_len < 1:
         raise ValueError(f"max_len must be a positive integer or None, got {max_len}")
     src_lines, tgt_lines = read_lines(src_path), read_lines(tgt_path)

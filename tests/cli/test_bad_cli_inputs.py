@@ -251,6 +251,20 @@ CATALOGUE: list[Mistake] = [
         r"directions together; add --both-directions",
         "Add `--both-directions` (agreement needs both), or drop `--agreement`.",
     ),
+    Mistake(
+        "evaluate-hypotheses-without-bleu", CONFIG, "`pyro-attention evaluate --no-bleu --hypotheses FILE` (no file "
+        "was written, without a word)",
+        lambda: run_cli("evaluate", tiny_run(), "--no-bleu", "--hypotheses", work_path("hyps.txt")),
+        SystemExit, r"exit status 2: .*argument --hypotheses: it goes with decoding, which --no-bleu skips",
+        "Drop `--no-bleu` to decode, or `--hypotheses`.",
+    ),
+    Mistake(
+        "translate-kmax-without-rule", CONFIG, "`pyro-attention translate --kmax K` without `--rule kmax` (K was "
+        "ignored)",
+        lambda: run_cli("translate", tiny_run(), work_file("in.txt", "3 4 5\n"), "--kmax", "3"),
+        SystemExit, r"exit status 2: .*argument --kmax: K of the K-max rule; add --rule kmax",
+        "Add `--rule kmax`, or drop `--kmax`.",
+    ),
 ]  # fmt: skip
 
 

@@ -264,6 +264,13 @@ CATALOGUE: list[Mistake] = [
         TypeError, r"make_region_qa: num_examples must be a whole number \(an int\), got nan \(float\)",
         "Give an int.",
     ),
+    Mistake(
+        "parallel-same-file", FILES, "the same file as the source and the target side (a copy-paste slip: the model "
+        "learnt to copy)",
+        lambda: read_parallel(work_file("both.de", "ein hund\n"), work_path("both.de")),
+        ValueError, r"both\.de is given as both the source and the target side",
+        "Give the target language's file for the target.",
+    ),
 ]  # fmt: skip
 
 

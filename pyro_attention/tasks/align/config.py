@@ -91,6 +91,11 @@ class AlignConfig(OptimConfig):
             raise ValueError(f"links_format must be one of {', '.join(LINK_FORMATS)}, got {self.links_format!r}")
         if self.links_order not in LINK_ORDERS:
             raise ValueError(f"links_order must be one of {', '.join(LINK_ORDERS)}, got {self.links_order!r}")
+        if self.gold_links is None:
+            for name, default in (("links_format", "pharaoh1"), ("links_order", "source-target")):
+                if getattr(self, name) != default:
+                    raise ValueError(f"{name}: says how --gold-links is written; give --gold-links too (the corpus's "
+                                     "own gold links have their own format)")
         own = (self.gold_text, self.gold_src, self.gold_tgt, self.gold_links)
         if any(x is not None for x in own):
             if self.gold_links is None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pyro_attention.data.alignments import GoldAlignments, read_bitext, read_naacl, read_pharaoh
 from pyro_attention.data.corpora import data_dir as resolve_data_dir
 from pyro_attention.data.corpora import multi30k_paths
-from pyro_attention.data.text import read_parallel
+from pyro_attention.data.text import different_files, read_parallel
 from pyro_attention.tasks.align.config import AlignConfig
 
 
@@ -60,6 +60,7 @@ def load_user_gold(config: AlignConfig, log: Callable[[str], None] = print) -> G
         source, target = read_bitext(config.gold_text)
         where = config.gold_text
     else:
+        different_files(config.gold_src, config.gold_tgt)
         source, target = _read_side(config.gold_src), _read_side(config.gold_tgt)
         if len(source) != len(target):
             raise ValueError(f"{config.gold_src} has {len(source)} sentences but {config.gold_tgt} has {len(target)}: "

@@ -17,6 +17,7 @@ import pyro
 import torch
 
 from pyro_attention import __version__
+from pyro_attention.checks import weight_differences
 from pyro_attention.data.text import Vocab
 from pyro_attention.files import writing
 from pyro_attention.networks import Seq2Seq
@@ -183,7 +184,7 @@ def load_weights(pair: AlignmentPair, state: dict[str, Any]) -> None:
     try:
         pair.load_state_dict({"network": state["network"], **state["pair_modules"]})
     except (RuntimeError, ValueError) as e:
-        raise ValueError(f"{state.get('_path', 'checkpoint')}: weights do not fit {pair!r}: {e}") from None
+        raise ValueError(f"{state.get('_path', 'checkpoint')}: {e}") from None
 
 
 def warm_start(
@@ -205,16 +206,22 @@ def warm_start(
         raise ValueError(f"{path}: init_from needs this run's vocabularies: " + "; ".join(diffs)
                          + " (the same data, min_freq and max_vocab as that run)")
     names = list(pair.network.state_dict())
-    try:
-        result = pair.network.load_state_dict(state["network"], strict=False)
-    except RuntimeError as e:  # "size mismatch for score.att_w.weight: copying a param with shape ..."
-        found = [line.strip() for line in str(e).splitlines() if "size mismatch" in line]
-        raise ValueError(f"{path}: init_from: weights of another size ({'; '.join(found) or e}); give this run the "
-                         "checkpoint's sizes (embedding, encoder, decoder, attention)") from None
-    fresh = list(result.missing_keys)
+    wrong = weight_differences(pair.network.state_dict(), state["network"], strict=False)
+    if wrong:
+        sizes = _size_differences(state)
+        raise ValueError(f"{path}: init_from: weights {'; '.join(wrong)}; give this run the checkpoint's sizes"
+                         + (f" ({sizes})" if sizes else " (embedding, encoder, decoder, attention)"))
+    fresh = list(pair.network.load_state_dict(state["network"], strict=False).missing_keys)
     if len(fresh) == len(names):
         raise ValueError(f"{path}: init_from: no weight in common with this network ({type(pair.network).__name__})")
     return [n for n in names if n not in fresh], fresh
+
+
+def _size_differences(state: dict[str, Any]) -> str:
+    """The checkpoint's network sizes, as flags (``--embedding 8 --encoder 8 ...``)."""
+    saved = state.get("config") or {}
+    keys = [k for k in ("embedding", "encoder", "decoder", "attention", "layers") if k in saved]
+    return " ".join(f"--{k} {saved[k]}" for k in keys)
 
 
 def check_param_store(state: dict[str, Any]) -> None:

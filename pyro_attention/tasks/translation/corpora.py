@@ -94,6 +94,9 @@ def load_split(
         line; default: the detokenised target side).
     :param references: also prepare the BLEU references (``False``: ``Split.references`` is ``None``).
     """
+    if ref_file is not None and src_file is None:
+        raise ValueError(f"ref_file: {ref_file} holds the references of --src-file / --tgt-file; a split of the "
+                         "corpus has its own (give the files too, or drop --ref-file)")
     if src_file is not None or tgt_file is not None:
         if src_file is None or tgt_file is None:
             raise ValueError("give both a source and a target file (--src-file and --tgt-file)")

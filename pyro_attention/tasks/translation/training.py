@@ -74,7 +74,7 @@ def train(
         counters and history; the checkpoint must have the same model, estimator, sizes and vocabularies.
     :param overwrite: start afresh even if the output folder holds a checkpoint (otherwise refused).
         A fresh run with ``config.init_from`` starts from that checkpoint's network weights
-        (:func:`~pyro_attention.tasks.translation.checkpoints.warm_start`); a resumed one ignores it.
+        (:func:`~pyro_attention.tasks.translation.checkpoints.warm_start`); a resumed one refuses another.
     :raises FileNotFoundError: ``resume`` without a ``last.pt``; an ``init_from`` that does not exist.
     :raises FileExistsError: a fresh run into a folder that holds ``last.pt`` without ``overwrite``.
     :raises ValueError: a checkpoint that does not fit this run (naming every difference).
@@ -178,8 +178,10 @@ def _prepare(
     src_vocab, tgt_vocab = build_vocabs(config, corpora.train)
     if saved is not None:
         check_compatible(saved, config, src_vocab, tgt_vocab)
-        changed = [k for k, v in config.to_dict().items()
-                   if saved["config"].get(k) != v and k not in ("epochs", "init_from")]  # init_from: fresh runs only
+        if config.init_from and config.init_from != saved["config"].get("init_from"):
+            raise ValueError(f"init_from: a resumed run continues from its last.pt; --init-from {config.init_from} "
+                             "only starts a fresh run's weights (drop it, or start afresh with --overwrite)")
+        changed = [k for k, v in config.to_dict().items() if saved["config"].get(k) != v and k != "init_from"]
         if changed:
             log("note: changed since the checkpoint, applied from here on: " + ", ".join(
                 f"{k} {saved['config'].get(k)!r} -> {getattr(config, k)!r}" for k in changed)

@@ -64,6 +64,13 @@ CATALOGUE: list[Mistake] = [
         r"is a product",
         "Use one of the two: `--table-prior` (tables by EM) or `--decoder-expert` (trained by gradient).",
     ),
+    Mistake(
+        "links-format-without-gold-links", CONFIG, "`--links-format` (or `--links-order`) without `--gold-links` "
+        "(ignored: the corpus's links have their own format)",
+        lambda: AlignConfig(links_format="naacl"),
+        ValueError, r"links_format: says how --gold-links is written; give --gold-links too",
+        "Give `--gold-links` with it, or drop it.",
+    ),
 ]  # fmt: skip
 
 

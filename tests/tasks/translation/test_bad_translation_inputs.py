@@ -225,7 +225,8 @@ CATALOGUE: list[Mistake] = [
     Mistake(
         "checkpoint-weights-do-not-fit", CKPT, "a checkpoint whose weights do not fit the network of its config",
         lambda: load_checkpoint(damaged_checkpoint("weights")),
-        ValueError, r"(?s)reshaped\.pt: weights do not fit SoftAttention\(\): .*size mismatch for tgt_embed\.weight",
+        ValueError, r"reshaped\.pt: SoftAttention: the saved weights of 'network' do not fit its Seq2Seq: 1 of "
+                    r"another size \(tgt_embed\.weight is \(3, 3\) there, \(35, 8\) here\)",
         "The file was edited or mixed up; use the checkpoint as written.",
     ),
     Mistake(
@@ -351,6 +352,33 @@ CATALOGUE: list[Mistake] = [
         lambda: evaluate(tiny_run(), "val", size=2.5, bleu=False),
         TypeError, r"evaluate: size must be a whole number \(an int\), got 2\.5 \(float\)",
         "Give an int, or `None` for all.",
+    ),
+    # -- round two: options without their partner, resuming with another start, weights that do not fit ------------
+    Mistake(
+        "evaluate-references-without-files", CONFIG, "`evaluate(ref_file=...)` on a split of the corpus (the "
+        "references were ignored)",
+        lambda: evaluate(tiny_run(), "val", ref_file=work_file("refs.txt", "a b\n"), bleu=False),
+        ValueError, r"ref_file: .*refs\.txt holds the references of --src-file / --tgt-file; a split of the corpus "
+                    r"has its own",
+        "Give `src_file` and `tgt_file` with it, or drop `ref_file`.",
+    ),
+    Mistake(
+        "resume-with-another-init-from", CKPT, "`--resume` with an `--init-from` the run did not start from (it "
+        "was ignored)",
+        lambda: train(tiny_config(out=str(tiny_run()), epochs=2, init_from=str(tiny_run() / "best.pt")), resume=True,
+                      progress=False, log=None),
+        ValueError, r"init_from: a resumed run continues from its last\.pt; --init-from .*best\.pt only starts a fresh "
+                    r"run's weights",
+        "Drop `--init-from`, or start afresh with `--overwrite`.",
+    ),
+    Mistake(
+        "init-from-other-sizes", CKPT, "`--init-from` a checkpoint of other sizes (PyTorch's raw `size mismatch` "
+        "text)",
+        lambda: train(tiny_config(out=str(work_path("wide")), embedding=12, init_from=str(tiny_run() / "last.pt")),
+                      progress=False, log=None),
+        ValueError, r"last\.pt: init_from: weights \d+ of another size \(src_embed\.weight is \(\d+, 8\) there, "
+                    r"\(\d+, 12\) here",
+        "Give this run the checkpoint's sizes (the message lists them as flags).",
     ),
 ]  # fmt: skip
 
