@@ -45,6 +45,7 @@ import torch
 import xarray as xr
 from pyro import poutine
 
+from pyro_attention.checks import count
 from pyro_attention.inference import arviz_generation as azg
 from pyro_attention.inference.evaluate import guide_draw, log_likelihood
 from pyro_attention.inference.posterior import alignment_posterior, entropy
@@ -233,6 +234,9 @@ def to_inference_data(
     :param num_chains: chains the independent draws are split into, so that ArviZ's R-hat is defined (and ~1);
         fewer where ``num_samples`` leaves less than 4 draws per chain.
     """
+    for name, value in (("num_samples", num_samples), ("num_importance_samples", num_importance_samples),
+                        ("num_chains", num_chains)):
+        count(value, f"to_inference_data: {name}")
     if num_chains < 1:
         raise ValueError(f"num_chains must be >= 1, got {num_chains}")
     if num_samples < 2:

@@ -20,6 +20,7 @@ import pyro
 import torch
 from pyro.infer import MCMC, NUTS
 
+from pyro_attention.checks import count
 from pyro_attention.inference import arviz_generation as azg
 from pyro_attention.pair import AlignmentPair
 
@@ -35,6 +36,9 @@ def nuts_alignment(
 ) -> Any:
     """NUTS draws of ``"align"`` for one example, as ArviZ data with R-hat / ESS available (an ``InferenceData`` on
     ArviZ 0.2x, an ``xarray.DataTree`` on ArviZ >= 1)."""
+    for name, value, low in (("num_samples", num_samples, 1), ("warmup_steps", warmup_steps, 0),
+                             ("num_chains", num_chains, 1), ("seed", seed, None)):
+        count(value, f"nuts_alignment: {name}", low)
     if pair.continuous != "weights":
         raise ValueError(
             f"nuts_alignment is for continuous alignments; {type(pair).__name__} has {pair.latent!r} "

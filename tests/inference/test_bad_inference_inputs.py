@@ -98,6 +98,13 @@ CATALOGUE: list[Mistake] = [
         TypeError, r"fit: num_epochs must be a whole number \(an int\), got nan \(float\)",
         "Give an int.",
     ),
+    Mistake(
+        "draws-count-not-whole", SIZES, "`to_inference_data` (or `nuts_alignment`) given a draw count that is not a "
+        "whole number",
+        lambda: to_inference_data(MarginalLikelihood(region_net()[0]), region_net()[1], num_samples=100.0),
+        TypeError, r"to_inference_data: num_samples must be a whole number \(an int\), got 100\.0 \(float\)",
+        "Give an int.",
+    ),
 ]  # fmt: skip
 
 
