@@ -4,20 +4,12 @@ layer's)."""
 
 from __future__ import annotations
 
-import pytest
-
 from pyro_attention.networks import Seq2Seq
-from tests.support.mistakes import (
-    SIZES,
-    Mistake,
-    check_mistake,
-)
+from tests.support import mistakes as m
 
-pytestmark = pytest.mark.usefixtures("mistake_work_dir")
-
-CATALOGUE: list[Mistake] = [
-    Mistake(
-        "network-size-zero", SIZES, "a network with a zero-sized vocabulary or layer",
+CATALOGUE: list[m.Mistake] = [
+    m.Mistake(
+        "network-size-zero", m.SIZES, "a network with a zero-sized vocabulary or layer",
         lambda: Seq2Seq(0, 12),
         ValueError, r"Seq2Seq: source_vocab must be >= 4, got 0",
         "Build the network from the vocabulary: `Seq2Seq(len(src_vocab), len(tgt_vocab), ...)`.",
@@ -25,6 +17,4 @@ CATALOGUE: list[Mistake] = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("mistake", CATALOGUE, ids=[m.id for m in CATALOGUE])
-def test_mistake_gets_a_clear_error(mistake: Mistake):
-    check_mistake(mistake)
+test_mistake_gets_a_clear_error = m.mistake_test(CATALOGUE)

@@ -298,3 +298,15 @@ def check_mistake(mistake: Mistake) -> None:
         assert re.match(r"exit status [12]: ", str(info.value)) and "Traceback" not in str(info.value)
     else:
         assert _raised_here(info.value), "".join(traceback.format_exception(info.value))
+
+
+def mistake_test(catalogue: list[Mistake]) -> Callable[[Mistake], None]:
+    """The test of a layer's catalogue: each entry committed once, in the module's own work folder
+    (``test_mistake_gets_a_clear_error = mistake_test(CATALOGUE)``)."""
+
+    @pytest.mark.usefixtures("mistake_work_dir")
+    @pytest.mark.parametrize("mistake", catalogue, ids=[m.id for m in catalogue])
+    def test_mistake_gets_a_clear_error(mistake: Mistake) -> None:
+        check_mistake(mistake)
+
+    return test_mistake_gets_a_clear_error

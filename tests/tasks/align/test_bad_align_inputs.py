@@ -4,59 +4,47 @@ docs/troubleshooting.md lists every layer's)."""
 
 from __future__ import annotations
 
-import pytest
-
 from pyro_attention.data.translation import collate
 from pyro_attention.tasks.align import AlignConfig
-from tests.support.mistakes import (
-    CONFIG,
-    GOLD,
-    NAMES,
-    Mistake,
-    check_mistake,
-    decoder_expert_hmm,
-    null_hmm,
-)
+from tests.support import mistakes as m
 
-pytestmark = pytest.mark.usefixtures("mistake_work_dir")
-
-CATALOGUE: list[Mistake] = [
-    Mistake(
-        "null-word-missing", GOLD, "a batch for a network with a NULL word (`null_prob`) whose source sentences lack "
+CATALOGUE: list[m.Mistake] = [
+    m.Mistake(
+        "null-word-missing", m.GOLD, "a batch for a network with a NULL word (`null_prob`) whose source sentences lack "
         "it at position 0",
-        lambda: null_hmm().encode(collate([([4, 5], [6])])),
+        lambda: m.null_hmm().encode(collate([([4, 5], [6])])),
         ValueError, r"HMMNetwork\(null_prob=\.\.\.\): source position 0 must be the NULL word <s> \(id 1\) in every "
         r"row; row 0 holds id 4 \(prepend it with pyro_attention\.networks\.lexical\.with_null_word\)",
         "Put the NULL word in front of every source sentence (`with_null_word(ids)`); `pyro-attention align "
         "--null-prob` does it for you.",
     ),
-    Mistake(
-        "null-prob-network", GOLD, "`pyro-attention align --null-prob` with a network that has no NULL word",
+    m.Mistake(
+        "null-prob-network", m.GOLD, "`pyro-attention align --null-prob` with a network that has no NULL word",
         lambda: AlignConfig(network="distortion", models=["marginal"], null_prob=0.2),
         ValueError, r"null_prob: network 'distortion' has no NULL word; only ibm1, hmm take --null-prob, got 0\.2",
         "Use `--network ibm1` or `--network hmm`, or leave `--null-prob` out.",
     ),
-    Mistake(
-        "decoder-expert-network", GOLD, "`pyro-attention align --decoder-expert` with a network that takes none",
+    m.Mistake(
+        "decoder-expert-network", m.GOLD, "`pyro-attention align --decoder-expert` with a network that takes none",
         lambda: AlignConfig(network="ibm1", models=["marginal"], decoder_expert=64),
         ValueError, r"decoder_expert: network 'ibm1' takes no decoder's expert here; only hmm take "
         r"--decoder-expert, got 64",
         "Use `--network hmm`, or leave `--decoder-expert` out (`--network product` has its own decoder's expert).",
     ),
-    Mistake(
-        "decoder-expert-classes", GOLD, "a DecoderExpert for another target vocabulary than its HMMNetwork's",
-        lambda: decoder_expert_hmm(),
+    m.Mistake(
+        "decoder-expert-classes", m.GOLD, "a DecoderExpert for another target vocabulary than its HMMNetwork's",
+        lambda: m.decoder_expert_hmm(),
         ValueError, r"HMMNetwork: decoder_expert has 7 classes, the network 8",
         "Build the DecoderExpert with the network's target vocabulary size.",
     ),
-    Mistake(
-        "unknown-align-corpus", NAMES, "an unknown gold corpus for `align`",
+    m.Mistake(
+        "unknown-align-corpus", m.NAMES, "an unknown gold corpus for `align`",
         lambda: AlignConfig(corpus="deen"),
         ValueError, r"corpus must be one of \('enfr', 'csen'\), got 'deen'",
         "Use one of the listed corpora.",
     ),
-    Mistake(
-        "align-table-prior-decoder-expert", CONFIG, "`--table-prior` with `--decoder-expert` (no closed-form M-step "
+    m.Mistake(
+        "align-table-prior-decoder-expert", m.CONFIG, "`--table-prior` with `--decoder-expert` (no closed-form M-step "
         "for a product of experts)",
         lambda: AlignConfig(network="hmm", models=["marginal"], both_directions=True, table_prior=0.01,
                             decoder_expert=8),
@@ -64,8 +52,8 @@ CATALOGUE: list[Mistake] = [
         r"is a product",
         "Use one of the two: `--table-prior` (tables by EM) or `--decoder-expert` (trained by gradient).",
     ),
-    Mistake(
-        "links-format-without-gold-links", CONFIG, "`--links-format` (or `--links-order`) without `--gold-links` "
+    m.Mistake(
+        "links-format-without-gold-links", m.CONFIG, "`--links-format` (or `--links-order`) without `--gold-links` "
         "(ignored: the corpus's links have their own format)",
         lambda: AlignConfig(links_format="naacl"),
         ValueError, r"links_format: says how --gold-links is written; give --gold-links too",
@@ -74,6 +62,4 @@ CATALOGUE: list[Mistake] = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("mistake", CATALOGUE, ids=[m.id for m in CATALOGUE])
-def test_mistake_gets_a_clear_error(mistake: Mistake):
-    check_mistake(mistake)
+test_mistake_gets_a_clear_error = m.mistake_test(CATALOGUE)
