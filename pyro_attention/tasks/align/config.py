@@ -138,6 +138,22 @@ class AlignConfig(OptimConfig):
             raise ValueError(f"table_prior: the closed-form M-step sets a table alone; with --decoder-expert "
                              f"{self.decoder_expert} the emission is a product with the decoder's expert (use one of "
                              "--table-prior and --decoder-expert)")
+        self._check_network_options()
         if not self.thresholds or not all(0.0 < t <= 1.0 for t in self.thresholds):
             raise ValueError(f"thresholds: need at least one, each in (0, 1], got {self.thresholds}")
+
+    def _check_network_options(self) -> None:
+        """A ``ValueError`` for an option the chosen network does not read, set to other than its default (it would
+        be ignored), naming the networks that read it."""
+        from dataclasses import fields
+
+        from pyro_attention.tasks.align.networks import ALIGN_NETWORKS, NETWORK_OPTIONS
+
+        network = ALIGN_NETWORKS[self.network]
+        defaults = {f.name: f.default for f in fields(self)}
+        for name in NETWORK_OPTIONS:
+            if name not in network.reads and getattr(self, name) != defaults[name]:
+                readers = [n for n, net in ALIGN_NETWORKS.items() if name in net.reads]
+                raise ValueError(f"{name}: network {self.network!r} does not use it (it would be ignored); "
+                                 f"{', '.join(readers)} do (--network)")
 

@@ -15,6 +15,12 @@ from pyro_attention.data.text import Vocab, bucket_batches
 from pyro_attention.tasks.align.config import AlignConfig
 from pyro_attention.tasks.align.corpus import GoldCorpus
 
+#: the Seq2Seq networks' sizes
+SEQ2SEQ_SIZES = ("embedding", "encoder", "decoder", "attention")
+#: the options only some networks read (:attr:`AlignNetwork.reads`)
+NETWORK_OPTIONS = ("embedding", "encoder", "decoder", "attention", "ibm1_epochs", "ibm1_lr", "tension", "max_jump",
+                   "table_lr", "null_prob", "decoder_expert", "table_prior", "agreement")
+
 
 def _write(path: Path, sentences: list[list[str]]) -> Path:
     path.write_text("".join(" ".join(s) + "\n" for s in sentences), encoding="utf-8")
@@ -56,9 +62,13 @@ class AlignNetwork:
     decoder_expert: bool = False
     #: whether both directions can be trained in one loop (``--agreement``, ``--table-prior``: :meth:`train_jointly`)
     agreement: bool = False
+    #: the options of :data:`NETWORK_OPTIONS` this network reads (an option it does not read is refused)
+    reads: tuple[str, ...] = ()
 
-    def __init__(self, name: str, description: str) -> None:
+    def __init__(self, name: str, description: str, reads: tuple[str, ...] | None = None) -> None:
         self.name, self.description = name, description
+        if reads is not None:
+            self.reads = reads
 
     def check(self, models: list[str]) -> None:
         """Refuse pairs this network cannot carry, naming the allowed ones."""
@@ -84,6 +94,8 @@ _SEQ2SEQ_KEYS = ("max_len", "embedding", "encoder", "decoder", "attention", "epo
 class Seq2SeqAligner(AlignNetwork):
     """:class:`~pyro_attention.networks.Seq2Seq` with output layer ``output``, trained by
     :func:`pyro_attention.tasks.translation.train` (the gold pairs are its validation set)."""
+
+    reads = SEQ2SEQ_SIZES
 
     def __init__(self, name: str, description: str, output: str) -> None:
         super().__init__(name, description)
@@ -137,8 +149,8 @@ class LexicalAligner(AlignNetwork):
     pairs = ("marginal",)
 
     def __init__(self, name: str, description: str, build: Callable[[int, int, AlignConfig], Any],
-                 null_word: bool = False) -> None:
-        super().__init__(name, description)
+                 null_word: bool = False, reads: tuple[str, ...] = ()) -> None:
+        super().__init__(name, description, reads)
         self.null_word = null_word
         self.build = build
 
@@ -208,8 +220,9 @@ class StagedAligner(AlignNetwork):
     pairs = ("marginal",)
 
     def __init__(self, name: str, description: str, build: Callable[[Any, int, int, AlignConfig], Any],
-                 null_word: bool = False, decoder_expert: bool = False, agreement: bool = False) -> None:
-        super().__init__(name, description)
+                 null_word: bool = False, decoder_expert: bool = False, agreement: bool = False,
+                 reads: tuple[str, ...] = ()) -> None:
+        super().__init__(name, description, reads)
         self.null_word, self.decoder_expert, self.agreement = null_word, decoder_expert, agreement
         self.build = build
 
@@ -335,6 +348,9 @@ def _ibm1_rank(source_vocab: int, target_vocab: int, config: AlignConfig) -> Any
     return IBM1Network(source_vocab, target_vocab, embedding_size=config.embedding)
 
 
+#: the options of the IBM Model 1 stage and the prior of the staged networks (distortion, hmm)
+STAGED = ("ibm1_epochs", "ibm1_lr", "tension", "max_jump", "table_lr")
+
 #: ``--network`` values
 ALIGN_NETWORKS: dict[str, AlignNetwork] = {
     n.name: n for n in (
@@ -342,16 +358,17 @@ ALIGN_NETWORKS: dict[str, AlignNetwork] = {
         Seq2SeqAligner("product", "Seq2Seq, product-of-experts output (decoder expert u_t + source expert v_s)",
                        "product"),
         LexicalAligner("ibm1", "IBM Model 1: uniform prior, lexical expert with a free (full-rank) table (a NULL word "
-                       "with --null-prob)", _ibm1, null_word=True),
+                       "with --null-prob)", _ibm1, null_word=True, reads=("null_prob",)),
         LexicalAligner("ibm1-rank", "IBM Model 1 with a rank-E lexical table: uniform prior, lexical expert on the "
-                       "source word's E-dimensional embedding (--embedding E)", _ibm1_rank),
+                       "source word's E-dimensional embedding (--embedding E)", _ibm1_rank, reads=("embedding",)),
         StagedAligner("distortion", "IBM Model 1 (--ibm1-epochs), then Seq2Seq's learned prior (a neural "
                       "distortion model: --embedding, --encoder, --decoder, --attention; --tension, --max-jump) on "
-                      "its lexical table (at --table-lr)", _distortion),
+                      "its lexical table (at --table-lr)", _distortion, reads=STAGED + SEQ2SEQ_SIZES),
         StagedAligner("hmm", "IBM Model 1 (--ibm1-epochs), then an HMM prior on its lexical table (at --table-lr): "
                       f"fast_align's diagonal (--tension) and jumps over the previous word's filtered posterior "
                       f"(--max-jump, 0: {HMM_MAX_JUMP}), no LSTM; a NULL word with --null-prob; a decoder's "
                       "expert with --decoder-expert; both directions together by agreement with --agreement", _hmm,
-                      null_word=True, decoder_expert=True, agreement=True),
+                      null_word=True, decoder_expert=True, agreement=True,
+                      reads=STAGED + ("null_prob", "decoder_expert", "embedding", "table_prior", "agreement")),
     )
 }

@@ -59,6 +59,13 @@ CATALOGUE: list[m.Mistake] = [
         ValueError, r"links_format: says how --gold-links is written; give --gold-links too",
         "Give `--gold-links` with it, or drop it.",
     ),
+    m.Mistake(
+        "option-the-network-does-not-use", m.CONFIG, "an option the chosen `--network` does not read (`--tension` "
+        "for a Seq2Seq aligner: it was ignored)",
+        lambda: AlignConfig(network="seq2seq", tension=2.0),
+        ValueError, r"tension: network 'seq2seq' does not use it \(it would be ignored\); distortion, hmm do",
+        "Drop the option, or choose a network that reads it.",
+    ),
 ]  # fmt: skip
 
 
