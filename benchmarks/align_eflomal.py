@@ -57,7 +57,8 @@ def main(args: argparse.Namespace) -> list[dict[str, Any]]:
     program = shutil.which(args.eflomal)
     if program is None:
         raise SystemExit(f"--eflomal: {args.eflomal!r} is not a program on the PATH (pip install eflomal)")
-    options = (*args.gold_options, "extra_size", "gold_repeat", "source_prefix", "target_prefix")
+    own = args.gold_links is not None  # a gold set of the user's own trains on its --extra-src, not on --extra-size
+    options = (*args.gold_options, *(() if own else ("extra_size",)), "gold_repeat", "source_prefix", "target_prefix")
     config = AlignConfig(models=["marginal"], network="hmm", **{k: getattr(args, k) for k in options})
     corpus = load_gold_corpus(config, print)
     gold = list(corpus.gold)

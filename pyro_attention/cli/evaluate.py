@@ -4,6 +4,7 @@ decoding flags it shares with ``translate``."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -56,6 +57,11 @@ def _evaluate(args: argparse.Namespace) -> int:
     from pyro_attention.files import write_text
     from pyro_attention.tasks.translation import evaluate
 
+    inputs = {os.path.realpath(f) for f in (args.src_file, args.tgt_file, args.ref_file) if f}
+    for flag, out in (("--hypotheses", args.hypotheses), ("--json", args.json)):
+        if out and os.path.realpath(out) in inputs:
+            args.parser.error(f"argument {flag}: {out} is one of the files read (--src-file / --tgt-file / --ref-file);"
+                              " writing there would overwrite it")
     if args.no_bleu:
         given = [flag for flag, value in (("--hypotheses", args.hypotheses), ("--lowercase-bleu", args.lowercase_bleu))
                  if value is not None]

@@ -244,6 +244,14 @@ CATALOGUE: list[m.Mistake] = [
         SystemExit, r"exit status 2: .*argument --kmax: K of the K-max rule; add --rule kmax",
         "Add `--rule kmax`, or drop `--kmax`.",
     ),
+    m.Mistake(
+        "evaluate-output-over-input", m.WRITES, "`pyro-attention evaluate --hypotheses` (or `--json`) naming one of "
+        "the files it reads (it overwrote the source sentences)",
+        lambda: m.run_cli("evaluate", m.tiny_run(), "--src-file", m.work_file("in.de", "3 4\n"), "--tgt-file",
+                          m.work_file("in.en", "5 6\n"), "--hypotheses", m.work_path("in.de")),
+        SystemExit, r"exit status 2: .*argument --hypotheses: .*in\.de is one of the files read",
+        "Write the translations to a new file.",
+    ),
 ]  # fmt: skip
 
 

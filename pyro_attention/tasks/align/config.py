@@ -12,6 +12,9 @@ LINK_FORMATS = ("pharaoh0", "pharaoh1", "naacl")
 #: ``--links-order``: which side a link's first number counts on
 LINK_ORDERS = ("source-target", "target-source")
 
+#: ``extra_size``'s default: Multi30k training pairs added to a corpus's gold set as unlabelled text
+EXTRA_SIZE = 5000
+
 #: thresholds tried for ``posterior-threshold`` links
 THRESHOLD_GRID = tuple(round(0.05 * k, 2) for k in range(1, 20))
 
@@ -24,7 +27,7 @@ class AlignConfig(OptimConfig):
     batch_size: int = with_default(OptimConfig, "batch_size", 32, help="sentences per batch")
     corpus: str = "enfr"
     data_dir: str | None = None
-    extra_size: int = option(5000, "extra Multi30k training pairs", low=0)
+    extra_size: int = option(EXTRA_SIZE, "extra Multi30k training pairs (the corpus's gold sets only)", low=0)
     max_len: int = option(60, "drop training pairs with a longer side", low=1)
     embedding: int = option(64, "embedding size", low=1)
     encoder: int = option(64, "BiLSTM size per direction", low=1)
@@ -105,6 +108,9 @@ class AlignConfig(OptimConfig):
                                  "target' file (--gold-text) or as two parallel files (--gold-src and --gold-tgt)")
             if self.gold_text is None and (self.gold_src is None or self.gold_tgt is None):
                 raise ValueError("gold_src / gold_tgt: two parallel files need both --gold-src and --gold-tgt")
+        if (self.gold_links is not None or self.extra_src is not None) and self.extra_size not in (0, EXTRA_SIZE):
+            raise ValueError(f"extra_size: {self.extra_size} sentence pairs of the corpus's Multi30k text; a gold set "
+                             "of your own trains on all of --extra-src / --extra-tgt (cut the files instead)")
         if (self.extra_src is None) != (self.extra_tgt is None):
             raise ValueError("extra_src / extra_tgt: extra training text needs both --extra-src and --extra-tgt")
         from pyro_attention.registry import ALL_PAIRS

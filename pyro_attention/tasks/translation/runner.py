@@ -182,6 +182,9 @@ def run_experiment(
     :returns: the finished rows (``table.json``'s content).
     """
     log = log or (lambda _: None)
+    if evaluate_paused and max_epochs is not None:
+        raise ValueError(f"max_epochs: {max_epochs} epochs of training, but --evaluate-paused trains nothing (drop one "
+                         "of them)")
     shared, rows = read_experiment(path)
     chosen = chosen_rows(path, rows, only)
     runs = Path(runs)

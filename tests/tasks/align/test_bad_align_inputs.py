@@ -66,6 +66,14 @@ CATALOGUE: list[m.Mistake] = [
         ValueError, r"tension: network 'seq2seq' does not use it \(it would be ignored\); distortion, hmm do",
         "Drop the option, or choose a network that reads it.",
     ),
+    m.Mistake(
+        "extra-size-with-own-gold-set", m.CONFIG, "`--extra-size N` with a gold set of your own (it counts the "
+        "corpus's Multi30k text, which such a run does not read: it was ignored)",
+        lambda: AlignConfig(gold_text="pairs.txt", gold_links="links.txt", extra_size=100),
+        ValueError, r"extra_size: 100 sentence pairs of the corpus's Multi30k text; a gold set of your own trains on "
+                    r"all of --extra-src / --extra-tgt",
+        "Drop `--extra-size`; cut the `--extra-src` / `--extra-tgt` files to the size you want.",
+    ),
 ]  # fmt: skip
 
 

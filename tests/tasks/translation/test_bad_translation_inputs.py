@@ -23,6 +23,7 @@ from pyro_attention.tasks.translation import (
     translate_lines,
 )
 from pyro_attention.tasks.translation.decoding import greedy, translate
+from pyro_attention.tasks.translation.runner import run_experiment
 from tests.support import mistakes as m
 
 CATALOGUE: list[m.Mistake] = [
@@ -355,6 +356,14 @@ CATALOGUE: list[m.Mistake] = [
         ValueError, r"last\.pt: init_from: weights \d+ of another size \(src_embed\.weight is \(\d+, 8\) there, "
                     r"\(\d+, 12\) here",
         "Give this run the checkpoint's sizes (the message lists them as flags).",
+    ),
+    m.Mistake(
+        "experiment-max-epochs-while-evaluating", m.CONFIG, "`experiment run --evaluate-paused --max-epochs N` (it "
+        "trains nothing, so N was ignored)",
+        lambda: run_experiment(m.work_file("e.toml", '[shared]\n[[rows]]\nlabel = "a"\nmodel = "soft"\n'),
+                               m.work_path("runs-e"), max_epochs=1, evaluate_paused=True),
+        ValueError, r"max_epochs: 1 epochs of training, but --evaluate-paused trains nothing",
+        "Drop one of them: evaluate what the rows have reached, or train on.",
     ),
 ]  # fmt: skip
 
