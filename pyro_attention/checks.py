@@ -49,6 +49,8 @@ def texts(items: Any, name: str, what: str = "one sentence") -> list[str]:
     if isinstance(items, (str, bytes)):
         raise TypeError(f"{name} must be a list (or other iterable) of sentences, got one {type(items).__name__} "
                         f"{items[:40]!r}; wrap a single sentence in a list: [{items[:40]!r}]")
+    if not isinstance(items, Iterable):
+        raise TypeError(f"{name} must be a list (or other iterable) of strings, got {items!r} ({type(items).__name__})")
     out = list(items)
     for i, entry in enumerate(out):
         if not isinstance(entry, str):

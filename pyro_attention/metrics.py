@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from pyro_attention.checks import count, texts
+
 
 @dataclass
 class BleuResult:
@@ -27,7 +29,11 @@ class BleuResult:
 
 
 def perplexity(total_log_likelihood: float, num_tokens: int) -> float:
-    """``exp(-sum log p / tokens)``; raises for an empty count."""
+    """``exp(-sum log p / tokens)``; raises for an empty count and for a NaN sum (``inf`` for a sum of ``-inf``: a
+    token the model gives probability 0)."""
+    count(num_tokens, "perplexity: num_tokens")
+    if math.isnan(total_log_likelihood):
+        raise ValueError("perplexity: the summed log-likelihood is NaN (a diverged model, or NaN inputs upstream)")
     if num_tokens <= 0:
         raise ValueError(f"perplexity needs a positive token count, got {num_tokens}")
     nll = -total_log_likelihood / num_tokens
@@ -46,7 +52,7 @@ def detokenize(tokens: Sequence[str], lang: str = "en") -> str:
 
     from pyro_attention.data.text import undo_bpe, unescape_moses
 
-    text = unescape_moses(undo_bpe(" ".join(tokens)))
+    text = unescape_moses(undo_bpe(" ".join(texts(tokens, "detokenize: tokens", "one token"))))
     return MosesDetokenizer(lang=lang).detokenize(text.split())
 
 
@@ -55,6 +61,7 @@ def bleu(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool =
     """Corpus BLEU of detokenised ``hypotheses`` against raw ``references`` (one reference per segment)."""
     import sacrebleu
 
+    hypotheses, references = texts(hypotheses, "bleu: hypotheses"), texts(references, "bleu: references")
     if len(hypotheses) != len(references):
         raise ValueError(f"bleu: {len(hypotheses)} hypotheses but {len(references)} references")
     metric = sacrebleu.metrics.BLEU(lowercase=lowercase, tokenize=tokenize)

@@ -66,6 +66,19 @@ CATALOGUE: list[m.Mistake] = [
         WriteError, r"cannot write .*b-file/figs/a\.png: Not a directory \(errno 20\)",
         "Give a folder you can write to.",
     ),
+    m.Mistake(
+        "bleu-one-string", m.SIZES, "`bleu` given one string instead of a list of sentences (it scored each character "
+        "as a sentence)",
+        lambda: bleu("a dog", "a dog"),
+        TypeError, r"bleu: hypotheses must be a list \(or other iterable\) of sentences, got one str 'a dog'",
+        "Wrap a single sentence in a list.",
+    ),
+    m.Mistake(
+        "perplexity-nan", m.SIZES, "`perplexity` of a NaN log-likelihood (it returned inf)",
+        lambda: perplexity(float("nan"), 10),
+        ValueError, r"perplexity: the summed log-likelihood is NaN",
+        "Find the NaN upstream: a diverged model, or NaN inputs.",
+    ),
 ]  # fmt: skip
 
 

@@ -391,7 +391,7 @@ def bucket_indices(
     """
     if len(source_ids) != len(target_ids):
         raise ValueError(f"bucket_batches: {len(source_ids)} source but {len(target_ids)} target sentences")
-    if batch_size < 1:
+    if count(batch_size, "bucket_batches: batch_size") < 1:
         raise ValueError(f"bucket_batches: batch_size must be >= 1, got {batch_size}")
     order = sorted(range(len(source_ids)), key=lambda i: (len(source_ids[i]), len(target_ids[i]), i))
     batches = [order[k: k + batch_size] for k in range(0, len(order), batch_size)]
