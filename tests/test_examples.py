@@ -180,3 +180,11 @@ def test_stdlib_examples_numbers():
     elbo = load_script("examples/stdlib", "posterior_and_elbo")
     out = elbo.main(elbo.make_parser().parse_args(["--steps", "300"]))
     assert out["q"] == pytest.approx(out["posterior"], abs=1e-5) and out["posterior"][1] == pytest.approx(0.18 / 0.35)
+
+
+def test_the_readme_python_runs(capsys):
+    """The README's Python block runs as printed (about 10 s) and shows the ArviZ summary of the posteriors."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    (code,) = re.findall(r"```python\n(.*?)```", readme, re.S)
+    exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
+    assert "align_probs[" in capsys.readouterr().out
