@@ -11,12 +11,13 @@ from pyro_attention.files import write_text
 
 def _align(args: argparse.Namespace) -> int:
     from pyro_attention.tasks.align import AlignConfig, format_rows, run_align
+    from pyro_attention.tasks.align.config import network_option_defaults
 
-    keys = [f for f in AlignConfig.__dataclass_fields__ if f in vars(args)]
+    names = [*AlignConfig.__dataclass_fields__, *network_option_defaults()]
     try:  # a bad option or combination of options: exit status 2, naming the flag
-        config = AlignConfig(**{k: getattr(args, k.replace("-", "_")) for k in keys})
+        config = AlignConfig.from_flags(**{k: getattr(args, k) for k in names if k in vars(args)})
     except ValueError as error:
-        option_error(args.parser, str(error), list(AlignConfig.__dataclass_fields__))
+        option_error(args.parser, str(error), names)
     try:
         rows = run_align(config)
     except (FileNotFoundError, ValueError) as error:
@@ -44,6 +45,7 @@ def add_align(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     add_gold_set_options(al)
     from pyro_attention.registry import ALL_PAIRS
     from pyro_attention.tasks.align import ALIGN_NETWORKS, AlignConfig
+    from pyro_attention.tasks.align.config import HMMOptions, Seq2SeqSizes, StagedOptions
 
     add_config_options(al, AlignConfig, ("extra_size",))
     al.add_argument("--models", nargs="+", default=["soft", "variational"], choices=tuple(ALL_PAIRS),
@@ -52,9 +54,11 @@ def add_align(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
                     help="; ".join(f"{k}: {v.description}" for k, v in ALIGN_NETWORKS.items())
                     + " (ibm1, ibm1-rank, distortion, hmm: --models marginal; ibm1-rank: --embedding = the lexical "
                     "table's rank)")
-    add_config_options(al, AlignConfig, ("epochs", "batch_size", "lr", "max_len", "embedding", "encoder", "decoder",
-                                         "attention", "ibm1_epochs", "ibm1_lr", "tension", "max_jump", "table_lr",
-                                         "null_prob", "decoder_expert", "table_prior"))
+    add_config_options(al, AlignConfig, ("epochs", "batch_size", "lr", "max_len"))
+    # each network's options (an option the chosen network does not read is refused): AlignConfig.from_flags
+    add_config_options(al, Seq2SeqSizes, ("embedding", "encoder", "decoder", "attention"))
+    add_config_options(al, StagedOptions, ("ibm1_epochs", "ibm1_lr", "tension", "max_jump", "table_lr"))
+    add_config_options(al, HMMOptions, ("null_prob", "decoder_expert", "table_prior"))
     add_config_options(al, AlignConfig, ("gold_repeat", "source_prefix", "target_prefix"))
     al.add_argument("--both-directions", action="store_true",
                     help="also train target->source; report every symmetrisation (intersection, union, grow-diag, "

@@ -52,7 +52,20 @@ The package: :mod:`~pyro_attention.tasks.align.config` (:class:`AlignConfig`), :
 from __future__ import annotations
 
 from pyro_attention.aer import merge_json
-from pyro_attention.tasks.align.config import CORPORA, LINK_FORMATS, LINK_ORDERS, THRESHOLD_GRID, AlignConfig
+from pyro_attention.tasks.align.config import (
+    CORPORA,
+    LINK_FORMATS,
+    LINK_ORDERS,
+    THRESHOLD_GRID,
+    AlignConfig,
+    DistortionOptions,
+    HMMOptions,
+    IBM1Options,
+    NetworkOptions,
+    RankOptions,
+    Seq2SeqSizes,
+    StagedOptions,
+)
 from pyro_attention.tasks.align.corpus import GoldCorpus, load_gold_corpus, load_user_gold
 from pyro_attention.tasks.align.networks import (
     ALIGN_NETWORKS,
@@ -77,7 +90,8 @@ from pyro_attention.tasks.align.scoring import (
 
 __all__ = [
     "ALIGN_NETWORKS", "CORPORA", "JSON_SYMMETRISATIONS", "LINK_FORMATS", "LINK_ORDERS", "THRESHOLD_GRID",
-    "AlignConfig", "AlignNetwork", "AlignRow", "GoldCorpus", "LexicalAligner", "Seq2SeqAligner", "StagedAligner",
+    "AlignConfig", "DistortionOptions", "HMMOptions", "IBM1Options", "NetworkOptions", "RankOptions", "Seq2SeqSizes",
+    "StagedOptions", "AlignNetwork", "AlignRow", "GoldCorpus", "LexicalAligner", "Seq2SeqAligner", "StagedAligner",
     "Trained",
     "alignment_links", "alignment_probs", "argmax_links", "format_rows", "json_rows", "load_gold_corpus",
     "load_user_gold", "merge_json", "pyro_latent", "run_align", "threshold_links",

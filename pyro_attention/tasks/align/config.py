@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
-from pyro_attention.tasks.common import OptimConfig, option, with_default
+from pyro_attention.tasks.common import OptimConfig, check_bounds, option, with_default
 
 CORPORA = ("enfr", "csen")
 #: ``--links-format`` values: Pharaoh ``i-j`` / ``ipj`` 0- or 1-indexed, NAACL ``SNUM i j [S|P]``
@@ -29,33 +30,6 @@ class AlignConfig(OptimConfig):
     data_dir: str | None = None
     extra_size: int = option(EXTRA_SIZE, "extra Multi30k training pairs (the corpus's gold sets only)", low=0)
     max_len: int = option(60, "drop training pairs with a longer side", low=1)
-    embedding: int = option(64, "embedding size", low=1)
-    encoder: int = option(64, "BiLSTM size per direction", low=1)
-    decoder: int = option(128, "decoder LSTM size", low=1)
-    attention: int = option(64, "MLP attention size", low=1)
-    ibm1_epochs: int = option(5, "networks distortion and hmm: IBM Model 1 epochs that train the lexical table first "
-                              "(0: a uniform table)", low=0)
-    ibm1_lr: float = option(0.1, "networks distortion and hmm: the Adam learning rate of that IBM Model 1 stage (on "
-                            "the table's logits, batches of 512 sentences)", interval=(0.0, 1.0, True, False))
-    tension: float = option(4.0, "networks distortion and hmm: the start of the prior's learned diagonal tension "
-                            "(fast_align's -lambda |i/m - j/n|; 0: no diagonal term)",
-                            interval=(0.0, float("inf"), False, True))
-    max_jump: int = option(0, "networks distortion and hmm: an HMM transition over the previous word's filtered "
-                           "posterior in the prior, jumps clipped to +-max_jump (0: none for distortion, 5 for hmm)",
-                           low=0)
-    table_lr: float = option(1e-2, "networks distortion and hmm: the lexical table's learning rate while the prior "
-                             "trains", interval=(0.0, 1.0, True, False))
-    null_prob: float = option(0.0, "networks ibm1 and hmm: a NULL word at source position 0 with prior probability "
-                              "null_prob at every target word (Och & Ney's p0; a word aligned to it gets no link; 0: "
-                              "no NULL word)", interval=(0.0, 1.0, False, True))
-    decoder_expert: int = option(0, "network hmm: a decoder's expert, a target-side LSTM of this many units over "
-                                 "y_<t whose logits u_t join the lexical table in a product, p(y_t | x_s, y_<t) ∝ "
-                                 "t(y_t | x_s) exp(u_t[y_t]), from u = 0 (embeddings: --embedding; 0: none)", low=0)
-    table_prior: float = option(0.0, "network hmm, with --both-directions: the lexical tables by EM instead of by "
-                                "gradient, each epoch set to their posterior mean under a symmetric Dirichlet(ALPHA) "
-                                "prior given the exact expected counts (add-ALPHA smoothing; IBM Model 1 by EM too): a "
-                                "rare word then collects fewer stray links (0: by gradient)",
-                                interval=(0.0, float("inf"), False, True))
     gold_repeat: int = option(1, "the gold sentence pairs appear this many times in the training text (weights the "
                               "gold set's own domain against the extra text; unlabelled: no link is read)", low=1)
     source_prefix: int = option(0, "keep the first N characters of every word on the corpus's source side (cs for "
@@ -64,9 +38,6 @@ class AlignConfig(OptimConfig):
     target_prefix: int = option(0, "the same on the corpus's target side (eflomal's --target-prefix; 0: whole words)",
                                 low=0)
     both_directions: bool = False
-    #: train both directions together by agreement (Liang et al. 2006; networks with ``agreement``, needs
-    #: ``both_directions``): :mod:`pyro_attention.tasks.align.agreement`
-    agreement: bool = False
     threads: int = option(1, "torch threads", low=1)
     out: str = "runs/align"
     models: list[str] = field(default_factory=lambda: ["soft", "variational"])
@@ -83,6 +54,8 @@ class AlignConfig(OptimConfig):
     lowercase: bool = True
     #: the network family, a key of :data:`ALIGN_NETWORKS`
     network: str = "seq2seq"
+    #: what that family reads (its :class:`NetworkOptions` class; ``None``: its defaults)
+    options: NetworkOptions | None = None
     #: thresholds tried for ``posterior-threshold`` links (chosen on the other half of the gold pairs)
     thresholds: tuple[float, ...] = field(default_factory=lambda: THRESHOLD_GRID)
 
@@ -122,44 +95,152 @@ class AlignConfig(OptimConfig):
         if self.network not in ALIGN_NETWORKS:
             raise ValueError(f"network must be one of {', '.join(ALIGN_NETWORKS)}, got {self.network!r}")
         ALIGN_NETWORKS[self.network].check(self.models)
-        if self.null_prob and not ALIGN_NETWORKS[self.network].null_word:
-            takes = [n for n, net in ALIGN_NETWORKS.items() if net.null_word]
-            raise ValueError(f"null_prob: network {self.network!r} has no NULL word; only {', '.join(takes)} take "
-                             f"--null-prob, got {self.null_prob}")
-        if self.decoder_expert and not ALIGN_NETWORKS[self.network].decoder_expert:
-            takes = [n for n, net in ALIGN_NETWORKS.items() if net.decoder_expert]
-            raise ValueError(f"decoder_expert: network {self.network!r} takes no decoder's expert here; only "
-                             f"{', '.join(takes)} take --decoder-expert, got {self.decoder_expert}")
+        family = ALIGN_NETWORKS[self.network].options
+        if self.options is None:
+            self.options = family()
+        elif type(self.options) is not family:
+            raise ValueError(f"options: network {self.network!r} reads {family.__name__}, got "
+                             f"{type(self.options).__name__}")
+        check_bounds(self.options, f"{type(self).__name__}: ")
+        self.options.check(self)
+        if not self.thresholds or not all(0.0 < t <= 1.0 for t in self.thresholds):
+            raise ValueError(f"thresholds: need at least one, each in (0, 1], got {self.thresholds}")
+
+    @classmethod
+    def from_flags(cls, **values: Any) -> AlignConfig:
+        """The config of flat ``values`` (the command line's flags, by field name): the chosen network's options go
+        into its :class:`NetworkOptions`; one it does not read, set to other than its default, is a ``ValueError``
+        naming the networks that read it (it would be ignored)."""
+        from pyro_attention.tasks.align.networks import ALIGN_NETWORKS
+
+        network = values.get("network", "seq2seq")
+        if network not in ALIGN_NETWORKS:
+            raise ValueError(f"network must be one of {', '.join(ALIGN_NETWORKS)}, got {network!r}")
+        family = ALIGN_NETWORKS[network].options
+        reads = {f.name for f in fields(family)}
+        defaults = network_option_defaults()
+        own = {k: v for k, v in values.items() if k in defaults}
+        for name, value in own.items():
+            if name not in reads and value != defaults[name]:
+                readers = [n for n, net in ALIGN_NETWORKS.items() if name in {f.name for f in fields(net.options)}]
+                raise ValueError(f"{name}: network {network!r} does not use it (it would be ignored); "
+                                 f"{', '.join(readers)} do (--network)")
+        rest = {k: v for k, v in values.items() if k not in defaults}
+        return cls(**rest, options=family(**{k: v for k, v in own.items() if k in reads}))
+
+
+@dataclass
+class NetworkOptions:
+    """The options one network family of ``pyro-attention align`` reads (:attr:`AlignNetwork.options
+    <pyro_attention.tasks.align.networks.AlignNetwork.options>`): an option exists only where it means something."""
+
+    def check(self, config: AlignConfig) -> None:
+        """A ``ValueError`` for a combination with the rest of ``config`` that cannot work (none by default)."""
+
+    def trains_jointly(self) -> bool:
+        """Whether both directions are trained in one loop (:meth:`AlignNetwork.train_jointly`)."""
+        return False
+
+    def settings(self) -> dict[str, Any]:
+        """The options by name (for the rows' model names and notes)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+SIZES_HELP = "(networks seq2seq, product, distortion)"
+
+
+@dataclass
+class Seq2SeqSizes(NetworkOptions):
+    """Networks ``seq2seq`` and ``product``: the Seq2Seq's sizes."""
+
+    embedding: int = option(64, "embedding size (seq2seq, product, distortion; ibm1-rank: the table's rank; hmm: the "
+                            "decoder's expert's embeddings)", low=1)
+    encoder: int = option(64, f"BiLSTM size per direction {SIZES_HELP}", low=1)
+    decoder: int = option(128, f"decoder LSTM size {SIZES_HELP}", low=1)
+    attention: int = option(64, f"MLP attention size {SIZES_HELP}", low=1)
+
+
+@dataclass
+class IBM1Options(NetworkOptions):
+    """Network ``ibm1``: IBM Model 1's free table, with a NULL word where ``null_prob`` > 0."""
+
+    null_prob: float = option(0.0, "networks ibm1 and hmm: a NULL word at source position 0 with prior probability "
+                              "null_prob at every target word (Och & Ney's p0; a word aligned to it gets no link; 0: "
+                              "no NULL word)", interval=(0.0, 1.0, False, True))
+
+
+@dataclass
+class RankOptions(NetworkOptions):
+    """Network ``ibm1-rank``: IBM Model 1 with a rank-``embedding`` table."""
+
+    embedding: int = option(64, "the lexical table's rank", low=1)
+
+
+@dataclass
+class StagedOptions(NetworkOptions):
+    """What the staged networks (``distortion``, ``hmm``) share: the IBM Model 1 stage and the prior's diagonal and
+    jumps."""
+
+    ibm1_epochs: int = option(5, "networks distortion and hmm: IBM Model 1 epochs that train the lexical table first "
+                              "(0: a uniform table)", low=0)
+    ibm1_lr: float = option(0.1, "networks distortion and hmm: the Adam learning rate of that IBM Model 1 stage (on "
+                            "the table's logits, batches of 512 sentences)", interval=(0.0, 1.0, True, False))
+    tension: float = option(4.0, "networks distortion and hmm: the start of the prior's learned diagonal tension "
+                            "(fast_align's -lambda |i/m - j/n|; 0: no diagonal term)",
+                            interval=(0.0, float("inf"), False, True))
+    max_jump: int = option(0, "networks distortion and hmm: an HMM transition over the previous word's filtered "
+                           "posterior in the prior, jumps clipped to +-max_jump (0: none for distortion, 5 for hmm)",
+                           low=0)
+    table_lr: float = option(1e-2, "networks distortion and hmm: the lexical table's learning rate while the prior "
+                             "trains", interval=(0.0, 1.0, True, False))
+
+
+@dataclass
+class DistortionOptions(StagedOptions, Seq2SeqSizes):
+    """Network ``distortion``: IBM Model 1, then a Seq2Seq's prior of these sizes on its table."""
+
+
+@dataclass
+class HMMOptions(StagedOptions):
+    """Network ``hmm``: IBM Model 1, then an HMM prior on its table; a NULL word, a decoder's expert, and both
+    directions trained together by agreement or with Dirichlet tables."""
+
+    null_prob: float = with_default(IBM1Options, "null_prob", 0.0)
+    decoder_expert: int = option(0, "network hmm: a decoder's expert, a target-side LSTM of this many units over "
+                                 "y_<t whose logits u_t join the lexical table in a product, p(y_t | x_s, y_<t) ∝ "
+                                 "t(y_t | x_s) exp(u_t[y_t]), from u = 0 (embeddings: --embedding; 0: none)", low=0)
+    embedding: int = with_default(Seq2SeqSizes, "embedding", 64)
+    table_prior: float = option(0.0, "network hmm, with --both-directions: the lexical tables by EM instead of by "
+                                "gradient, each epoch set to their posterior mean under a symmetric Dirichlet(ALPHA) "
+                                "prior given the exact expected counts (add-ALPHA smoothing; IBM Model 1 by EM too): a "
+                                "rare word then collects fewer stray links (0: by gradient)",
+                                interval=(0.0, float("inf"), False, True))
+    #: train both directions together by agreement (Liang et al. 2006; needs ``both_directions``):
+    #: :mod:`pyro_attention.tasks.align.agreement`
+    agreement: bool = False
+
+    def check(self, config: AlignConfig) -> None:
         for name, value, flag in (("agreement", self.agreement, "--agreement"),
                                   ("table_prior", self.table_prior, f"--table-prior {self.table_prior:g}")):
-            if not value:
-                continue
-            takes = [n for n, net in ALIGN_NETWORKS.items() if net.agreement]
-            if not ALIGN_NETWORKS[self.network].agreement:
-                raise ValueError(f"{name}: network {self.network!r} cannot train both directions together; only "
-                                 f"{', '.join(takes)} can ({flag})")
-            if not self.both_directions:
+            if value and not config.both_directions:
                 raise ValueError(f"{name}: {flag} trains both directions together; add --both-directions")
         if self.table_prior and self.decoder_expert:
             raise ValueError(f"table_prior: the closed-form M-step sets a table alone; with --decoder-expert "
                              f"{self.decoder_expert} the emission is a product with the decoder's expert (use one of "
                              "--table-prior and --decoder-expert)")
-        self._check_network_options()
-        if not self.thresholds or not all(0.0 < t <= 1.0 for t in self.thresholds):
-            raise ValueError(f"thresholds: need at least one, each in (0, 1], got {self.thresholds}")
 
-    def _check_network_options(self) -> None:
-        """A ``ValueError`` for an option the chosen network does not read, set to other than its default (it would
-        be ignored), naming the networks that read it."""
-        from dataclasses import fields
+    def trains_jointly(self) -> bool:
+        return bool(self.agreement or self.table_prior)
 
-        from pyro_attention.tasks.align.networks import ALIGN_NETWORKS, NETWORK_OPTIONS
 
-        network = ALIGN_NETWORKS[self.network]
-        defaults = {f.name: f.default for f in fields(self)}
-        for name in NETWORK_OPTIONS:
-            if name not in network.reads and getattr(self, name) != defaults[name]:
-                readers = [n for n, net in ALIGN_NETWORKS.items() if name in net.reads]
-                raise ValueError(f"{name}: network {self.network!r} does not use it (it would be ignored); "
-                                 f"{', '.join(readers)} do (--network)")
+#: every family's options class
+OPTION_CLASSES = (Seq2SeqSizes, IBM1Options, RankOptions, StagedOptions, DistortionOptions, HMMOptions)
 
+
+def network_option_defaults() -> dict[str, Any]:
+    """Every network option's name and default (the same in every family that has it)."""
+    out: dict[str, Any] = {}
+    for cls in OPTION_CLASSES:
+        for f in fields(cls):
+            out.setdefault(f.name, f.default)
+    return out

@@ -12,14 +12,16 @@ from typing import Any
 import torch
 
 from pyro_attention.data.text import Vocab, bucket_batches
-from pyro_attention.tasks.align.config import AlignConfig
+from pyro_attention.tasks.align.config import (
+    AlignConfig,
+    DistortionOptions,
+    HMMOptions,
+    IBM1Options,
+    NetworkOptions,
+    RankOptions,
+    Seq2SeqSizes,
+)
 from pyro_attention.tasks.align.corpus import GoldCorpus
-
-#: the Seq2Seq networks' sizes
-SEQ2SEQ_SIZES = ("embedding", "encoder", "decoder", "attention")
-#: the options only some networks read (:attr:`AlignNetwork.reads`)
-NETWORK_OPTIONS = ("embedding", "encoder", "decoder", "attention", "ibm1_epochs", "ibm1_lr", "tension", "max_jump",
-                   "table_lr", "null_prob", "decoder_expert", "table_prior", "agreement")
 
 
 def _write(path: Path, sentences: list[list[str]]) -> Path:
@@ -62,13 +64,13 @@ class AlignNetwork:
     decoder_expert: bool = False
     #: whether both directions can be trained in one loop (``--agreement``, ``--table-prior``: :meth:`train_jointly`)
     agreement: bool = False
-    #: the options of :data:`NETWORK_OPTIONS` this network reads (an option it does not read is refused)
-    reads: tuple[str, ...] = ()
+    #: the options it reads (:class:`~pyro_attention.tasks.align.config.NetworkOptions`): ``config.options``
+    options: type[NetworkOptions] = NetworkOptions
 
-    def __init__(self, name: str, description: str, reads: tuple[str, ...] | None = None) -> None:
+    def __init__(self, name: str, description: str, options: type[NetworkOptions] | None = None) -> None:
         self.name, self.description = name, description
-        if reads is not None:
-            self.reads = reads
+        if options is not None:
+            self.options = options
 
     def check(self, models: list[str]) -> None:
         """Refuse pairs this network cannot carry, naming the allowed ones."""
@@ -87,15 +89,14 @@ class AlignNetwork:
 
 
 #: the options of an align run that a Seq2Seq aligner's translation run takes as they are
-_SEQ2SEQ_KEYS = ("max_len", "embedding", "encoder", "decoder", "attention", "epochs", "batch_size", "lr", "seed",
-                 "threads")
+_SEQ2SEQ_KEYS = ("max_len", "epochs", "batch_size", "lr", "seed", "threads")
 
 
 class Seq2SeqAligner(AlignNetwork):
     """:class:`~pyro_attention.networks.Seq2Seq` with output layer ``output``, trained by
     :func:`pyro_attention.tasks.translation.train` (the gold pairs are its validation set)."""
 
-    reads = SEQ2SEQ_SIZES
+    options = Seq2SeqSizes
 
     def __init__(self, name: str, description: str, output: str) -> None:
         super().__init__(name, description)
@@ -125,6 +126,7 @@ class Seq2SeqAligner(AlignNetwork):
             out=str(out),
             patience=0,
             **{k: getattr(config, k) for k in _SEQ2SEQ_KEYS},
+            **config.options.settings(),  # the Seq2Seq's sizes
         )
         result = train(tc, progress=False, overwrite=True, log=log)
         return Trained(result.pair, result.src_vocab, result.tgt_vocab, time.perf_counter() - start)
@@ -149,15 +151,15 @@ class LexicalAligner(AlignNetwork):
     pairs = ("marginal",)
 
     def __init__(self, name: str, description: str, build: Callable[[int, int, AlignConfig], Any],
-                 null_word: bool = False, reads: tuple[str, ...] = ()) -> None:
-        super().__init__(name, description, reads)
+                 null_word: bool = False, options: type[NetworkOptions] | None = None) -> None:
+        super().__init__(name, description, options)
         self.null_word = null_word
         self.build = build
 
     def train(self, corpus: GoldCorpus, config: AlignConfig, model: str, reverse: bool,
               log: Callable[[str], None]) -> Trained:
         start = time.perf_counter()
-        null = bool(config.null_prob) and self.null_word
+        null = self.null_word and bool(config.options.null_prob)
         src_vocab, tgt_vocab, data = _bitext(corpus, reverse, null, config.gold_repeat)
         pair = _fit_lexical(self.build(len(src_vocab), len(tgt_vocab), config), data, config.epochs,
                             config.batch_size, config.lr, config.seed, log,
@@ -221,8 +223,8 @@ class StagedAligner(AlignNetwork):
 
     def __init__(self, name: str, description: str, build: Callable[[Any, int, int, AlignConfig], Any],
                  null_word: bool = False, decoder_expert: bool = False, agreement: bool = False,
-                 reads: tuple[str, ...] = ()) -> None:
-        super().__init__(name, description, reads)
+                 options: type[NetworkOptions] | None = None) -> None:
+        super().__init__(name, description, options)
         self.null_word, self.decoder_expert, self.agreement = null_word, decoder_expert, agreement
         self.build = build
 
@@ -230,22 +232,24 @@ class StagedAligner(AlignNetwork):
         """One direction's IBM Model 1 network (untrained), its vocabularies and text."""
         from pyro_attention.networks.lexical import IBM1Network
 
-        null = bool(config.null_prob) and self.null_word
+        options = config.options
+        null = self.null_word and bool(options.null_prob)
         src_vocab, tgt_vocab, data = _bitext(corpus, reverse, null, config.gold_repeat)
-        lexical = IBM1Network(len(src_vocab), len(tgt_vocab), null_prob=config.null_prob if null else None)
+        lexical = IBM1Network(len(src_vocab), len(tgt_vocab), null_prob=options.null_prob if null else None)
         return lexical, src_vocab, tgt_vocab, data, null
 
     def train(self, corpus: GoldCorpus, config: AlignConfig, model: str, reverse: bool,
               log: Callable[[str], None]) -> Trained:
+        options = config.options
         start = time.perf_counter()
         lexical, src_vocab, tgt_vocab, data, null = self._ibm1(corpus, config, reverse)
         label = f"{self.name} {model}{' reverse' if reverse else ''}"
-        if config.ibm1_epochs:
-            lexical = _fit_lexical(lexical, data, config.ibm1_epochs, IBM1_BATCH_SIZE, config.ibm1_lr, config.seed, log,
-                                   f"{label}, IBM Model 1").network
+        if options.ibm1_epochs:
+            lexical = _fit_lexical(lexical, data, options.ibm1_epochs, IBM1_BATCH_SIZE, options.ibm1_lr, config.seed,
+                                   log, f"{label}, IBM Model 1").network
         network = self.build(lexical, len(src_vocab), len(tgt_vocab), config)
         pair = _fit_lexical(network, data, config.epochs, config.batch_size, config.lr, config.seed, log, label,
-                            param_lr={"lexical.": config.table_lr})
+                            param_lr={"lexical.": options.table_lr})
         _log_learned(network, config, label, log)
         return Trained(pair, src_vocab, tgt_vocab, time.perf_counter() - start, null,
                        getattr(network, "decoder_expert", None) is not None)
@@ -262,6 +266,7 @@ class StagedAligner(AlignNetwork):
         from pyro_attention.registry import make_pair
         from pyro_attention.tasks.align.agreement import JointBitext, fit_agreement
 
+        options = config.options
         if not self.agreement:
             raise ValueError(f"agreement: network {self.name!r} cannot train both directions together")
         start = time.perf_counter()
@@ -269,24 +274,24 @@ class StagedAligner(AlignNetwork):
         r_lex, r_src, r_tgt, r_data, _ = self._ibm1(corpus, config, True)
         joint = JointBitext(f_data.source, f_data.target, r_data.source, r_data.target)
 
-        prior = config.table_prior or None
-        how = " and ".join(x for x in ("by agreement" if config.agreement else "",
+        prior = options.table_prior or None
+        how = " and ".join(x for x in ("by agreement" if options.agreement else "",
                                        f"tables by EM, Dirichlet({prior:g})" if prior else "") if x)
-        if config.ibm1_epochs and prior:  # EM from uniform tables, each direction's own posterior
-            result = fit_agreement(f_lex, r_lex, joint, num_epochs=config.ibm1_epochs, batch_size=IBM1_BATCH_SIZE,
-                                   lr=config.ibm1_lr, seed=config.seed, agreement=False, table_prior=prior)
+        if options.ibm1_epochs and prior:  # EM from uniform tables, each direction's own posterior
+            result = fit_agreement(f_lex, r_lex, joint, num_epochs=options.ibm1_epochs, batch_size=IBM1_BATCH_SIZE,
+                                   lr=options.ibm1_lr, seed=config.seed, agreement=False, table_prior=prior)
             log(f"{self.name} {model}, IBM Model 1 both directions, tables by EM, Dirichlet({prior:g}): "
                 f"{len(joint.source)} pairs, {result.steps} steps in {result.seconds:.0f} s; mean NLL per token by "
-                f"epoch {_by_epoch(result, config.ibm1_epochs)}")
-        elif config.ibm1_epochs:  # apart: agreement from uniform tables starves every word's row against NULL's
-            f_lex, r_lex = (_fit_lexical(lex, data, config.ibm1_epochs, IBM1_BATCH_SIZE, config.ibm1_lr, config.seed,
+                f"epoch {_by_epoch(result, options.ibm1_epochs)}")
+        elif options.ibm1_epochs:  # apart: agreement from uniform tables starves every word's row against NULL's
+            f_lex, r_lex = (_fit_lexical(lex, data, options.ibm1_epochs, IBM1_BATCH_SIZE, options.ibm1_lr, config.seed,
                                          log, f"{self.name} {model}{suffix}, IBM Model 1").network
                             for lex, data, suffix in ((f_lex, f_data, ""), (r_lex, r_data, " reverse")))
         forward = self.build(f_lex, len(f_src), len(f_tgt), config)
         reverse = self.build(r_lex, len(r_src), len(r_tgt), config)
         result = fit_agreement(forward, reverse, joint, num_epochs=config.epochs, batch_size=config.batch_size,
-                               lr=config.lr, param_lr={"lexical.": config.table_lr}, seed=config.seed,
-                               agreement=config.agreement, table_prior=prior)
+                               lr=config.lr, param_lr={"lexical.": options.table_lr}, seed=config.seed,
+                               agreement=options.agreement, table_prior=prior)
         log(f"{self.name} {model} both directions {how}: {len(joint.source)} pairs, vocabularies {len(f_src)} / "
             f"{len(f_tgt)}, {result.steps} steps in {result.seconds:.0f} s; mean NLL per token (both directions) by "
             f"epoch {_by_epoch(result, config.epochs)}")
@@ -302,7 +307,7 @@ class StagedAligner(AlignNetwork):
 
 def _log_learned(network: Any, config: AlignConfig, label: str, log: Callable[[str], None]) -> None:
     """Log a staged network's learned diagonal tension and jump scores."""
-    learned = [f"diagonal tension {network.diagonal.tension:.3f} (from {config.tension:g})"
+    learned = [f"diagonal tension {network.diagonal.tension:.3f} (from {config.options.tension:g})"
                if network.diagonal is not None else ""]
     if network.transition is not None:  # both staged networks have .diagonal and .transition (None: off)
         theta = network.transition.theta.detach()
@@ -315,19 +320,21 @@ def _log_learned(network: Any, config: AlignConfig, label: str, log: Callable[[s
 def _distortion(lexical: Any, source_vocab: int, target_vocab: int, config: AlignConfig) -> Any:
     from pyro_attention.networks.distortion import DistortionNetwork
 
-    return DistortionNetwork(source_vocab, target_vocab, lexical=lexical, tension=config.tension or None,
-                             max_jump=config.max_jump or None, embedding_size=config.embedding,
-                             encoder_size=config.encoder, decoder_size=config.decoder,
-                             attention_size=config.attention)
+    options = config.options
+    return DistortionNetwork(source_vocab, target_vocab, lexical=lexical, tension=options.tension or None,
+                             max_jump=options.max_jump or None, embedding_size=options.embedding,
+                             encoder_size=options.encoder, decoder_size=options.decoder,
+                             attention_size=options.attention)
 
 
 def _hmm(lexical: Any, source_vocab: int, target_vocab: int, config: AlignConfig) -> Any:
     from pyro_attention.networks.lexical import DecoderExpert, HMMNetwork
 
-    expert = (DecoderExpert(target_vocab, config.embedding, config.decoder_expert) if config.decoder_expert
+    options = config.options
+    expert = (DecoderExpert(target_vocab, options.embedding, options.decoder_expert) if options.decoder_expert
               else None)
-    return HMMNetwork(source_vocab, target_vocab, lexical=lexical, tension=config.tension or None,
-                      max_jump=config.max_jump or HMM_MAX_JUMP, null_prob=config.null_prob or None,
+    return HMMNetwork(source_vocab, target_vocab, lexical=lexical, tension=options.tension or None,
+                      max_jump=options.max_jump or HMM_MAX_JUMP, null_prob=options.null_prob or None,
                       decoder_expert=expert)
 
 
@@ -339,17 +346,14 @@ def _ibm1(source_vocab: int, target_vocab: int, config: AlignConfig) -> Any:
     from pyro_attention.networks.lexical import IBM1Network
 
     return IBM1Network(source_vocab, target_vocab, embedding_size=0,  # a free table: IBM Model 1 exactly
-                       null_prob=config.null_prob or None)
+                       null_prob=config.options.null_prob or None)
 
 
 def _ibm1_rank(source_vocab: int, target_vocab: int, config: AlignConfig) -> Any:
     from pyro_attention.networks.lexical import IBM1Network
 
-    return IBM1Network(source_vocab, target_vocab, embedding_size=config.embedding)
+    return IBM1Network(source_vocab, target_vocab, embedding_size=config.options.embedding)
 
-
-#: the options of the IBM Model 1 stage and the prior of the staged networks (distortion, hmm)
-STAGED = ("ibm1_epochs", "ibm1_lr", "tension", "max_jump", "table_lr")
 
 #: ``--network`` values
 ALIGN_NETWORKS: dict[str, AlignNetwork] = {
@@ -358,17 +362,16 @@ ALIGN_NETWORKS: dict[str, AlignNetwork] = {
         Seq2SeqAligner("product", "Seq2Seq, product-of-experts output (decoder expert u_t + source expert v_s)",
                        "product"),
         LexicalAligner("ibm1", "IBM Model 1: uniform prior, lexical expert with a free (full-rank) table (a NULL word "
-                       "with --null-prob)", _ibm1, null_word=True, reads=("null_prob",)),
+                       "with --null-prob)", _ibm1, null_word=True, options=IBM1Options),
         LexicalAligner("ibm1-rank", "IBM Model 1 with a rank-E lexical table: uniform prior, lexical expert on the "
-                       "source word's E-dimensional embedding (--embedding E)", _ibm1_rank, reads=("embedding",)),
+                       "source word's E-dimensional embedding (--embedding E)", _ibm1_rank, options=RankOptions),
         StagedAligner("distortion", "IBM Model 1 (--ibm1-epochs), then Seq2Seq's learned prior (a neural "
                       "distortion model: --embedding, --encoder, --decoder, --attention; --tension, --max-jump) on "
-                      "its lexical table (at --table-lr)", _distortion, reads=STAGED + SEQ2SEQ_SIZES),
+                      "its lexical table (at --table-lr)", _distortion, options=DistortionOptions),
         StagedAligner("hmm", "IBM Model 1 (--ibm1-epochs), then an HMM prior on its lexical table (at --table-lr): "
                       f"fast_align's diagonal (--tension) and jumps over the previous word's filtered posterior "
                       f"(--max-jump, 0: {HMM_MAX_JUMP}), no LSTM; a NULL word with --null-prob; a decoder's "
                       "expert with --decoder-expert; both directions together by agreement with --agreement", _hmm,
-                      null_word=True, decoder_expert=True, agreement=True,
-                      reads=STAGED + ("null_prob", "decoder_expert", "embedding", "table_prior", "agreement")),
+                      null_word=True, decoder_expert=True, agreement=True, options=HMMOptions),
     )
 }

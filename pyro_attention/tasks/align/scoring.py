@@ -157,7 +157,7 @@ def run_align(config: AlignConfig, log: Callable[[str], None] = print) -> list[A
     gold = list(corpus.gold)
     rows: list[AlignRow] = []
     for model in config.models:
-        if config.agreement or config.table_prior:
+        if config.options.trains_jointly():
             trained, back = trained_jointly(network, corpus, config, model, log)
         else:
             trained = trained_direction(network, corpus, config, model, False, log)
@@ -213,11 +213,13 @@ def _family(network: str, trained: TrainedDirection, config: AlignConfig) -> tup
     """The rows' model family and note: a NULL word, a decoder's expert, agreement, Dirichlet tables, repeated gold
     text and cut words are part of the model, ``<network>[-lm][-null][-agree][-dirichletA][-goldK][-srcprefixN]
     [-tgtprefixN]``."""
-    parts = [(trained.decoder_expert, "-lm", f"decoder_expert {config.decoder_expert}"),
-             (trained.null_word, "-null", f"null_prob {config.null_prob:g}"),
-             (config.agreement, "-agree", "both directions trained by agreement"),
-             (config.table_prior, f"-dirichlet{config.table_prior:g}",
-              f"tables by EM, Dirichlet({config.table_prior:g}) posterior mean"),
+    options = config.options.settings()  # a network's own options; those it does not have are off
+    decoder_expert, null_prob = options.get("decoder_expert", 0), options.get("null_prob", 0.0)
+    table_prior = options.get("table_prior", 0.0)
+    parts = [(trained.decoder_expert, "-lm", f"decoder_expert {decoder_expert}"),
+             (trained.null_word, "-null", f"null_prob {null_prob:g}"),
+             (options.get("agreement", False), "-agree", "both directions trained by agreement"),
+             (table_prior, f"-dirichlet{table_prior:g}", f"tables by EM, Dirichlet({table_prior:g}) posterior mean"),
              (config.gold_repeat > 1, f"-gold{config.gold_repeat}", f"gold_repeat {config.gold_repeat}"),
              (config.source_prefix, f"-srcprefix{config.source_prefix}", f"source_prefix {config.source_prefix}"),
              (config.target_prefix, f"-tgtprefix{config.target_prefix}", f"target_prefix {config.target_prefix}")]

@@ -97,14 +97,14 @@ def test_align_trains_both_directions_by_agreement_and_keeps_them(tmp_path):
     """``--agreement`` trains the two directions together, names its rows ``hmm-...-agree-...``, keeps both
     directions' alignments in one pair of files (a rerun reads them); ``--table-prior`` likewise (``-dirichletA``);
     both are refused where they cannot apply."""
-    from pyro_attention.tasks.align import AlignConfig, run_align
+    from pyro_attention.tasks.align import AlignConfig, HMMOptions, run_align
 
     text, links = tmp_path / "gold.txt", tmp_path / "gold.p1"
     text.write_text("the house is small ||| das haus ist klein\nthe cat ||| die katze\n"
                     "a small cat ||| eine kleine katze\n" * 3)
     links.write_text("1-1 2-2 3-3 4-4\n1-1 2-2\n1-1 2p2 3-3\n" * 3)
     config = AlignConfig(gold_text=str(text), gold_links=str(links), network="hmm", models=["marginal"], epochs=2,
-                         ibm1_epochs=2, null_prob=0.2, both_directions=True, agreement=True,
+                         options=HMMOptions(ibm1_epochs=2, null_prob=0.2, agreement=True), both_directions=True,
                          out=str(tmp_path / "runs"))
     logs: list[str] = []
     rows = run_align(config, log=logs.append)
@@ -118,20 +118,26 @@ def test_align_trains_both_directions_by_agreement_and_keeps_them(tmp_path):
     again = run_align(config, log=logs.append)
     assert sum("read from" in m for m in logs) == 2 and not any("by agreement:" in m for m in logs)
     assert [(r.source, r.direction, r.result) for r in again] == [(r.source, r.direction, r.result) for r in rows]
-    em = run_align(dataclasses.replace(config, agreement=False, table_prior=0.5, out=str(tmp_path / "em")),
+    dirichlet = dataclasses.replace(config.options, agreement=False, table_prior=0.5)
+    em = run_align(dataclasses.replace(config, options=dirichlet, out=str(tmp_path / "em")),
                    log=lambda _: None)
     assert {r.network for r in em} == {"hmm-null-dirichlet0.5"}
     assert all("tables by EM, Dirichlet(0.5) posterior mean" in r.note for r in em)
     with pytest.raises(ValueError, match="add --both-directions"):
-        AlignConfig(gold_text=str(text), gold_links=str(links), network="hmm", models=["marginal"], agreement=True)
+        AlignConfig(gold_text=str(text), gold_links=str(links), network="hmm", models=["marginal"],
+                    options=HMMOptions(agreement=True))
     with pytest.raises(ValueError, match="table_prior: .*--table-prior 0.1 trains both directions together"):
-        AlignConfig(gold_text=str(text), gold_links=str(links), network="hmm", models=["marginal"], table_prior=0.1)
+        AlignConfig(gold_text=str(text), gold_links=str(links), network="hmm", models=["marginal"],
+                    options=HMMOptions(table_prior=0.1))
     with pytest.raises(ValueError, match="with --decoder-expert 8 the emission is a product"):
-        AlignConfig(gold_text=str(text), gold_links=str(links), network="hmm", models=["marginal"], table_prior=0.1,
-                    decoder_expert=8, both_directions=True)
-    with pytest.raises(ValueError, match="network 'ibm1' cannot train both directions together; only hmm can"):
+        AlignConfig(gold_text=str(text), gold_links=str(links), network="hmm", models=["marginal"],
+                    options=HMMOptions(table_prior=0.1, decoder_expert=8), both_directions=True)
+    with pytest.raises(ValueError, match="agreement: network 'ibm1' does not use it .*; hmm do"):
+        AlignConfig.from_flags(gold_text=str(text), gold_links=str(links), network="ibm1", models=["marginal"],
+                               both_directions=True, agreement=True)
+    with pytest.raises(ValueError, match="options: network 'ibm1' reads IBM1Options, got HMMOptions"):
         AlignConfig(gold_text=str(text), gold_links=str(links), network="ibm1", models=["marginal"],
-                    both_directions=True, agreement=True)
+                    options=HMMOptions())
 
 
 def _text() -> tuple[list[list[str]], list[list[str]]]:

@@ -13,7 +13,14 @@ import pytest
 from pyro_attention import cli
 from pyro_attention.aer import alignment_error_rate
 from pyro_attention.data import make_synthetic_translation
-from pyro_attention.tasks.align import AlignConfig, alignment_links, format_rows, load_gold_corpus, run_align
+from pyro_attention.tasks.align import (
+    AlignConfig,
+    Seq2SeqSizes,
+    alignment_links,
+    format_rows,
+    load_gold_corpus,
+    run_align,
+)
 from pyro_attention.tasks.translation import TranslationConfig, train
 from tests.support.paths import SHARED_DATA
 
@@ -62,7 +69,7 @@ def test_align_option_combinations_are_usage_errors(capsys):
     with pytest.raises(SystemExit) as stop:
         cli.main(["align", "--network", "seq2seq", "--null-prob", "0.2"])
     assert stop.value.code == 2
-    assert "pyro-attention align: error: argument --null-prob: network 'seq2seq' has no NULL word" in (
+    assert "pyro-attention align: error: argument --null-prob: network 'seq2seq' does not use it" in (
         capsys.readouterr().err)
     with pytest.raises(SystemExit) as stop:
         cli.main(["align", "--gold-links", "links.txt"])  # a user's gold set without its sentence pairs
@@ -79,7 +86,7 @@ def test_align_on_hansards_tiny(tmp_path):
         models=["marginal"],
         out=str(tmp_path),
         both_directions=True,
-        **TINY,
+        options=Seq2SeqSizes(**TINY),
     )
     rows = run_align(config, log=lambda _: None)
     assert {(r.source, r.direction) for r in rows} >= {
@@ -95,7 +102,8 @@ def test_align_any_pair(tmp_path):
     """Every pair can be scored against gold links: a deterministic one reports its weights, RWS its prior,
     exact posterior (and its threshold links) and q."""
     config = AlignConfig(
-        data_dir=str(DATA), extra_size=0, epochs=1, models=["segmentation", "rws"], out=str(tmp_path), **TINY
+        data_dir=str(DATA), extra_size=0, epochs=1, models=["segmentation", "rws"], out=str(tmp_path),
+        options=Seq2SeqSizes(**TINY),
     )
     rows = run_align(config, log=lambda _: None)
     assert {(r.model, r.source) for r in rows} == {

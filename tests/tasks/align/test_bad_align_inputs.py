@@ -5,7 +5,7 @@ docs/troubleshooting.md lists every layer's)."""
 from __future__ import annotations
 
 from pyro_attention.data.translation import collate
-from pyro_attention.tasks.align import AlignConfig
+from pyro_attention.tasks.align import AlignConfig, HMMOptions
 from tests.support import mistakes as m
 
 CATALOGUE: list[m.Mistake] = [
@@ -20,15 +20,14 @@ CATALOGUE: list[m.Mistake] = [
     ),
     m.Mistake(
         "null-prob-network", m.GOLD, "`pyro-attention align --null-prob` with a network that has no NULL word",
-        lambda: AlignConfig(network="distortion", models=["marginal"], null_prob=0.2),
-        ValueError, r"null_prob: network 'distortion' has no NULL word; only ibm1, hmm take --null-prob, got 0\.2",
+        lambda: AlignConfig.from_flags(network="distortion", models=["marginal"], null_prob=0.2),
+        ValueError, r"null_prob: network 'distortion' does not use it \(it would be ignored\); ibm1, hmm do",
         "Use `--network ibm1` or `--network hmm`, or leave `--null-prob` out.",
     ),
     m.Mistake(
         "decoder-expert-network", m.GOLD, "`pyro-attention align --decoder-expert` with a network that takes none",
-        lambda: AlignConfig(network="ibm1", models=["marginal"], decoder_expert=64),
-        ValueError, r"decoder_expert: network 'ibm1' takes no decoder's expert here; only hmm take "
-        r"--decoder-expert, got 64",
+        lambda: AlignConfig.from_flags(network="ibm1", models=["marginal"], decoder_expert=64),
+        ValueError, r"decoder_expert: network 'ibm1' does not use it \(it would be ignored\); hmm do",
         "Use `--network hmm`, or leave `--decoder-expert` out (`--network product` has its own decoder's expert).",
     ),
     m.Mistake(
@@ -46,8 +45,8 @@ CATALOGUE: list[m.Mistake] = [
     m.Mistake(
         "align-table-prior-decoder-expert", m.CONFIG, "`--table-prior` with `--decoder-expert` (no closed-form M-step "
         "for a product of experts)",
-        lambda: AlignConfig(network="hmm", models=["marginal"], both_directions=True, table_prior=0.01,
-                            decoder_expert=8),
+        lambda: AlignConfig(network="hmm", models=["marginal"], both_directions=True,
+                            options=HMMOptions(table_prior=0.01, decoder_expert=8)),
         ValueError, r"table_prior: the closed-form M-step sets a table alone; with --decoder-expert 8 the emission "
         r"is a product",
         "Use one of the two: `--table-prior` (tables by EM) or `--decoder-expert` (trained by gradient).",
@@ -62,7 +61,7 @@ CATALOGUE: list[m.Mistake] = [
     m.Mistake(
         "option-the-network-does-not-use", m.CONFIG, "an option the chosen `--network` does not read (`--tension` "
         "for a Seq2Seq aligner: it was ignored)",
-        lambda: AlignConfig(network="seq2seq", tension=2.0),
+        lambda: AlignConfig.from_flags(network="seq2seq", tension=2.0),
         ValueError, r"tension: network 'seq2seq' does not use it \(it would be ignored\); distortion, hmm do",
         "Drop the option, or choose a network that reads it.",
     ),

@@ -587,7 +587,7 @@ def test_align_hmm_with_a_null_word_from_the_command_line(tmp_path, capsys):
         cli.main(args + ["--network", "distortion"])
     err = capsys.readouterr().err
     assert stop.value.code == 2  # a usage error
-    assert "argument --null-prob: network 'distortion' has no NULL word; only ibm1, hmm take --null-prob" in err
+    assert "argument --null-prob: network 'distortion' does not use it (it would be ignored); ibm1, hmm do" in err
 
 
 def test_align_hmm_with_a_decoder_expert_from_the_command_line(tmp_path, capsys):
@@ -609,8 +609,7 @@ def test_align_hmm_with_a_decoder_expert_from_the_command_line(tmp_path, capsys)
         cli.main(args + ["--network", "distortion"])
     err = capsys.readouterr().err
     assert stop.value.code == 2  # a usage error
-    assert ("argument --decoder-expert: network 'distortion' takes no decoder's expert here; only hmm take "
-            "--decoder-expert") in err
+    assert "argument --decoder-expert: network 'distortion' does not use it (it would be ignored); hmm do" in err
 
 
 def test_fit_param_lr_gives_a_submodule_its_own_rate():
