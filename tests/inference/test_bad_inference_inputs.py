@@ -5,13 +5,7 @@ docs/troubleshooting.md lists every layer's)."""
 from __future__ import annotations
 
 from pyro_attention.files import WriteError
-from pyro_attention.inference import (
-    fit,
-    map_alignment,
-    nuts_alignment,
-    save_netcdf,
-    to_inference_data,
-)
+from pyro_attention.inference import fit, map_alignment, nuts_alignment, save_netcdf, to_inference_data
 from pyro_attention.models import MarginalLikelihood, SoftAttention
 from tests.support import mistakes as m
 

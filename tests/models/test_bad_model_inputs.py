@@ -11,11 +11,7 @@ import torch
 
 from pyro_attention.data import RegionBatch, make_region_qa
 from pyro_attention.data.translation import collate
-from pyro_attention.inference import (
-    kmax_log_likelihood,
-    log_likelihood,
-    predict,
-)
+from pyro_attention.inference import kmax_log_likelihood, log_likelihood, predict
 from pyro_attention.models import (
     HardAttention,
     MarginalLikelihood,

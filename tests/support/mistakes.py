@@ -30,16 +30,10 @@ from pyro_attention import cli
 from pyro_attention.data import RegionBatch, make_region_qa
 from pyro_attention.data.corpora import DATA_ENV, multi30k_paths
 from pyro_attention.data.translation import collate
-from pyro_attention.inference import (
-    log_likelihood,
-)
+from pyro_attention.inference import log_likelihood
 from pyro_attention.models import MarginalLikelihood
 from pyro_attention.networks import RegionQA, Seq2Seq
-from pyro_attention.tasks.translation import (
-    TranslationConfig,
-    save_checkpoint,
-    train,
-)
+from pyro_attention.tasks.translation import TranslationConfig, save_checkpoint, train
 from tests.support.paths import REPO
 
 TINY = dict(

@@ -12,15 +12,8 @@ from typing import Any
 import torch
 
 from pyro_attention.data.text import Vocab, bucket_batches
-from pyro_attention.tasks.align.config import (
-    AlignConfig,
-    DistortionOptions,
-    HMMOptions,
-    IBM1Options,
-    NetworkOptions,
-    RankOptions,
-    Seq2SeqSizes,
-)
+from pyro_attention.tasks.align import config as families
+from pyro_attention.tasks.align.config import AlignConfig, NetworkOptions
 from pyro_attention.tasks.align.corpus import GoldCorpus
 
 
@@ -96,7 +89,7 @@ class Seq2SeqAligner(AlignNetwork):
     """:class:`~pyro_attention.networks.Seq2Seq` with output layer ``output``, trained by
     :func:`pyro_attention.tasks.translation.train` (the gold pairs are its validation set)."""
 
-    options = Seq2SeqSizes
+    options = families.Seq2SeqSizes
 
     def __init__(self, name: str, description: str, output: str) -> None:
         super().__init__(name, description)
@@ -362,16 +355,17 @@ ALIGN_NETWORKS: dict[str, AlignNetwork] = {
         Seq2SeqAligner("product", "Seq2Seq, product-of-experts output (decoder expert u_t + source expert v_s)",
                        "product"),
         LexicalAligner("ibm1", "IBM Model 1: uniform prior, lexical expert with a free (full-rank) table (a NULL word "
-                       "with --null-prob)", _ibm1, null_word=True, options=IBM1Options),
+                       "with --null-prob)", _ibm1, null_word=True, options=families.IBM1Options),
         LexicalAligner("ibm1-rank", "IBM Model 1 with a rank-E lexical table: uniform prior, lexical expert on the "
-                       "source word's E-dimensional embedding (--embedding E)", _ibm1_rank, options=RankOptions),
+                       "source word's E-dimensional embedding (--embedding E)", _ibm1_rank,
+                       options=families.RankOptions),
         StagedAligner("distortion", "IBM Model 1 (--ibm1-epochs), then Seq2Seq's learned prior (a neural "
                       "distortion model: --embedding, --encoder, --decoder, --attention; --tension, --max-jump) on "
-                      "its lexical table (at --table-lr)", _distortion, options=DistortionOptions),
+                      "its lexical table (at --table-lr)", _distortion, options=families.DistortionOptions),
         StagedAligner("hmm", "IBM Model 1 (--ibm1-epochs), then an HMM prior on its lexical table (at --table-lr): "
                       f"fast_align's diagonal (--tension) and jumps over the previous word's filtered posterior "
                       f"(--max-jump, 0: {HMM_MAX_JUMP}), no LSTM; a NULL word with --null-prob; a decoder's "
                       "expert with --decoder-expert; both directions together by agreement with --agreement", _hmm,
-                      null_word=True, decoder_expert=True, agreement=True, options=HMMOptions),
+                      null_word=True, decoder_expert=True, agreement=True, options=families.HMMOptions),
     )
 }
