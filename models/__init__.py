@@ -1,15 +1,15 @@
 """Model/guide pairs: one alignment family per file; the estimators (objects that give each pair's ELBO, listed
 in the pair's ``estimators``) are in :mod:`pyro_attention.inference.estimators`.
 
-==========================  =============  ==============================  =============================
-pair                        ``"align"``    guide                           ELBO
-==========================  =============  ==============================  =============================
-:class:`SoftAttention`      (none)         empty                           ``Trace_ELBO``
-:class:`MarginalLikelihood` categorical    empty (enumerated in model)     ``TraceEnum_ELBO``
-:class:`HardAttention`      categorical    the prior (enum / sample)       ``TraceEnum`` / ``ReinforceKL``
-:class:`VariationalAttention` categorical  q(z | x, y) (enum / sample)     ``TraceEnum`` / ``ReinforceKL``
-:class:`RelaxedAttention`   simplex        Dirichlet q(z | x, y)           ``TraceMeanField_ELBO``
-==========================  =============  ==============================  =============================
+=============================  ===========  ===========================  ===============================
+pair                           ``"align"``  guide                        ELBO
+=============================  ===========  ===========================  ===============================
+:class:`SoftAttention`         (none)       empty                        ``Trace_ELBO``
+:class:`MarginalLikelihood`    categorical  empty (enumerated in model)  ``TraceEnum_ELBO``
+:class:`HardAttention`         categorical  the prior (enum / sample)    ``TraceEnum`` / ``ReinforceKL``
+:class:`VariationalAttention`  categorical  q(z | x, y) (enum / sample)  ``TraceEnum`` / ``ReinforceKL``
+:class:`RelaxedAttention`      simplex      Dirichlet q(z | x, y)        ``TraceMeanField_ELBO``
+=============================  ===========  ===========================  ===============================
 """
 
 from pyro_attention.models.bayesian import BayesianAttention

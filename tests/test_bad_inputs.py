@@ -83,7 +83,7 @@ def _tables() -> str:
     entries = catalogue()
     out = []
     for category in dict.fromkeys(m.category for m in entries):
-        out += [f"### {category}", "", "| id | mistake | error | fix |", "|---|---|---|---|"]
+        out += [f"## {category}", "", "| id | mistake | error | fix |", "|---|---|---|---|"]
         for m in (m for m in entries if m.category == category):
             what, fix = m.what.replace("|", "\\|"), m.fix.replace("|", "\\|")
             out.append(f"| `{m.id}` | {what} | {m.error.__name__}: `{_message(m)}` | {fix} |")
