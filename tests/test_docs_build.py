@@ -18,3 +18,21 @@ def test_the_docs_build_without_warnings(tmp_path):
                            str(tmp_path / "html")], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert (tmp_path / "html" / "api.html").is_file() and (tmp_path / "html" / "index.html").is_file()
+
+
+def test_the_cli_reference_lists_every_command_and_flag():
+    """docs/cli.md (``python -m pyro_attention.cli.reference > docs/cli.md``) has a section for every command with
+    every one of its flags: regenerate it when a flag changes.  (Flags, not the text: argparse lays help out
+    differently from one Python version to the next.)"""
+    import re
+
+    from pyro_attention.cli.main import make_parser
+    from pyro_attention.cli.reference import commands
+
+    page = (REPO / "docs" / "cli.md").read_text(encoding="utf-8")
+    sections = dict(re.findall(r"^## `([^`]+)`\n\n```text\n(.*?)```", page, re.M | re.S))
+    for name, parser in commands(make_parser(), "pyro-attention"):
+        assert name in sections, f"docs/cli.md has no section for {name!r}: regenerate it"
+        flags = {o for a in parser._actions for o in a.option_strings}
+        missing = sorted(f for f in flags if f not in sections[name])
+        assert not missing, f"docs/cli.md's {name!r} lacks {missing}: regenerate it"
