@@ -1,6 +1,6 @@
 """The base of every model/guide pair (deterministic plumbing only; the sample statements live in models/).
 
-A pair = alignment family x task network x estimator.  Conventions (VISION.md):
+A pair = alignment family x task network x estimator.  Conventions:
 
 * ``pair.model(batch)`` and ``pair.guide(batch)``; the random alignment is the sample site ``"align"``, the
   observation is ``"y"`` (``obs=`` the targets, masked where padded);

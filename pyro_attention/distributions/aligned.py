@@ -2,7 +2,7 @@
 
 Under enumeration the alignment ``z`` arrives as a tensor of source positions shaped ``(S, 1, 1)``; a plain
 ``Categorical(logits)`` over ``(S, B, T, V)`` keeps ``S`` copies of a ``V``-sized softmax alive and runs
-1.5-1.8x slower (see VISION.md).  :class:`AlignedCategorical` instead carries a precomputed table
+1.5-1.8x slower.  :class:`AlignedCategorical` instead carries a precomputed table
 ``log p(y_t = observed | x, z_t = s)`` of shape ``(B, T, S)`` (the enumeration kernel's,
 :func:`~pyro_attention.distributions.enumeration.observed_table`) and reads ``log_prob`` of the observed value
 from it with one ``gather``.  Any other value (and :meth:`~AlignedCategorical.sample`, used by ``Predictive`` and
