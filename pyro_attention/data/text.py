@@ -91,6 +91,11 @@ def read_lines(path: str | os.PathLike) -> list[str]:
                     ) from None
                 if number == 1 and line.startswith("\ufeff"):
                     line = line[1:]
+                if "\x00" in line:
+                    raise ValueError(
+                        f"{path}: line {number} holds a NUL byte at character {line.index(chr(0)) + 1}: a binary file, "
+                        "or UTF-16 text (save it as UTF-8, e.g. iconv -f UTF-16 -t UTF-8)"
+                    )
                 if "\ufeff" in line:
                     raise ValueError(
                         f"{path}: line {number} holds a byte-order mark (U+FEFF) at character "

@@ -253,6 +253,13 @@ CATALOGUE: list[m.Mistake] = [
         ValueError, r"both\.de is given as both the source and the target side",
         "Give the target language's file for the target.",
     ),
+    m.Mistake(
+        "corpus-utf16", m.FILES, "a UTF-16 text file without a byte-order mark (its NUL bytes were read as part of "
+        "every word)",
+        lambda: read_lines(m.work_file("wide.en", "a dog\n".encode("utf-16-le"))),
+        ValueError, r"wide\.en: line 1 holds a NUL byte at character 2: a binary file, or UTF-16 text",
+        "Save the file as UTF-8 (`iconv -f UTF-16 -t UTF-8`).",
+    ),
 ]  # fmt: skip
 
 
