@@ -122,8 +122,9 @@ class AttentionNetwork(nn.Module):
 
     @property
     def device(self) -> torch.device:
-        """Where the network's parameters are (a batch must be there too)."""
-        return next(self.parameters()).device
+        """Where the network's parameters are (a batch must be there too); the CPU for a network without any."""
+        first = next(self.parameters(), None)
+        return torch.device("cpu") if first is None else first.device
 
     def output_logits(self, enc: Encoded, context: Tensor) -> Tensor:  # pragma: no cover - interface
         """Map a context ``(..., B, T, D)`` to output logits ``(..., B, T, V)``."""
