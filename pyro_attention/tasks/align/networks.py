@@ -53,8 +53,6 @@ class AlignNetwork:
     pairs: tuple[str, ...] | None = None
     #: whether it takes a NULL word (``--null-prob``)
     null_word: bool = False
-    #: whether it takes a decoder's expert (``--decoder-expert``)
-    decoder_expert: bool = False
     #: whether both directions can be trained in one loop (``--agreement``, ``--table-prior``: :meth:`train_jointly`)
     agreement: bool = False
     #: the options it reads (:class:`~pyro_attention.tasks.align.config.NetworkOptions`): ``config.options``
@@ -215,10 +213,9 @@ class StagedAligner(AlignNetwork):
     pairs = ("marginal",)
 
     def __init__(self, name: str, description: str, build: Callable[[Any, int, int, AlignConfig], Any],
-                 null_word: bool = False, decoder_expert: bool = False, agreement: bool = False,
-                 options: type[NetworkOptions] | None = None) -> None:
+                 null_word: bool = False, agreement: bool = False, options: type[NetworkOptions] | None = None) -> None:
         super().__init__(name, description, options)
-        self.null_word, self.decoder_expert, self.agreement = null_word, decoder_expert, agreement
+        self.null_word, self.agreement = null_word, agreement
         self.build = build
 
     def _ibm1(self, corpus: GoldCorpus, config: AlignConfig, reverse: bool) -> tuple[Any, Vocab, Vocab, Bitext, bool]:
@@ -366,6 +363,6 @@ ALIGN_NETWORKS: dict[str, AlignNetwork] = {
                       f"fast_align's diagonal (--tension) and jumps over the previous word's filtered posterior "
                       f"(--max-jump, 0: {HMM_MAX_JUMP}), no LSTM; a NULL word with --null-prob; a decoder's "
                       "expert with --decoder-expert; both directions together by agreement with --agreement", _hmm,
-                      null_word=True, decoder_expert=True, agreement=True, options=families.HMMOptions),
+                      null_word=True, agreement=True, options=families.HMMOptions),
     )
 }

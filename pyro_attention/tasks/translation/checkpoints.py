@@ -205,8 +205,9 @@ def warm_start(
     if diffs:
         raise ValueError(f"{path}: init_from needs this run's vocabularies: " + "; ".join(diffs)
                          + " (the same data, min_freq and max_vocab as that run)")
-    names = list(pair.network.state_dict())
-    wrong = weight_differences(pair.network.state_dict(), state["network"], strict=False)
+    own = pair.network.state_dict()
+    names = list(own)
+    wrong = weight_differences(own, state["network"], strict=False)
     if wrong:
         sizes = _size_differences(state)
         raise ValueError(f"{path}: init_from: weights {'; '.join(wrong)}; give this run the checkpoint's sizes"
