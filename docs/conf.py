@@ -10,7 +10,7 @@ myst_enable_extensions = ["dollarmath"]
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
 html_theme = "alabaster"
-# notebooks (docs/tutorial.md) run at every build: building the docs is their test
+# notebooks (docs/tutorials/*.md) run at every build: building the docs is their test
 nb_execution_mode = "force"
 nb_execution_raise_on_error = True
 nb_execution_timeout = 600
