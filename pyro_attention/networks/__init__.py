@@ -1,8 +1,9 @@
 """Deterministic task networks (no sample statements), and the parts a network is assembled from: attention scores,
 output layers, and the decoder's input feed and bridge (given to a network as classes:
-``Seq2Seq(V_src, V_tgt, attention=GeneralScore, output=ProductOfExperts)``)."""
+``Seq2Seq(V_src, V_tgt, attention=GeneralScore, output=ProductOfExperts)``): an LSTM and a Transformer
+encoder-decoder for translation, a region-QA network."""
 
-from pyro_attention.networks.attention import AttentionScore, DotScore, GeneralScore, MLPScore
+from pyro_attention.networks.attention import AttentionScore, DotScore, GeneralScore, MLPScore, ScaledDotScore
 from pyro_attention.networks.base import (
     AttentionNetwork,
     Encoded,
@@ -15,12 +16,14 @@ from pyro_attention.networks.base import (
 from pyro_attention.networks.output import ConcatTanhOutput, OutputLayer, ProductOfExperts, TanhOutput
 from pyro_attention.networks.recurrence import AttentionalFeed, Bridge, ContextFeed, FinalBridge, InputFeed, MeanBridge
 from pyro_attention.networks.region_qa import RegionQA
-from pyro_attention.networks.seq2seq import Seq2Seq
+from pyro_attention.networks.seq2seq import Seq2Seq, TranslationNetwork
+from pyro_attention.networks.transformer import TransformerSeq2Seq
 
 __all__ = [
-    "AttentionNetwork", "Encoded", "ExpertLogits", "HeadNetwork", "RegionQA", "Seq2Seq", "expected_context",
+    "AttentionNetwork", "Encoded", "ExpertLogits", "HeadNetwork", "RegionQA", "Seq2Seq", "TransformerSeq2Seq",
+    "TranslationNetwork", "expected_context",
     "gather_context", "mask_scores",
-    "AttentionScore", "DotScore", "GeneralScore", "MLPScore",
+    "AttentionScore", "DotScore", "GeneralScore", "MLPScore", "ScaledDotScore",
     "ConcatTanhOutput", "OutputLayer", "ProductOfExperts", "TanhOutput",
     "AttentionalFeed", "Bridge", "ContextFeed", "FinalBridge", "InputFeed", "MeanBridge",
 ]

@@ -2,10 +2,13 @@
 
 * :class:`MLPScore` -- ``w^T tanh(W_h h_t + W_x x_s)`` (Bahdanau et al. 2015; the paper's);
 * :class:`GeneralScore` -- ``h_t^T W_a x_s`` (Luong et al. 2015, "general"; OpenNMT-py's default);
-* :class:`DotScore` -- ``h_t^T x_s`` (Luong's "dot"; needs the decoder size to equal the value size).
+* :class:`DotScore` -- ``h_t^T x_s`` (Luong's "dot"; needs the decoder size to equal the value size);
+* :class:`ScaledDotScore` -- ``(W_q h_t)^T (W_k x_s) / sqrt(A)``: one head of a Transformer's scaled dot-product
+  attention (Vaswani et al. 2017), :class:`~pyro_attention.networks.TransformerSeq2Seq`'s default.
 
 Each precomputes what depends on the source only (:meth:`AttentionScore.keys`, once per sentence) and scores
-one decoder step against it (:meth:`AttentionScore.scores`).  A network takes the class
+one decoder step against it (:meth:`AttentionScore.scores`) or every target position at once
+(:meth:`AttentionScore.table`, for a decoder whose states are computed in parallel).  A network takes the class
 (``Seq2Seq(attention=GeneralScore)``); :data:`ATTENTION_SCORES` maps the names of configs and the command line
 (``--attention-type``) to the classes.
 """
@@ -29,6 +32,12 @@ class AttentionScore(nn.Module):
         """Decoder states ``(N, H)`` and keys ``(N, S, K)`` -> unmasked scores ``(N, S)``."""
         raise NotImplementedError
 
+    def table(self, h: Tensor, keys: Tensor) -> Tensor:
+        """Decoder states ``(B, T, H)`` and keys ``(B, S, K)`` -> unmasked scores ``(B, T, S)``: :meth:`scores` at
+        every target position (by default on the keys repeated per position; the scores here do better)."""
+        B, T, _ = h.shape
+        return self.scores(h.flatten(0, 1), keys.repeat_interleave(T, dim=0)).view(B, T, -1)
+
 
 class MLPScore(AttentionScore):
     """``a_{t,s} = w^T tanh(W_h h_t + b + W_x x_s)``; parameters ``att_h``, ``att_x``, ``att_v``."""
@@ -47,6 +56,9 @@ class MLPScore(AttentionScore):
     def scores(self, h: Tensor, keys: Tensor) -> Tensor:
         return self.att_v(torch.tanh(self.att_h(h).unsqueeze(1) + keys)).squeeze(-1)
 
+    def table(self, h: Tensor, keys: Tensor) -> Tensor:
+        return self.att_v(torch.tanh(self.att_h(h).unsqueeze(2) + keys.unsqueeze(1))).squeeze(-1)
+
 
 class GeneralScore(AttentionScore):
     """``a_{t,s} = h_t^T W_a x_s``; the keys ``W_a x_s`` are precomputed, a step is one batched dot product."""
@@ -62,6 +74,9 @@ class GeneralScore(AttentionScore):
 
     def scores(self, h: Tensor, keys: Tensor) -> Tensor:
         return torch.bmm(keys, h.unsqueeze(-1)).squeeze(-1)
+
+    def table(self, h: Tensor, keys: Tensor) -> Tensor:
+        return torch.einsum("btk,bsk->bts", h, keys)
 
 
 class DotScore(AttentionScore):
@@ -83,6 +98,31 @@ class DotScore(AttentionScore):
     def scores(self, h: Tensor, keys: Tensor) -> Tensor:
         return torch.bmm(keys, h.unsqueeze(-1)).squeeze(-1)
 
+    def table(self, h: Tensor, keys: Tensor) -> Tensor:
+        return torch.einsum("btk,bsk->bts", h, keys)
+
+
+class ScaledDotScore(AttentionScore):
+    """``a_{t,s} = (W_q h_t)^T (W_k x_s) / sqrt(A)``: a single head of scaled dot-product attention; parameters
+    ``att_q`` and ``att_k`` (the scale is folded into the keys)."""
+
+    name = "scaled"
+
+    def __init__(self, query_size: int, value_size: int, attention_size: int) -> None:
+        super().__init__()
+        self.att_q = nn.Linear(query_size, attention_size, bias=False)
+        self.att_k = nn.Linear(value_size, attention_size, bias=False)
+
+    def keys(self, values: Tensor) -> Tensor:
+        return self.att_k(values) / self.att_k.out_features**0.5
+
+    def scores(self, h: Tensor, keys: Tensor) -> Tensor:
+        return torch.bmm(keys, self.att_q(h).unsqueeze(-1)).squeeze(-1)
+
+    def table(self, h: Tensor, keys: Tensor) -> Tensor:
+        return torch.einsum("btk,bsk->bts", self.att_q(h), keys)
+
 
 #: ``attention=`` names -> score classes
-ATTENTION_SCORES: dict[str, type[AttentionScore]] = {"mlp": MLPScore, "general": GeneralScore, "dot": DotScore}
+ATTENTION_SCORES: dict[str, type[AttentionScore]] = {"mlp": MLPScore, "general": GeneralScore, "dot": DotScore,
+                                                     "scaled": ScaledDotScore}

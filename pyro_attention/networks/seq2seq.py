@@ -66,7 +66,32 @@ class SourceEncoding:
                                 (self.values, self.keys, self.source_mask, self.final_h, self.final_c)))
 
 
-class Seq2Seq(HeadNetwork):
+class TranslationNetwork(HeadNetwork):
+    """What the translation networks (:class:`Seq2Seq`, :class:`~pyro_attention.networks.TransformerSeq2Seq`) share:
+    the output layer's methods that step-by-step decoding
+    (:class:`~pyro_attention.tasks.translation.decoding.IncrementalDecoder`) calls on decoder states."""
+
+    source_vocab: int
+
+    def step_logits(self, h: Tensor, context: Tensor) -> Tensor:
+        """Output logits ``(..., N, V)`` for decoder states ``h`` ``(N, H)`` (or ``(N, 1, H)``) and contexts
+        ``(..., N, D)`` (or ``(N, K, D)``: ``K`` contexts per row) (decoding)."""
+        return self.head.logits(self.head.query(h), context)
+
+    def source_experts(self, values: Tensor) -> Tensor | None:
+        """Where the output layer is a product of experts (``step_logits(h, x_s) = query_experts(h) + v_s``): the
+        source values' part ``v`` ``(B, S, V)`` for ``values`` ``(B, S, D)``, computed once per sentence when
+        decoding; else ``None``."""
+        experts = self.head.experts(None, values)
+        return None if experts is None else experts.v
+
+    def query_experts(self, h: Tensor) -> Tensor:
+        """The decoder states' part ``u`` ``(N, V)`` of a product-of-experts output layer for ``h`` ``(N, H)``
+        (``(N, 1)`` zeros for the lexical expert); meaningful where :meth:`source_experts` is not ``None``."""
+        return self.head.query(h)
+
+
+class Seq2Seq(TranslationNetwork):
     """Attentional LSTM encoder-decoder for translation.
 
     :param source_vocab: source vocabulary size.
@@ -259,23 +284,6 @@ class Seq2Seq(HeadNetwork):
             state={"query": self.head.query(h), "h": h},
             batch=batch,
         )
-
-    def step_logits(self, h: Tensor, context: Tensor) -> Tensor:
-        """Output logits ``(..., N, V)`` for decoder states ``h`` ``(N, H)`` (or ``(N, 1, H)``) and contexts
-        ``(..., N, D)`` (or ``(N, K, D)``: ``K`` contexts per row) (decoding)."""
-        return self.head.logits(self.head.query(h), context)
-
-    def source_experts(self, values: Tensor) -> Tensor | None:
-        """Where the output layer is a product of experts (``step_logits(h, x_s) = query_experts(h) + v_s``): the
-        source values' part ``v`` ``(B, S, V)`` for ``values`` ``(B, S, D)``, computed once per sentence when
-        decoding; else ``None``."""
-        experts = self.head.experts(None, values)
-        return None if experts is None else experts.v
-
-    def query_experts(self, h: Tensor) -> Tensor:
-        """The decoder states' part ``u`` ``(N, V)`` of a product-of-experts output layer for ``h`` ``(N, H)``
-        (``(N, 1)`` zeros for the lexical expert); meaningful where :meth:`source_experts` is not ``None``."""
-        return self.head.query(h)
 
     @staticmethod
     def reorder_state(state: list[tuple[Tensor, Tensor]], rows: Tensor) -> list[tuple[Tensor, Tensor]]:

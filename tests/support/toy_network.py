@@ -118,3 +118,15 @@ def tiny_seq2seq(seed: int = 0, chunk_size: int | None = None):  # noqa: ANN201 
     torch.manual_seed(seed)
     net = Seq2Seq(5, 5, embedding_size=4, encoder_size=3, decoder_size=5, attention_size=4, chunk_size=chunk_size)
     return net, collate([([4, 3, 4], [3, 4]), ([3, 4], [4])])
+
+
+def tiny_transformer(seed: int = 0, chunk_size: int | None = None, **parts):  # noqa: ANN003, ANN201
+    """:func:`tiny_seq2seq`'s words and batch on a :class:`~pyro_attention.networks.TransformerSeq2Seq` of width 8,
+    two heads and two layers (``parts``: its other keyword arguments, e.g. ``output=ProductOfExperts``)."""
+    from pyro_attention.data.translation import collate
+    from pyro_attention.networks import TransformerSeq2Seq
+
+    torch.manual_seed(seed)
+    net = TransformerSeq2Seq(5, 5, model_size=8, heads=2, feedforward_size=16, layers=2, attention_size=4,
+                             chunk_size=chunk_size, **parts)
+    return net, collate([([4, 3, 4], [3, 4]), ([3, 4], [4])])

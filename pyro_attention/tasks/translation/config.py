@@ -31,8 +31,12 @@ DATA_KINDS = ("synthetic", "multi30k", "iwslt14", "parallel")
 #: pairs with a choice of estimator
 ESTIMATOR_PAIRS = tuple(PAIR_ESTIMATORS)
 #: config keys that must agree between a checkpoint and the run that resumes it (with the vocabularies)
-STRUCTURAL_KEYS = ("model", "estimator", "options", "embedding", "encoder", "decoder", "attention", "layers", "output",
-                   "attention_type", "input_feed", "bridge", "init")
+STRUCTURAL_KEYS = ("model", "estimator", "options", "network", "embedding", "encoder", "decoder", "attention", "layers",
+                   "heads", "feedforward", "embedding_values", "output", "attention_type", "input_feed", "bridge",
+                   "init")
+#: ``network`` names -> the options only that network reads (each must keep its default under the other)
+NETWORK_OPTIONS = {"lstm": ("encoder", "decoder", "input_feed", "bridge"),
+                   "transformer": ("heads", "feedforward", "embedding_values")}
 CHECKPOINT_FORMAT = "pyro_attention.translation.checkpoint"
 SPLITS = ("train", "val", "test")
 #: synthetic corpus sizes used when ``train_size`` / ``val_size`` / ``test_size`` are not given
@@ -106,11 +110,18 @@ class ModelOptions:
         "an option of the pair's constructor, e.g. --option kl_scale=0.01 (repeatable)",
         flag={"name": "--option", "dest": "options", "action": "append", "metavar": "KEY=VALUE"},
     )
-    embedding: int = option(64, "embedding size", low=1)
-    encoder: int = option(64, "BiLSTM size per direction", low=1)
-    decoder: int = option(128, "decoder LSTM size", low=1)
-    attention: int = option(64, "MLP attention size ({default}; --attention-type mlp only)", low=1)
-    layers: int = option(1, "LSTM layers", low=1)
+    network: str = option("lstm", "the encoder-decoder: lstm (BiLSTM encoder, LSTM decoder; default) or transformer "
+                          "(pre-LN Transformer, the alignment one dedicated attention head; its width is --embedding)",
+                          choices=tuple(NETWORK_OPTIONS))
+    embedding: int = option(64, "embedding size (transformer: the width of every layer)", low=1)
+    encoder: int = option(64, "lstm: BiLSTM size per direction", low=1)
+    decoder: int = option(128, "lstm: decoder LSTM size", low=1)
+    attention: int = option(64, "the alignment score's size ({default}; --attention-type mlp and scaled)", low=1)
+    layers: int = option(1, "encoder layers, and decoder layers", low=1)
+    heads: int = option(4, "transformer: heads of the soft multi-head attention ({default})", low=1)
+    feedforward: int = option(256, "transformer: feed-forward size of every layer ({default})", low=1)
+    embedding_values: bool = option(False, "transformer: the contexts average (or pick) the source words' "
+                                    "embeddings rather than the encoder's output")
     dropout: float = option(0.0, "dropout", interval=(0.0, 1.0, False, True))
     chunk_size: int = option(8, "source positions per chunk of the enumerated output layer ({default}; 0: all at "
                              "once)", low=0)
@@ -120,8 +131,10 @@ class ModelOptions:
     output: str = option("tanh", "output layer: tanh (U tanh(W[h; c]), the paper's; default) or product (product of "
                          "experts exp(u_t + v_s): exact enumeration at about the cost of a soft step)",
                          choices=tuple(OUTPUT_LAYERS))
-    attention_type: str = option("mlp", "the prior's score: mlp (Bahdanau, the paper's; default), general or dot "
-                                 "(Luong; dot needs --decoder = 2 x --encoder)", choices=tuple(ATTENTION_SCORES))
+    attention_type: str | None = option(None, "the prior's score: mlp (Bahdanau, the paper's; lstm's default), general "
+                                        "or dot (Luong; dot needs --decoder = 2 x --encoder), scaled (one head of "
+                                        "scaled dot-product attention; transformer's default)",
+                                        choices=tuple(ATTENTION_SCORES))
     input_feed: str = option("context", "what the decoder is fed with the previous word: context (the prior's soft "
                              "context; default) or attentional (Luong's attentional state tanh(W[h; c]), as "
                              "OpenNMT-py)", choices=tuple(INPUT_FEEDS))
@@ -148,16 +161,20 @@ class TranslationConfig(OptimConfig, ModelOptions, CorpusOptions):
     ``estimator`` only for the pairs of :data:`~pyro_attention.registry.PAIR_ESTIMATORS` (``hard`` /
     ``variational``: ``"enum"`` or ``"sample"``, default ``"enum"``; ``gumbel``: ``"sampled"`` or
     ``"categorical"``); ``options``: keyword options of the pair's constructor (e.g. ``{"kl_scale": 0.01}``;
-    ``--option kl_scale=0.01`` on the command line).  Sizes as :class:`~pyro_attention.networks.Seq2Seq`
-    (``chunk_size=0``: no chunking of the enumerated output layer; ``keep_gib``: GiB of its log-probabilities kept
-    for the backward pass, the rest recomputed there); ``output`` its output layer (``"tanh"``, the
-    paper's, or ``"product"``, the product of experts whose exact enumeration costs about a soft step),
-    ``attention_type`` its prior's score (``"mlp"``, the paper's; Luong's ``"general"`` or ``"dot"``) and
-    ``attention`` the MLP score's size; ``input_feed`` what the decoder is fed (``"context"``, the prior's soft
-    context, or ``"attentional"``, Luong's attentional state as OpenNMT-py feeds it), ``bridge`` its initial
-    state (``"mean"`` of the source values, or the encoder's ``"final"`` states as OpenNMT-py; needs ``decoder`` =
-    2 x ``encoder``) and ``init`` the initialisation (``0``: torch's defaults; ``0.1``: every parameter uniform in
-    +-0.1, OpenNMT-py's ``param_init``).
+    ``--option kl_scale=0.01`` on the command line).  ``network`` is ``"lstm"``
+    (:class:`~pyro_attention.networks.Seq2Seq`) or ``"transformer"``
+    (:class:`~pyro_attention.networks.TransformerSeq2Seq`: its width ``embedding``, ``layers``, ``heads``,
+    ``feedforward``, ``embedding_values``; ``encoder``, ``decoder``, ``input_feed`` and ``bridge`` are the LSTM's
+    alone).  Sizes as the network's (``chunk_size=0``: no chunking of the enumerated output layer; ``keep_gib``: GiB
+    of its log-probabilities kept for the backward pass, the rest recomputed there); ``output`` its output layer
+    (``"tanh"``, the paper's, or ``"product"``, the product of experts whose exact enumeration costs about a soft
+    step), ``attention_type`` its prior's score (``"mlp"``, the paper's and the LSTM's default; Luong's
+    ``"general"`` or ``"dot"``; ``"scaled"``, one scaled dot-product head, the Transformer's default) and
+    ``attention`` the score's size; ``input_feed`` what the decoder is fed (``"context"``, the prior's soft context,
+    or ``"attentional"``, Luong's attentional state as OpenNMT-py feeds it), ``bridge`` its initial state
+    (``"mean"`` of the source values, or the encoder's ``"final"`` states as OpenNMT-py; needs ``decoder`` = 2 x
+    ``encoder``) and ``init`` the initialisation (``0``: torch's defaults, Glorot for the Transformer; ``0.1``:
+    every parameter uniform in +-0.1, OpenNMT-py's ``param_init``).
 
     Optimisation: ``epochs``, ``batch_size`` (sentences), ``lr``, ``clip_norm`` (per parameter, ClippedAdam),
     ``lr_decay`` (factor applied when validation perplexity does not improve), ``patience`` (epochs without
@@ -213,6 +230,7 @@ class TranslationConfig(OptimConfig, ModelOptions, CorpusOptions):
             setattr(self, f.name, _check_type(f.name, getattr(self, f.name), hints[f.name]))
         self.check_optimisation()  # lr, and every field's bounds, range and choices
         resolve_device(self.device)
+        self._check_network()
         if self.bridge == "final" and self.decoder != 2 * self.encoder:
             raise ValueError(
                 f"bridge 'final' needs decoder = 2 x encoder (the encoder's final states, both directions), got "
@@ -230,6 +248,21 @@ class TranslationConfig(OptimConfig, ModelOptions, CorpusOptions):
                 f"({self.synthetic_max_len})"
             )
         self._check_data()
+
+    def _check_network(self) -> None:
+        """No option of the other network away from its default; the transformer's width a multiple of its heads;
+        the attention score defaults to the network's own (mlp, scaled)."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for network, keys in NETWORK_OPTIONS.items():
+            changed = [k for k in keys if network != self.network and getattr(self, k) != defaults[k]]
+            if changed:
+                raise ValueError(f"{changed[0]}: only network {network!r} reads it, this run's network is "
+                                 f"{self.network!r}; drop it, or choose network {network!r}")
+        if self.attention_type is None:
+            self.attention_type = "scaled" if self.network == "transformer" else "mlp"
+        if self.network == "transformer" and (self.embedding % 2 or self.embedding % self.heads):
+            raise ValueError(f"embedding: the transformer's width must be even and a multiple of heads, got embedding "
+                             f"{self.embedding} and heads {self.heads}")
 
     def _check_model(self) -> None:
         """The estimator and options of the pair, and a warm-up only where the pair has a warm-up guide."""

@@ -4,6 +4,7 @@ lists; vocabularies, length-bucketed batches, and the network and pair a config 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,7 +12,7 @@ from pyro_attention.data.corpora import data_dir, iwslt14_paths, multi30k_paths
 from pyro_attention.data.synthetic_translation import make_synthetic_translation
 from pyro_attention.data.text import Vocab, bucket_batches, read_lines, read_parallel
 from pyro_attention.data.translation import SPECIALS, TranslationBatch
-from pyro_attention.networks import Seq2Seq
+from pyro_attention.networks import Seq2Seq, TransformerSeq2Seq, TranslationNetwork
 from pyro_attention.networks.attention import ATTENTION_SCORES
 from pyro_attention.networks.output import OUTPUT_LAYERS
 from pyro_attention.networks.recurrence import BRIDGES, INPUT_FEEDS
@@ -231,27 +232,34 @@ def make_batches(split: Split, src_vocab: Vocab, tgt_vocab: Vocab, batch_size: i
 # Model
 
 
-def build_pair(config: TranslationConfig, src_vocab: Vocab, tgt_vocab: Vocab) -> tuple[Seq2Seq, AlignmentPair]:
-    """The :class:`~pyro_attention.networks.Seq2Seq` network of ``config``'s sizes and its model/guide pair.
+def _lstm(config: TranslationConfig, source_vocab: int, target_vocab: int, **parts: Any) -> Seq2Seq:
+    return Seq2Seq(source_vocab, target_vocab, embedding_size=config.embedding, encoder_size=config.encoder,
+                   decoder_size=config.decoder, attention_size=config.attention, layers=config.layers,
+                   input_feed=INPUT_FEEDS[config.input_feed], bridge=BRIDGES[config.bridge], **parts)
+
+
+def _transformer(config: TranslationConfig, source_vocab: int, target_vocab: int,
+                 **parts: Any) -> TransformerSeq2Seq:
+    return TransformerSeq2Seq(source_vocab, target_vocab, model_size=config.embedding, heads=config.heads,
+                              feedforward_size=config.feedforward, layers=config.layers,
+                              attention_size=config.attention, embedding_values=config.embedding_values, **parts)
+
+
+#: ``network`` names -> the function building that network of a config's sizes
+NETWORKS: dict[str, Callable[..., TranslationNetwork]] = {"lstm": _lstm, "transformer": _transformer}
+
+
+def build_pair(config: TranslationConfig, src_vocab: Vocab,
+               tgt_vocab: Vocab) -> tuple[TranslationNetwork, AlignmentPair]:
+    """The network of ``config`` (:class:`~pyro_attention.networks.Seq2Seq` or
+    :class:`~pyro_attention.networks.TransformerSeq2Seq`) at its sizes, and its model/guide pair.
 
     Initial weights come from torch's global RNG (seed it first for reproducibility; :func:`train` does).
     """
-    network = Seq2Seq(
-        len(src_vocab),
-        len(tgt_vocab),
-        embedding_size=config.embedding,
-        encoder_size=config.encoder,
-        decoder_size=config.decoder,
-        attention_size=config.attention,
-        layers=config.layers,
-        dropout=config.dropout,
-        chunk_size=config.chunk_size or None,
-        keep_bytes=round(config.keep_gib * 2**30),
-        output=OUTPUT_LAYERS[config.output],
-        attention=ATTENTION_SCORES[config.attention_type],
-        input_feed=INPUT_FEEDS[config.input_feed],
-        bridge=BRIDGES[config.bridge],
-        init=config.init,
+    network = NETWORKS[config.network](
+        config, len(src_vocab), len(tgt_vocab), dropout=config.dropout, chunk_size=config.chunk_size or None,
+        keep_bytes=round(config.keep_gib * 2**30), output=OUTPUT_LAYERS[config.output],
+        attention=ATTENTION_SCORES[config.attention_type], init=config.init,
     )
     pair = make_pair(config.model, network, config.estimator, **(config.options or {}))
     return network, pair
