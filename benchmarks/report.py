@@ -18,7 +18,7 @@ def outputs_markdown(result: dict[str, Any]) -> str:
     m = result["machine"]
     lines = [
         f"Device `{m['device']}`; torch {m['torch']}, pyro-ppl {m['pyro']}, Python {m['python']}; "
-        f"{m['processor']}.  Written by `{result['command']}` in {result['seconds']:.0f} s on {result['date']}.",
+        f"{m['processor']}.  Written by `{result['command']}` in {result['seconds']:.0f} s.",
         "",
         "**Output layers**: Pyro SVI step (as the trainers take it) of every pair on the paper's `tanh` layer and "
         "on the product of experts (`product`); `/soft`: over the soft step *of the same layer*, in the same "
@@ -64,7 +64,7 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [
         f"Mode `{result['mode']}`; device `{m['device']}`; {m['threads']} torch thread(s); torch {m['torch']}, "
         f"pyro-ppl {m['pyro']}, Python {m['python']}; {m['processor']}.  Written by `{result['command']}` in "
-        f"{result['seconds']:.0f} s on {result['date']}.",
+        f"{result['seconds']:.0f} s.",
         "",
         "`torch.mm` (float32): "
         + ", ".join(f"{k}: {v / 1e9:.1f} GFLOP/s" for k, v in result["matmul"].items())
