@@ -20,7 +20,8 @@ def outputs_markdown(result: dict[str, Any]) -> str:
         f"Device `{m['device']}`; torch {m['torch']}, pyro-ppl {m['pyro']}, Python {m['python']}; "
         f"{m['processor']}.  Written by `{result['command']}` in {result['seconds']:.0f} s.",
         "",
-        "**Output layers**: Pyro SVI step (as the trainers take it) of every pair on the paper's `tanh` layer and "
+        f"**{'Transformer' if result['mode'] == 'transformer' else 'Output layers'}**: Pyro SVI step (as the "
+        "trainers take it) of every pair on the paper's `tanh` layer and "
         "on the product of experts (`product`); `/soft`: over the soft step *of the same layer*, in the same "
         "interleaved run (median of the repeats); memory: peak tensor bytes of one step "
         f"({result['memory_method']}).",
@@ -31,8 +32,10 @@ def outputs_markdown(result: dict[str, Any]) -> str:
     ]
     for r in result["outputs"].values():
         t, mem, spec = r["times"], r["memory"], r["spec"]
+        network = (f"Transformer d={spec['d']}, {spec['heads']} heads, {spec['layers']} layers" if "heads" in spec
+                   else f"H={spec['dec']}")
         label = (f"{r['size']} (B={spec['B']}, S={spec['S']}, T={spec['T']}, V={spec['Vs']:,}/{spec['V']:,}, "
-                 f"H={spec['dec']}, dropout {spec['dropout']}, {r['repeats']} repeats)")
+                 f"{network}, dropout {spec['dropout']}, {r['repeats']} repeats)")
         for name in OUTPUT_PAIRS:
             a, b = t[f"tanh/{name}"], t[f"product/{name}"]
             lines.append(

@@ -34,6 +34,8 @@ a slow drift of a shared machine hits every variant; medians reported; ratios ar
   toolkit's configuration on Multi30k De-En) and, with ``--full``, the ``large`` size (S=T=50, V=10k): every
   pair's step over the soft step *of the same layer*, and peak memory, all variants of a size interleaved, once
   per thread count of ``--output-threads``.
+* **the Transformer** (``--transformer``: this section alone) -- the same on ``TransformerSeq2Seq`` (width 256,
+  4 heads, feed-forward 1,024, 3 layers, dropout 0.1) at the ``multi30k`` batch.
 
 Outputs: ``docs/performance-<mode>.json``, a markdown block between ``<!-- benchmark:<mode>:begin/end -->`` in
 ``docs/performance.md`` (the prose around it is kept) and plots ``docs/performance/<mode>-*.png``.  Nothing is
@@ -101,6 +103,13 @@ OUTPUT_SIZES: dict[str, dict[str, Any]] = {
 OUTPUT_TINY: dict[str, dict[str, Any]] = {
     "multi30k": dict(B=3, S=4, T=5, E=8, enc=4, dec=8, att=8, Vs=30, V=20, dropout=0.3),
     "large": dict(B=2, S=6, T=6, E=8, enc=4, dec=8, att=8, Vs=40, V=50, dropout=0.0),
+}
+#: the Transformer section's size (``--transformer``): the multi30k batch on a 3-layer Transformer of width 256
+TRANSFORMER_SIZES: dict[str, dict[str, Any]] = {
+    "multi30k": dict(B=64, S=13, T=14, d=256, heads=4, ff=1024, layers=3, att=256, Vs=7859, V=5921, dropout=0.1),
+}
+TRANSFORMER_TINY: dict[str, dict[str, Any]] = {
+    "multi30k": dict(B=3, S=4, T=5, d=8, heads=2, ff=16, layers=2, att=8, Vs=30, V=20, dropout=0.1),
 }
 CURVE = dict(task="mt", B=32, T=20, D=256, V=1000, check=False)
 CURVE_TINY = dict(task="mt", B=2, T=3, D=8, V=20, check=False)
@@ -203,9 +212,10 @@ def run_throughput(workload: Workload, args: argparse.Namespace, repeats: int) -
 
 
 
-def run_outputs(args: argparse.Namespace, sizes: list[str], repeats: int, warmup: int) -> dict[str, Any]:
-    """Every pair on both output layers at each size, interleaved; per thread count of ``--output-threads``."""
-    table = OUTPUT_TINY if args.tiny else OUTPUT_SIZES
+def run_outputs(args: argparse.Namespace, table: dict[str, dict[str, Any]], sizes: list[str], repeats: int,
+                warmup: int) -> dict[str, Any]:
+    """Every pair on both output layers at each size of ``table``, interleaved; per thread count of
+    ``--output-threads``."""
     out: dict[str, Any] = {}
     for threads in args.output_threads:
         torch.set_num_threads(threads)
@@ -260,6 +270,9 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-plots", action="store_true")
     parser.add_argument("--outputs", action="store_true",
                         help="only the output-layer section (tanh vs product of experts; --full adds large)")
+    parser.add_argument("--transformer", action="store_true",
+                        help="only the Transformer section: TransformerSeq2Seq at the multi30k size, both output "
+                             "layers, every pair over the soft step")
     parser.add_argument("--output-threads", type=int, nargs="+", default=[1, 2],
                         help="thread counts of the output-layer section (default 1 2)")
     return parser
@@ -268,8 +281,8 @@ def make_parser() -> argparse.ArgumentParser:
 def main(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, Any]:
     """Run the mode's sections, write JSON, the markdown block and plots; ``argv`` only labels the output."""
     started = time.perf_counter()
-    if args.outputs:
-        return main_outputs(args, argv, started)
+    if args.outputs or args.transformer:
+        return main_outputs(args, argv, started, "transformer" if args.transformer else "outputs")
     mode = "full" if args.full else "quick"
     sizes, lengths, repeats, warmup, throughput_sizes = MODES[mode]
     sizes = args.sizes or sizes
@@ -347,23 +360,28 @@ def _memory_method(device: torch.device) -> str:
     return "CPU: peak bytes of tensor storages allocated during the step, tracked by a TorchDispatchMode"
 
 
-def main_outputs(args: argparse.Namespace, argv: list[str] | None, started: float) -> dict[str, Any]:
-    """``--outputs``: the output-layer section alone, written to ``performance-outputs.json`` and its block."""
+def main_outputs(args: argparse.Namespace, argv: list[str] | None, started: float, mode: str) -> dict[str, Any]:
+    """``--outputs`` (the output-layer section) or ``--transformer`` (the same on the Transformer), alone, written
+    to ``performance-<mode>.json`` and its block."""
     args.device = torch.device(args.device)
     repeats = args.repeats or 5
     warmup = 1 if args.warmup is None else args.warmup
-    sizes = ["multi30k", "large"] if args.full else ["multi30k"]
-    result: dict[str, Any] = {"mode": "outputs", "repeats": repeats, "warmup": warmup, "tiny": args.tiny,
+    if mode == "transformer":
+        table, sizes = (TRANSFORMER_TINY if args.tiny else TRANSFORMER_SIZES), ["multi30k"]
+    else:
+        table, sizes = (OUTPUT_TINY if args.tiny else OUTPUT_SIZES), (["multi30k", "large"] if args.full else
+                                                                     ["multi30k"])
+    result: dict[str, Any] = {"mode": mode, "repeats": repeats, "warmup": warmup, "tiny": args.tiny,
                               "command": " ".join(["python benchmarks/run.py", *(argv or [])])}
     old_threads = torch.get_num_threads()
     try:
         result["machine"] = _machine(args)
         result["memory_method"] = _memory_method(args.device)
-        print(f"benchmarks/run.py (outputs): device {args.device}, threads {args.output_threads}", flush=True)
-        result["outputs"] = run_outputs(args, sizes, repeats, warmup)
+        print(f"benchmarks/run.py ({mode}): device {args.device}, threads {args.output_threads}", flush=True)
+        result["outputs"] = run_outputs(args, table, sizes, repeats, warmup)
     finally:
         torch.set_num_threads(old_threads)
-    return _write_results(args, result, "outputs", outputs_markdown, started)
+    return _write_results(args, result, mode, outputs_markdown, started)
 
 
 if __name__ == "__main__":

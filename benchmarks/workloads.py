@@ -20,7 +20,7 @@ from step_time import PAIRS  # noqa: E402
 from pyro_attention.data.region_qa import RegionBatch  # noqa: E402
 from pyro_attention.data.translation import TranslationBatch  # noqa: E402
 from pyro_attention.inference.distributed import DataParallelSVI  # noqa: E402
-from pyro_attention.networks import RegionQA, Seq2Seq  # noqa: E402
+from pyro_attention.networks import RegionQA, Seq2Seq, TransformerSeq2Seq  # noqa: E402
 from pyro_attention.networks.output import OUTPUT_LAYERS as NETWORK_OUTPUTS  # noqa: E402
 
 #: the pairs and output layers of the output-layer section (``--outputs``)
@@ -145,7 +145,8 @@ def check_pair(workload: Workload, pair_name: str, seed: int = 0) -> dict[str, A
 
 
 def output_workload(spec: dict[str, Any], output: str, device: torch.device, seed: int = 0) -> Workload:
-    """A full-length batch (every source S, every target T tokens) and a ``Seq2Seq`` with ``output`` layer."""
+    """A full-length batch (every source S, every target T tokens) and a ``Seq2Seq`` with ``output`` layer, or a
+    ``TransformerSeq2Seq`` where ``spec`` gives ``heads`` (its width ``d``, ``ff``, ``layers``)."""
     g = torch.Generator().manual_seed(seed)
     B, S, T, V = spec["B"], spec["S"], spec["T"], spec["V"]
     source = torch.randint(4, spec["Vs"], (B, S), generator=g)
@@ -154,11 +155,17 @@ def output_workload(spec: dict[str, Any], output: str, device: torch.device, see
     ones = torch.ones(B, S, dtype=torch.bool), torch.ones(B, T, dtype=torch.bool)
     batch = TranslationBatch(*(x.to(device) for x in (source, ones[0], target_in, target, ones[1])))
 
-    def make_network(chunk_size: int | None = 8) -> Seq2Seq:
+    def make_network(chunk_size: int | None = 8) -> Seq2Seq | TransformerSeq2Seq:
         torch.manual_seed(seed)
-        net = Seq2Seq(spec["Vs"], V, embedding_size=spec["E"], encoder_size=spec["enc"], decoder_size=spec["dec"],
-                      attention_size=spec["att"], dropout=spec["dropout"], chunk_size=chunk_size,
-                      output=NETWORK_OUTPUTS[output])
+        parts = dict(attention_size=spec["att"], dropout=spec["dropout"], chunk_size=chunk_size,
+                     output=NETWORK_OUTPUTS[output])
+        if "heads" in spec:
+            net = TransformerSeq2Seq(spec["Vs"], V, model_size=spec["d"], heads=spec["heads"],
+                                     feedforward_size=spec["ff"], layers=spec["layers"], **parts)
+        else:
+            net = Seq2Seq(spec["Vs"], V, embedding_size=spec["E"], encoder_size=spec["enc"], decoder_size=spec["dec"],
+                          **parts)
         return net.to(device).train()
 
-    return Workload(f"{output}", spec, make_network, batch, B * T, 2.0 * S * B * T * spec["dec"] * V)
+    H = spec["d"] if "heads" in spec else spec["dec"]
+    return Workload(f"{output}", spec, make_network, batch, B * T, 2.0 * S * B * T * H * V)

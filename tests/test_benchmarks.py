@@ -188,6 +188,20 @@ def test_run_outputs_section_tiny(tmp_path, capsys, run_with_memory) -> None:
     assert "<!-- benchmark:outputs:begin -->" in block and "| product /soft |" in block
 
 
+def test_run_transformer_section_tiny(tmp_path, capsys, run_with_memory) -> None:
+    """``run.py --transformer``: every pair on both output layers of a tiny ``TransformerSeq2Seq``, its own JSON and
+    block."""
+    run = run_with_memory
+    argv = ["--transformer", "--tiny", "--repeats", "1", "--output-threads", "1", "--out", str(tmp_path)]
+    result = run.main(run.make_parser().parse_args(argv), argv)
+    (r,) = result["outputs"].values()
+    assert set(r["times"]) == {f"{o}/{p}" for o in run.OUTPUT_LAYERS for p in run.OUTPUT_PAIRS}
+    assert all(math.isfinite(t) and t > 0 for t in r["times"].values())
+    assert json.loads((tmp_path / "performance-transformer.json").read_text())["mode"] == "transformer"
+    block = (tmp_path / "performance.md").read_text()
+    assert "<!-- benchmark:transformer:begin -->" in block and "Transformer d=8, 2 heads, 2 layers" in block
+
+
 def test_micro_tiny(capsys) -> None:
     micro = load_script("benchmarks/studies", "micro")
     result = micro.main(micro.make_parser().parse_args(["--tiny", "--repeats", "2"]))

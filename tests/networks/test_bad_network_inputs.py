@@ -4,7 +4,7 @@ layer's)."""
 
 from __future__ import annotations
 
-from pyro_attention.networks import Seq2Seq
+from pyro_attention.networks import Seq2Seq, TransformerSeq2Seq
 from tests.support import mistakes as m
 
 CATALOGUE: list[m.Mistake] = [
@@ -13,6 +13,13 @@ CATALOGUE: list[m.Mistake] = [
         lambda: Seq2Seq(0, 12),
         ValueError, r"Seq2Seq: source_vocab must be >= 4, got 0",
         "Build the network from the vocabulary: `Seq2Seq(len(src_vocab), len(tgt_vocab), ...)`.",
+    ),
+    m.Mistake(
+        "transformer-heads-do-not-divide", m.SIZES, "a Transformer whose width its heads do not divide",
+        lambda: TransformerSeq2Seq(12, 12, model_size=10, heads=4),
+        ValueError, r"TransformerSeq2Seq: model_size must be even and a multiple of heads, got model_size 10 and "
+        r"heads 4",
+        "Choose `heads` dividing `model_size` (each head gets `model_size / heads` dimensions).",
     ),
 ]  # fmt: skip
 

@@ -157,6 +157,20 @@ CATALOGUE: list[m.Mistake] = [
         "Drop the option, or choose the model it belongs to.",
     ),
     m.Mistake(
+        "config-option-of-another-network", m.CONFIG, "an LSTM size (`--encoder`) with `--network transformer`",
+        lambda: TranslationConfig(network="transformer", encoder=128),
+        ValueError, r"encoder: only network 'lstm' reads it, this run's network is 'transformer'; drop it, or choose "
+        r"network 'lstm'",
+        "Size the Transformer with `--embedding` (its width), `--layers`, `--heads` and `--feedforward`.",
+    ),
+    m.Mistake(
+        "config-transformer-width-not-heads-multiple", m.CONFIG, "a Transformer width that the heads do not divide",
+        lambda: TranslationConfig(network="transformer", embedding=64, heads=3),
+        ValueError, r"embedding: the transformer's width must be even and a multiple of heads, got embedding 64 and "
+        r"heads 3",
+        "Choose `--heads` dividing `--embedding` (e.g. 4 or 8 for 256).",
+    ),
+    m.Mistake(
         "config-warmup-without-guide", m.CONFIG, "`warmup_steps` for a pair that has no warm-up guide",
         lambda: TranslationConfig(model="marginal", warmup_steps=5),
         ValueError, r"warmup_steps: model 'marginal' has no warm-up guide; only relaxed",

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from pyro_attention import cli
+from pyro_attention.tasks.translation import TranslationConfig
 from pyro_attention.tasks.translation.runner import (
     ROW_FIELDS,
     ExperimentFileError,
@@ -399,6 +400,15 @@ def test_shipped_experiment_files_are_valid(name):
     # Multi30k at the toolkit's size; IWSLT14 (a quarter of the pairs, twice the length) at half its widths
     width = {"table1-multi30k.toml": 256, "table1-iwslt14.toml": 128}[name]
     assert shared["embedding"] == width and shared["decoder"] == 2 * width and shared["dropout"] == 0.3
+
+
+def test_the_transformer_experiment_file_is_valid():
+    """examples/configs/transformer-multi30k.toml: the issue's five rows, every one a valid Transformer config."""
+    shared, rows = read_experiment(REPO / "examples" / "configs" / "transformer-multi30k.toml")
+    assert [r["label"] for r in rows] == ["soft", "marginal", "va-enum", "va-sample", "hard-sample"]
+    for row in rows:
+        config = TranslationConfig(**{**shared, **{k: v for k, v in row.items() if k != "label"}})
+        assert config.network == "transformer" and config.attention_type == "scaled" and config.embedding == 256
 
 
 def test_the_gpu_smoke_file_has_every_row_of_table1():
