@@ -537,6 +537,32 @@ def test_product_output_checkpoint_round_trip(tmp_path, attention_type):
         train(TranslationConfig.from_dict({**ckpt.config.to_dict(), "output": "tanh", "epochs": 2}), resume=True)
 
 
+def test_transformer_trains_evaluates_translates_and_round_trips(tmp_path, capsys):
+    """``--network transformer`` trains every option into the checkpoint, comes back exactly (its exact validation
+    perplexity recomputed from the checkpoint), translates, and resuming as an LSTM is refused naming the key."""
+    from pyro_attention.networks import ProductOfExperts, TransformerSeq2Seq
+
+    out = tmp_path / "transformer"
+    extra = ("--model", "variational", "--epochs", "1", "--network", "transformer", "--heads", "2", "--feedforward",
+             "16", "--output", "product", "--embedding-values")
+    tiny = ["--train-size", "16", "--val-size", "8", "--batch-size", "8", "--embedding", "8", "--attention", "8",
+            "--quiet"]
+    assert cli.main(["train", "--out", str(out), *tiny, *extra]) == 0
+    ckpt = load_checkpoint(out / "last.pt")
+    assert isinstance(ckpt.network, TransformerSeq2Seq) and isinstance(ckpt.network.head, ProductOfExperts)
+    assert ckpt.network.embedding_values and ckpt.config.attention_type == "scaled" and ckpt.network.heads == 2
+    res = evaluate(out / "last.pt", "val", kmax=0, bleu=False)
+    state = torch.load(out / "last.pt", weights_only=True)
+    assert res.ppl_exact and res.ppl == pytest.approx(state["val"]["ppl"], rel=1e-5)
+    capsys.readouterr()
+    (tmp_path / "in.txt").write_text("s1 s2 s3\ns4 s5\n")
+    assert cli.main(["translate", str(out), str(tmp_path / "in.txt"), "--beam", "2", "--rule", "marginal"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+    with pytest.raises(ValueError, match="network: checkpoint 'transformer', this run 'lstm'"):
+        train(TranslationConfig.from_dict({**ckpt.config.to_dict(), "network": "lstm", "heads": 4, "feedforward": 256,
+                                           "embedding_values": False, "epochs": 2}), resume=True)
+
+
 def test_toolkit_decoder_options_checkpoint_round_trip(tmp_path):
     """``--input-feed attentional --bridge final --init 0.1`` (OpenNMT-py's decoder) train, are stored in the
     checkpoint, come back exactly, and resuming with another choice is refused naming it."""
