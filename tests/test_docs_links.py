@@ -1,5 +1,6 @@
-"""Every relative link in README.md and docs/ names a file that exists and, where it names an anchor, a heading
-of that file (GitHub's anchors: lower-cased, punctuation other than ``-`` and ``_`` dropped, spaces as ``-``)."""
+"""Every relative link in README.md, docs/ and docs/tutorials/ (resolved from the page's own folder) names a file
+that exists and, where it names an anchor, a heading of that file (GitHub's anchors: lower-cased, punctuation other
+than ``-`` and ``_`` dropped, spaces as ``-``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import pytest
 from tests.support.paths import REPO
 
 ROOT = REPO
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+         *sorted((ROOT / "docs" / "tutorials").glob("*.md"))]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
@@ -43,7 +45,7 @@ def links(page: Path) -> list[tuple[int, str]]:
     return found
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_relative_links_resolve(page: Path) -> None:
     broken = []
     for number, target in links(page):

@@ -147,37 +147,37 @@ def test_console_script_help():
     assert out.returncode == 0 and "demo" in out.stdout
 
 
-STDLIB = {"jensen_gap.py": [], "average_then_predict.py": ["--sharpness", "3"],
+SEED = {"jensen_gap.py": [], "average_then_predict.py": ["--sharpness", "3"],
           "posterior_and_elbo.py": ["--steps", "200"]}
 
 
-@pytest.mark.parametrize("name", sorted(STDLIB))
-def test_stdlib_examples_run_on_python_3_9_with_nothing_installed(name):
+@pytest.mark.parametrize("name", sorted(SEED))
+def test_seed_examples_run_on_python_3_9_with_nothing_installed(name):
     """The three standalone examples parse as Python 3.9 and run with no site-packages at all (``python -S -I``),
     their numerical checks passing."""
     import ast
 
-    path = EXAMPLES / "stdlib" / name
+    path = EXAMPLES / "seed" / name
     ast.parse(path.read_text(encoding="utf-8"), feature_version=(3, 9))
-    done = subprocess.run([sys.executable, "-S", "-I", str(path), *STDLIB[name]], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-S", "-I", str(path), *SEED[name]], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0 and done.stdout.rstrip().endswith("checks passed"), done.stdout + done.stderr
 
 
-def test_every_stdlib_example_is_tested():
-    assert {p.name for p in (EXAMPLES / "stdlib").glob("*.py")} == set(STDLIB)
+def test_every_seed_example_is_tested():
+    assert {p.name for p in (EXAMPLES / "seed").glob("*.py")} == set(SEED)
 
 
-def test_stdlib_examples_numbers():
-    jensen = load_script("examples/stdlib", "jensen_gap")
+def test_seed_examples_numbers():
+    jensen = load_script("examples/seed", "jensen_gap")
     cases = jensen.main(jensen.make_parser().parse_args(["--p-zero", "0.2"]))
     soft, marginal = cases["sigmoid, z in {0, 4}, P(z = 0) = 0.2"]
     assert soft == pytest.approx(1 / (1 + math.exp(-3.2)))  # E[z] = 0.8 * 4
     assert marginal == pytest.approx(0.2 * 0.5 + 0.8 / (1 + math.exp(-4)))
-    average = load_script("examples/stdlib", "average_then_predict")
+    average = load_script("examples/seed", "average_then_predict")
     uniform = average.main(average.make_parser().parse_args(["--sharpness", "0"]))
     assert uniform["weights"] == pytest.approx([1 / 3] * 3)
-    elbo = load_script("examples/stdlib", "posterior_and_elbo")
+    elbo = load_script("examples/seed", "posterior_and_elbo")
     out = elbo.main(elbo.make_parser().parse_args(["--steps", "300"]))
     assert out["q"] == pytest.approx(out["posterior"], abs=1e-5) and out["posterior"][1] == pytest.approx(0.18 / 0.35)
 

@@ -10,7 +10,7 @@ The generative parameters are fixed: a prior ``p(z = s)`` over ``S`` attention s
   ``log p(y) - ELBO(q) = KL(q || p(z | y))`` exactly;
 * gradient ascent on the ELBO over ``q = softmax(phi)`` drives the KL to 0 and ``q`` to the posterior.
 
-Runs on Python 3.9+ with nothing installed: ``python examples/stdlib/posterior_and_elbo.py --steps 200``.
+Runs on Python 3.9+ with nothing installed: ``python examples/seed/posterior_and_elbo.py --steps 200``.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ Both are distributions over ``y``; they agree when the attention is one-hot (the
 differ otherwise.  Jensen's inequality bounds the marginal's log-probability from below by the average of the
 states' log-probabilities, ``log p_marginal(y) >= sum_s a_s log p(y | x_s)``, the bound hard attention trains.
 
-Runs on Python 3.9+ with nothing installed: ``python examples/stdlib/average_then_predict.py --sharpness 5``.
+Runs on Python 3.9+ with nothing installed: ``python examples/seed/average_then_predict.py --sharpness 5``.
 """
 
 from __future__ import annotations

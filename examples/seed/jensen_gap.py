@@ -8,7 +8,7 @@ concave ``f``.  Two cases:
   sigmoid(2) = 0.881`` against ``E[f(z)] = (0.5 + sigmoid(4)) / 2 = 0.741``, a difference of 0.140;
 * ``z in {0, 2}`` equally likely and ``f(z) = z^2``: ``f(E[z]) = 1`` against ``E[f(z)] = 2``.
 
-Runs on Python 3.9+ with nothing installed: ``python examples/stdlib/jensen_gap.py --p-zero 0.2``.
+Runs on Python 3.9+ with nothing installed: ``python examples/seed/jensen_gap.py --p-zero 0.2``.
 The package's Pyro version of the same computation, by enumeration: ``examples/toy_expectation.py``.
 """
 
