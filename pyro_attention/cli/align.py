@@ -45,7 +45,7 @@ def add_align(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     add_gold_set_options(al)
     from pyro_attention.registry import ALL_PAIRS
     from pyro_attention.tasks.align import ALIGN_NETWORKS, AlignConfig
-    from pyro_attention.tasks.align.config import HMMOptions, Seq2SeqSizes, StagedOptions
+    from pyro_attention.tasks.align.config import HMMOptions, Seq2SeqSizes, StagedOptions, TransformerSizes
 
     add_config_options(al, AlignConfig, ("extra_size",))
     al.add_argument("--models", nargs="+", default=["soft", "variational"], choices=tuple(ALL_PAIRS),
@@ -57,6 +57,7 @@ def add_align(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     add_config_options(al, AlignConfig, ("epochs", "batch_size", "lr", "max_len"))
     # each network's options (an option the chosen network does not read is refused): AlignConfig.from_flags
     add_config_options(al, Seq2SeqSizes, ("embedding", "encoder", "decoder", "attention"))
+    add_config_options(al, TransformerSizes, ("layers", "heads", "feedforward"))
     add_config_options(al, StagedOptions, ("ibm1_epochs", "ibm1_lr", "tension", "max_jump", "table_lr"))
     add_config_options(al, HMMOptions, ("null_prob", "decoder_expert", "table_prior"))
     add_config_options(al, AlignConfig, ("gold_repeat", "source_prefix", "target_prefix"))

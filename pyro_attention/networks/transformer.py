@@ -264,6 +264,31 @@ class TransformerSeq2Seq(TranslationNetwork):
         h = self.decoder.norm(x).squeeze(1)
         return h, self.score.scores(h, src.keys), new_state, fed
 
+    def own_posteriors(self, batch: TranslationBatch) -> dict[str, Tensor]:
+        """``{"cross-attention": ...}``: the top decoder layer's soft multi-head cross-attention weights averaged over
+        its heads ``(B, T, S)``, the way alignments are usually read off a Transformer (a baseline for the
+        alignment head's prior and posterior)."""
+        with torch.no_grad():
+            return {"cross-attention": self.cross_attention(batch)[0]}
+
+    def cross_attention(self, batch: TranslationBatch) -> tuple[Tensor, Tensor]:
+        """The top decoder layer's cross-attention weights averaged over heads ``(B, T, S)``, and the decoder's
+        output ``h`` ``(B, T, d)`` recomputed on the way (equal to :meth:`encode`'s)."""
+        memory, _ = self._encode(batch.source, batch.source_mask)
+        T, padding = batch.target_in.shape[1], ~batch.source_mask
+        causal = torch.ones(T, T, dtype=torch.bool, device=memory.device).triu(1)
+        x = self._embed(self.tgt_embed, batch.target_in)
+        *below, top = self.decoder.layers
+        for layer in below:
+            x = layer(x, memory, tgt_mask=causal, memory_key_padding_mask=padding)
+        q = top.norm1(x)
+        x = x + top.dropout1(top.self_attn(q, q, q, attn_mask=causal, need_weights=False)[0])
+        mixed, weights = top.multihead_attn(top.norm2(x), memory, memory, key_padding_mask=padding,
+                                            need_weights=True, average_attn_weights=True)
+        x = x + top.dropout2(mixed)
+        x = x + top.dropout3(top.linear2(top.dropout(top.activation(top.linear1(top.norm3(x))))))
+        return weights, self.decoder.norm(x)
+
     @staticmethod
     def reorder_state(state: KeyValues, rows: Tensor) -> KeyValues:
         """The caches of rows ``rows`` ``(N',)`` (beam search: the hypotheses that continue)."""

@@ -131,6 +131,20 @@ def test_a_copy_task_is_learnt_and_decoded():
     assert sum(h == list(t) for h, (_, t) in zip(hyps, sentences[:8], strict=True)) >= 7, hyps
 
 
+def test_cross_attention_baseline_is_the_top_layers_weights(float64):
+    """``own_posteriors``' cross-attention (what ``align`` scores beside the alignment head): distributions over the
+    real source words, read on the way to the decoder's very output."""
+    torch.manual_seed(2)
+    net = TransformerSeq2Seq(12, 12, model_size=8, heads=2, feedforward_size=16, layers=2, attention_size=6)
+    net.double().eval()
+    batch = collate(SENTENCES)
+    weights, h = net.cross_attention(batch)
+    assert torch.allclose(h, net.encode(batch).state["h"], atol=1e-10)
+    assert torch.allclose(weights.sum(-1), torch.ones_like(weights[..., 0]))
+    assert (weights.masked_select(~batch.source_mask[:, None, :].expand_as(weights)) == 0).all()
+    assert torch.allclose(net.own_posteriors(batch)["cross-attention"], weights, atol=1e-12)
+
+
 def test_constructor_errors():
     with pytest.raises(ValueError, match="model_size must be even and a multiple of heads"):
         TransformerSeq2Seq(12, 12, model_size=10, heads=4)

@@ -65,6 +65,7 @@ from pyro_attention.tasks.align.config import (
     RankOptions,
     Seq2SeqSizes,
     StagedOptions,
+    TransformerSizes,
 )
 from pyro_attention.tasks.align.corpus import GoldCorpus, load_gold_corpus, load_user_gold
 from pyro_attention.tasks.align.networks import (
@@ -91,6 +92,7 @@ from pyro_attention.tasks.align.scoring import (
 __all__ = [
     "ALIGN_NETWORKS", "CORPORA", "JSON_SYMMETRISATIONS", "LINK_FORMATS", "LINK_ORDERS", "THRESHOLD_GRID",
     "AlignConfig", "DistortionOptions", "HMMOptions", "IBM1Options", "NetworkOptions", "RankOptions", "Seq2SeqSizes",
+    "TransformerSizes",
     "StagedOptions", "AlignNetwork", "AlignRow", "GoldCorpus", "LexicalAligner", "Seq2SeqAligner", "StagedAligner",
     "Trained",
     "alignment_links", "alignment_probs", "argmax_links", "format_rows", "json_rows", "load_gold_corpus",

@@ -153,11 +153,27 @@ SIZES_HELP = "(networks seq2seq, product, distortion)"
 class Seq2SeqSizes(NetworkOptions):
     """Networks ``seq2seq`` and ``product``: the Seq2Seq's sizes."""
 
-    embedding: int = option(64, "embedding size (seq2seq, product, distortion; ibm1-rank: the table's rank; hmm: the "
-                            "decoder's expert's embeddings)", low=1)
+    embedding: int = option(64, "embedding size (seq2seq, product, distortion; transformer: its width; ibm1-rank: the "
+                            "table's rank; hmm: the decoder's expert's embeddings)", low=1)
     encoder: int = option(64, f"BiLSTM size per direction {SIZES_HELP}", low=1)
     decoder: int = option(128, f"decoder LSTM size {SIZES_HELP}", low=1)
-    attention: int = option(64, f"MLP attention size {SIZES_HELP}", low=1)
+    attention: int = option(64, f"MLP attention size {SIZES_HELP}; transformer: its alignment head's size", low=1)
+
+
+@dataclass
+class TransformerSizes(NetworkOptions):
+    """Network ``transformer``: the TransformerSeq2Seq's sizes (its width is ``embedding``)."""
+
+    embedding: int = with_default(Seq2SeqSizes, "embedding", 64)
+    attention: int = with_default(Seq2SeqSizes, "attention", 64)
+    layers: int = option(2, "network transformer: encoder layers, and decoder layers", low=1)
+    heads: int = option(4, "network transformer: heads of its soft multi-head attention", low=1)
+    feedforward: int = option(256, "network transformer: feed-forward size of every layer", low=1)
+
+    def check(self, config: AlignConfig) -> None:
+        if self.embedding % 2 or self.embedding % self.heads:
+            raise ValueError(f"embedding: the transformer's width must be even and a multiple of heads, got "
+                             f"embedding {self.embedding} and heads {self.heads}")
 
 
 @dataclass
@@ -234,7 +250,8 @@ class HMMOptions(StagedOptions):
 
 
 #: every family's options class
-OPTION_CLASSES = (Seq2SeqSizes, IBM1Options, RankOptions, StagedOptions, DistortionOptions, HMMOptions)
+OPTION_CLASSES = (Seq2SeqSizes, TransformerSizes, IBM1Options, RankOptions, StagedOptions, DistortionOptions,
+                  HMMOptions)
 
 
 def network_option_defaults() -> dict[str, Any]:

@@ -84,14 +84,16 @@ _SEQ2SEQ_KEYS = ("max_len", "epochs", "batch_size", "lr", "seed", "threads")
 
 
 class Seq2SeqAligner(AlignNetwork):
-    """:class:`~pyro_attention.networks.Seq2Seq` with output layer ``output``, trained by
+    """A translation network (``network``: :class:`~pyro_attention.networks.Seq2Seq` or
+    :class:`~pyro_attention.networks.TransformerSeq2Seq`) with output layer ``output``, trained by
     :func:`pyro_attention.tasks.translation.train` (the gold pairs are its validation set)."""
 
     options = families.Seq2SeqSizes
 
-    def __init__(self, name: str, description: str, output: str) -> None:
-        super().__init__(name, description)
-        self.output = output
+    def __init__(self, name: str, description: str, output: str, network: str = "lstm",
+                 options: type[families.NetworkOptions] | None = None) -> None:
+        super().__init__(name, description, options)
+        self.output, self.network = output, network
 
     def train(self, corpus: GoldCorpus, config: AlignConfig, model: str, reverse: bool,
               log: Callable[[str], None]) -> Trained:
@@ -114,10 +116,11 @@ class Seq2SeqAligner(AlignNetwork):
             model=model,
             estimator="enum" if model in ("hard", "variational") else None,
             output=self.output,
+            network=self.network,
             out=str(out),
             patience=0,
             **{k: getattr(config, k) for k in _SEQ2SEQ_KEYS},
-            **config.options.settings(),  # the Seq2Seq's sizes
+            **config.options.settings(),  # the network's sizes
         )
         result = train(tc, progress=False, overwrite=True, log=log)
         return Trained(result.pair, result.src_vocab, result.tgt_vocab, time.perf_counter() - start)
@@ -351,6 +354,10 @@ ALIGN_NETWORKS: dict[str, AlignNetwork] = {
         Seq2SeqAligner("seq2seq", "Seq2Seq, the paper's tanh output layer", "tanh"),
         Seq2SeqAligner("product", "Seq2Seq, product-of-experts output (decoder expert u_t + source expert v_s)",
                        "product"),
+        Seq2SeqAligner("transformer", "TransformerSeq2Seq, its alignment one dedicated attention head, product-of-"
+                       "experts output (--embedding its width, --layers, --heads, --feedforward; its top layer's "
+                       "cross-attention averaged over heads is scored too)", "product", network="transformer",
+                       options=families.TransformerSizes),
         LexicalAligner("ibm1", "IBM Model 1: uniform prior, lexical expert with a free (full-rank) table (a NULL word "
                        "with --null-prob)", _ibm1, null_word=True, options=families.IBM1Options),
         LexicalAligner("ibm1-rank", "IBM Model 1 with a rank-E lexical table: uniform prior, lexical expert on the "

@@ -430,11 +430,34 @@ def test_threshold_links_refuse_unequal_lengths():
 
 # -- the command line ---------------------------------------------------------------------------------------------
 def test_align_config_network_errors():
-    with pytest.raises(ValueError, match="network must be one of seq2seq, product, ibm1, ibm1-rank, distortion, hmm"):
+    with pytest.raises(ValueError, match="network must be one of seq2seq, product, transformer, ibm1, ibm1-rank, "
+                       "distortion, hmm"):
         AlignConfig(network="giza")
     with pytest.raises(ValueError, match=r"network 'ibm1' takes only \['marginal'\], got \['soft'\]"):
         AlignConfig(network="ibm1", models=["soft"])
-    assert set(ALIGN_NETWORKS) == {"seq2seq", "product", "ibm1", "ibm1-rank", "distortion", "hmm"}
+    assert set(ALIGN_NETWORKS) == {"seq2seq", "product", "transformer", "ibm1", "ibm1-rank", "distortion", "hmm"}
+
+
+def test_align_transformer_scores_its_alignment_head_and_its_cross_attention(tmp_path, capsys):
+    """``align --network transformer``: the Transformer's prior, exact posterior and q, and its top layer's
+    cross-attention averaged over heads (the usual baseline), scored as rows; an LSTM size is refused."""
+    pairs = ["the house is small ||| das haus ist klein", "the cat ||| die katze", "a small cat ||| eine kleine katze",
+             "the small house ||| das kleine haus"]
+    (tmp_path / "gold.txt").write_text("\n".join(pairs) + "\n")
+    (tmp_path / "gold.p1").write_text("1-1 2-2 3-3 4-4\n1-1 2-2\n1-1 2p2 3-3\n1-1 2-2 3-3\n")
+    out = tmp_path / "aer.json"
+    code = cli.main(["align", "--gold-text", str(tmp_path / "gold.txt"), "--gold-links", str(tmp_path / "gold.p1"),
+                     "--network", "transformer", "--models", "variational", "--epochs", "2", "--embedding", "8",
+                     "--heads", "2", "--feedforward", "16", "--attention", "8", "--out", str(tmp_path / "runs"),
+                     "--json", str(out)])
+    assert code == 0
+    rows = json.loads(out.read_text())
+    assert {"prior", "posterior", "q", "cross-attention"} <= {r["source"] for r in rows}
+    assert all(r["model"] == "transformer-variational" and 0 <= r["aer"] <= 100 for r in rows)
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        cli.main(["align", "--network", "transformer", "--encoder", "32"])
+    assert "encoder: network 'transformer' does not use it" in capsys.readouterr().err
 
 
 def test_align_ibm1_from_the_command_line_writes_json_rows(tmp_path, capsys):
