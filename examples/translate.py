@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from pyro_attention.cli.common import add_config_options, add_run_options, config_values, rows_flag
-from pyro_attention.inference.evaluate import estimate_text
+from pyro_attention.inference import estimate_text
 from pyro_attention.registry import PAPER_ROWS
 from pyro_attention.tasks.region_qa import ALL_ROWS
 from pyro_attention.tasks.translation import BeamSearch, Evaluation, TranslationConfig, evaluate, train

@@ -11,9 +11,10 @@ importance-weighted estimate), accuracy, entropies of prior / exact posterior / 
 template defines one attended object (queries), how often each argmax is that object.
 
 References:
-[1] Deng, Kim, Chiu, Guo, Rush. "Latent Alignment and Variational Attention." NeurIPS 2018 (VQA 2.0 columns).
-[2] Johnson et al. "CLEVR: A Diagnostic Dataset for Compositional Language and Elementary Visual Reasoning."
-    CVPR 2017.
+
+1. Deng, Kim, Chiu, Guo, Rush. "Latent Alignment and Variational Attention." NeurIPS 2018 (VQA 2.0 columns).
+2. Johnson et al. "CLEVR: A Diagnostic Dataset for Compositional Language and Elementary Visual Reasoning."
+   CVPR 2017.
 """
 
 from __future__ import annotations
