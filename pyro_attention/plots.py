@@ -12,16 +12,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch, Rectangle
+from torch import Tensor
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
-from torch import Tensor  # noqa: E402
-
-from pyro_attention.files import writing  # noqa: E402
+from pyro_attention.files import writing
 
 LABELS = {"prior": "prior p(z|x)", "posterior": "posterior p(z|x,y)", "guide": "q(z|x,y)"}
 #: deterministic attention has no prior over a random alignment: its row holds the soft attention weights
@@ -45,12 +41,9 @@ def _label(name: str, soft: bool) -> str:
 
 def _save(fig: Figure, path: str | Path) -> Path:
     path = Path(path)
-    try:
-        with writing(path):  # a read-only folder, a full disk: "cannot write PATH: CAUSE"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fig.savefig(path, dpi=110, bbox_inches="tight")
-    finally:
-        plt.close(fig)
+    with writing(path):  # a read-only folder, a full disk: "cannot write PATH: CAUSE"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=110, bbox_inches="tight")
     return path
 
 
@@ -76,13 +69,8 @@ def alignment_figure(
         weights", since there is no random alignment.
     """
     names = _names(distributions, "alignment_heatmaps")
-    fig, axes = plt.subplots(
-        len(examples),
-        1,
-        figsize=(8, 1.6 + 1.3 * len(names) * len(examples)),
-        squeeze=False,
-        gridspec_kw={"hspace": 1.0},
-    )
+    fig = Figure(figsize=(8, 1.6 + 1.3 * len(names) * len(examples)))
+    axes = fig.subplots(len(examples), 1, squeeze=False, gridspec_kw={"hspace": 1.0})
     for ax, i, title in zip(axes[:, 0], examples, titles, strict=True):
         labels = list(source_labels[i])
         n = len(labels)
@@ -98,7 +86,7 @@ def alignment_figure(
                 ax.text(c, r, f"{v:.2f}", ha="center", va="center", fontsize=7, color="w" if v < 0.6 else "k")
         if gold is not None and int(gold[i]) >= 0:
             g = int(gold[i])
-            ax.add_patch(plt.Rectangle((g - 0.5, -0.5), 1, len(names), fill=False, edgecolor="red", lw=2))
+            ax.add_patch(Rectangle((g - 0.5, -0.5), 1, len(names), fill=False, edgecolor="red", lw=2))
             ax.legend(
                 handles=[Patch(facecolor="none", edgecolor="red", lw=2, label=GOLD_LABEL)],
                 loc="upper left",
@@ -146,7 +134,8 @@ def translation_figure(
     """
     names = _names(distributions, "translation_heatmaps")
     S, T = len(source_tokens), len(target_tokens)
-    fig, axes = plt.subplots(1, len(names), figsize=(1.0 + 0.45 * S * len(names), 1.8 + 0.35 * T), squeeze=False)
+    fig = Figure(figsize=(1.0 + 0.45 * S * len(names), 1.8 + 0.35 * T))
+    axes = fig.subplots(1, len(names), squeeze=False)
     xlabel = f"source ({source_lang})" if source_lang else "source"
     ylabel = f"target ({target_lang})" if target_lang else "target"
     for k, (ax, name) in enumerate(zip(axes[0], names, strict=True)):

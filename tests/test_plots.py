@@ -166,3 +166,17 @@ def test_demo_and_inspect_figures_say_what_they_show(tmp_path, monkeypatch):
     for khat in figures[1:]:  # where k-hat is defined on these 4 sentences
         assert khat["titles"][0].startswith("PSIS k-hat of q per sentence pair: VariationalAttention (enum)")
         assert khat["xlabels"][0] == "example"
+
+
+def test_the_package_leaves_matplotlibs_backend_alone():
+    """Importing the figure modules and drawing a figure keeps the user's backend (a notebook's inline one): the
+    figures are ``Figure`` objects, not pyplot's."""
+    import subprocess
+    import sys
+
+    code = ("import matplotlib; matplotlib.use('svg'); import torch; import pyro_attention.plots as p; "
+            "fig = p.alignment_figure({'prior': torch.full((1, 1, 2), 0.5)}, [0], [['a', 'b']], ['t'], 's'); "
+            "import matplotlib.pyplot as plt; assert matplotlib.get_backend() == 'svg', matplotlib.get_backend(); "
+            "assert plt.get_fignums() == [], plt.get_fignums(); print('ok')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr

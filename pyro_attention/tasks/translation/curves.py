@@ -117,14 +117,13 @@ def plot_rows(rows: Sequence[dict[str, Any]], path: Path, title: str) -> Path | 
             raise ValueError(f"row {r.get('label')!r}: wall_s_per_epoch has {len(walls)} entries, "
                              f"val_ppl_per_epoch {len(r['val_ppl_per_epoch'])}")
     import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import matplotlib.ticker
+    from matplotlib.figure import Figure
 
-    fig, (by_epoch, by_clock, entropy) = plt.subplots(1, 3, figsize=(16, 4.5))
+    fig = Figure(figsize=(16, 4.5))
+    by_epoch, by_clock, entropy = fig.subplots(1, 3)
     by_clock.sharey(by_epoch)
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colours = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, r in enumerate(curves):
         ppls, colour = r["val_ppl_per_epoch"], colours[i % len(colours)]
         label = curve_label(r)
@@ -166,7 +165,6 @@ def plot_rows(rows: Sequence[dict[str, Any]], path: Path, title: str) -> Path | 
             fig.savefig(tmp, dpi=100)
             os.replace(tmp, path)
     finally:
-        plt.close(fig)
         tmp.unlink(missing_ok=True)
     return path
 
