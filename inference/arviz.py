@@ -270,8 +270,9 @@ def to_inference_data(
         posterior = _point_posterior(pair, probs, enc)
 
     coords = {"example": np.arange(B), "target": np.arange(T), "source": np.arange(S)}
-    constant = {"prior_probs": _np(probs["prior"]), "source_mask": _np(enc.source_mask)}
-    constant.update({name: _np(probs[k]) for k, name in (("guide", "q_probs"), ("posterior", "posterior_probs"))
+    real = enc.target_mask.unsqueeze(-1).to(probs["prior"].dtype)  # padded targets: rows of zeros, as padded sources
+    constant = {"prior_probs": _np(probs["prior"] * real), "source_mask": _np(enc.source_mask)}
+    constant.update({name: _np(probs[k] * real) for k, name in (("guide", "q_probs"), ("posterior", "posterior_probs"))
                      if k in probs})
     log_weight = None
     if "log_weight" in draws:

@@ -33,8 +33,11 @@ Links = set[tuple[int, int]]
 LinkSets = Links | frozenset[tuple[int, int]] | Sequence[Links | frozenset[tuple[int, int]]]
 
 __all__ = [
+    "SYMMETRIZATIONS",
     "AERResult",
     "alignment_error_rate",
+    "combine_posteriors",
+    "grow_diag",
     "intersect",
     "links_from_probs",
     "symmetrize",

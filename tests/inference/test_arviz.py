@@ -48,7 +48,8 @@ def test_groups_dims_and_exact_log_likelihood(setup, tmp_path):
     mask = net.encode(batch).target_mask
     assert np.allclose(y.values, ll.per_token[mask].numpy(), atol=1e-6)
     assert list(idata.marginal_log_likelihood["token_example"].values) == [0, 0, 0, 1, 1, 2, 2]
-    assert np.allclose(idata.constant_data["posterior_probs"].values, post["posterior"].numpy(), atol=1e-6)
+    real = mask.unsqueeze(-1).numpy()  # padded target rows are zeros there
+    assert np.allclose(idata.constant_data["posterior_probs"].values, post["posterior"].numpy() * real, atol=1e-6)
     assert idata.constant_data["source_label"].values[1, 3] == ""
     # ELBO gap = KL, exact for a categorical pair; the draws from q behind log_weight come in 4 chains
     stats = idata.sample_stats
@@ -163,7 +164,11 @@ def test_every_pair_converts(setup, name):
     assert idata.marginal_log_likelihood["y"].shape == (int(mask.sum()),)
     assert np.isfinite(idata.marginal_log_likelihood["y"].values).all()
     assert np.isfinite(idata.sample_stats["elbo"].values).all()
-    assert np.allclose(idata.constant_data["prior_probs"].values[1:, :, 3], 0)  # padded source: no weight
+    for name in ("prior_probs", "posterior_probs", "q_probs"):
+        if name in idata.constant_data:
+            probs = idata.constant_data[name].values
+            assert np.allclose(probs[1:, :, 3], 0) and np.allclose(probs[~mask.numpy()], 0), name  # padding: 0
+            assert np.allclose(probs[mask.numpy()].sum(-1), 1), name
     if pair.latent == "context":
         assert idata.posterior["context"].dims == ("chain", "draw", "example", "target", "feature")
         assert idata.posterior["context"].shape[:2] == (2, 4)
