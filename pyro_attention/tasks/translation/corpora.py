@@ -90,7 +90,8 @@ def load_split(
     """One split (``"train"``, ``"val"`` or ``"test"``) of the configured corpus, or explicit files.
 
     :param max_len: drop pairs with a side longer than this (counted in ``dropped``).
-    :param size: keep the first ``size`` pairs (after ``max_len``); synthetic: the number generated.
+    :param size: keep the first ``size`` pairs (after ``max_len``); synthetic: the number generated (default the
+        config's ``<split>_size``, else 2000 / 200 / 200).
     :param src_file: with ``tgt_file``, read these parallel files instead (``ref_file``: raw references, one a
         line; default: the detokenised target side).
     :param references: also prepare the BLEU references (``False``: ``Split.references`` is ``None``).
@@ -107,7 +108,7 @@ def load_split(
         return _finish(which, corpus.source, corpus.target, refs, desc, max_len, size)
     check_choice("split", which, SPLITS)
     if config.data == "synthetic":
-        n = size if size is not None else SYNTHETIC_SIZES[which]
+        n = size if size is not None else getattr(config, f"{which}_size") or SYNTHETIC_SIZES[which]
         data = make_synthetic_translation(
             n,
             seed=config.data_seed + SPLITS.index(which),

@@ -876,3 +876,14 @@ def test_guide_steps_train_the_inference_network_alone(tmp_path, capsys):
         train(TranslationConfig(model="marginal", train_size=16, val_size=8, embedding=8, encoder=8, decoder=16,
                                 attention=8, epochs=1, guide_steps=1, out=str(tmp_path / "m")), progress=False,
               log=None)
+
+
+def test_load_split_generates_the_configured_synthetic_size():
+    """``load_split(config, "test")`` of a synthetic config generates the config's ``test_size`` (as ``evaluate``
+    does), not the generator's default."""
+    from pyro_attention.tasks.translation import load_split
+
+    config = TranslationConfig(test_size=7, val_size=5)
+    assert len(load_split(config, "test", references=False).source) == 7
+    assert len(load_split(config, "val", references=False).source) == 5
+    assert len(load_split(config, "test", size=3, references=False).source) == 3
