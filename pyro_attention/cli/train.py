@@ -18,7 +18,8 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
     """The flags of ``train``: ``--config``, then one group per part of the config (data, model, optimisation),
     generated from the fields of :class:`~pyro_attention.tasks.translation.TranslationConfig`; a flag's default is
     ``SUPPRESS``, so only flags given on the command line override the config file (or a resumed run)."""
-    from pyro_attention.tasks.translation.config import CorpusOptions, ModelOptions, TranslationConfig
+    from pyro_attention.tasks.translation.config import TranslationConfig
+    from pyro_attention.tasks.translation.options import CorpusOptions, ModelOptions
 
     p.add_argument("--config", help="JSON or TOML file of options (keys as the flags, '-' or '_'); flags win")
     data, model = ([f.name for f in dataclasses.fields(part)] for part in (CorpusOptions, ModelOptions))

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from pyro_attention.checks import count
 from pyro_attention.data.translation import PAD, SPECIALS, TranslationBatch
 from pyro_attention.networks.attention import ATTENTION_SCORES, AttentionScore, MLPScore
 from pyro_attention.networks.base import Encoded, HeadNetwork, check_part, mask_scores
@@ -190,14 +191,13 @@ class Seq2Seq(TranslationNetwork):
                     attention_size: int, layers: int, dropout: float, output: type[OutputLayer],
                     attention: type[AttentionScore], input_feed: type[InputFeed], bridge: type[Bridge],
                     init: float) -> None:
-        """A ``ValueError`` naming the first bad constructor argument."""
+        """A ``ValueError`` (a ``TypeError`` for a size that is not a whole number) naming the first bad argument."""
         for name, size, low in (
             ("source_vocab", source_vocab, len(SPECIALS)), ("target_vocab", target_vocab, len(SPECIALS)),
             ("embedding_size", embedding_size, 1), ("encoder_size", encoder_size, 1),
             ("decoder_size", decoder_size, 1), ("attention_size", attention_size, 1), ("layers", layers, 1),
         ):
-            if size < low:
-                raise ValueError(f"Seq2Seq: {name} must be >= {low}, got {size}")
+            count(size, f"Seq2Seq: {name}", low)
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"Seq2Seq: dropout must be in [0, 1), got {dropout}")
         for name, part, base, known in (

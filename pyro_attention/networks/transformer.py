@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from pyro_attention.checks import count
 from pyro_attention.data.translation import PAD, SPECIALS, TranslationBatch
 from pyro_attention.networks.attention import ATTENTION_SCORES, AttentionScore, ScaledDotScore
 from pyro_attention.networks.base import Encoded, check_part
@@ -169,14 +170,13 @@ class TransformerSeq2Seq(TranslationNetwork):
     def _check_args(source_vocab: int, target_vocab: int, model_size: int, heads: int, feedforward_size: int,
                     layers: int, attention_size: int, dropout: float, output: type[OutputLayer],
                     attention: type[AttentionScore], init: float) -> None:
-        """A ``ValueError`` naming the first bad constructor argument."""
+        """A ``ValueError`` (a ``TypeError`` for a size that is not a whole number) naming the first bad argument."""
         for name, size, low in (
             ("source_vocab", source_vocab, len(SPECIALS)), ("target_vocab", target_vocab, len(SPECIALS)),
             ("model_size", model_size, 2), ("heads", heads, 1), ("feedforward_size", feedforward_size, 1),
             ("layers", layers, 1), ("attention_size", attention_size, 1),
         ):
-            if size < low:
-                raise ValueError(f"TransformerSeq2Seq: {name} must be >= {low}, got {size}")
+            count(size, f"TransformerSeq2Seq: {name}", low)
         if model_size % 2 or model_size % heads:
             raise ValueError(f"TransformerSeq2Seq: model_size must be even and a multiple of heads, got model_size "
                              f"{model_size} and heads {heads}")

@@ -250,7 +250,8 @@ def test_parts_that_are_not_classes_of_their_kind_are_refused():
                                         r"ProductOfExperts\), got 'poe'"):
         RegionQA(4, 3, question_size=2, output="poe")
     with pytest.raises(TypeError, match=r"attention must be a subclass of AttentionScore \(MLPScore, GeneralScore, "
-                                        r"DotScore, ScaledDotScore\), got <class 'pyro_attention.networks.output.TanhOutput'>"):
+                                        r"DotScore, ScaledDotScore\), got <class "
+                                        r"'pyro_attention.networks.output.TanhOutput'>"):
         Seq2Seq(V, V, attention=TanhOutput)
     with pytest.raises(ValueError, match="attention 'dot' needs the decoder size to equal the value size"):
         Seq2Seq(V, V, encoder_size=3, decoder_size=5, attention=DotScore)

@@ -1,8 +1,10 @@
-"""Every pair on the translation network: brute-force exactness, padding, chunked enumeration, K-max."""
+"""Every pair on the translation networks (the LSTM and, for exactness and training, the Transformer): brute-force
+exactness, padding, chunked enumeration, K-max."""
 
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import pyro
 import pytest
@@ -22,7 +24,7 @@ from pyro_attention.networks import (
 from pyro_attention.pair import Rule
 from pyro_attention.tasks.translation.decoding import IncrementalDecoder, SourceMemory, greedy, translate
 from tests.support.exactness import assert_trains, brute_force_log_likelihood
-from tests.support.toy_network import tiny_seq2seq
+from tests.support.toy_network import tiny_seq2seq, tiny_transformer
 
 V = 5
 
@@ -40,9 +42,16 @@ def _pad(batch: TranslationBatch, extra: int = 2) -> TranslationBatch:
     )
 
 
+#: the tiny translation networks every pair is checked on (tests/networks/test_transformer.py has the rest of the
+#: Transformer's)
+NETWORKS = {"lstm": tiny_seq2seq, "transformer": tiny_transformer,
+            "transformer-product-embeddings": partial(tiny_transformer, output=ProductOfExperts, embedding_values=True)}
+
+
+@pytest.mark.parametrize("network", sorted(NETWORKS))
 @pytest.mark.parametrize("name", ["marginal", "hard", "variational"])
-def test_exact_log_likelihood_brute_force_per_example(float64, name):
-    net, batch = tiny_seq2seq()
+def test_exact_log_likelihood_brute_force_per_example(float64, name, network):
+    net, batch = NETWORKS[network]()
     net.double()
     pair = PAIRS[name](net)
     ll = log_likelihood(pair, batch)
@@ -50,9 +59,10 @@ def test_exact_log_likelihood_brute_force_per_example(float64, name):
     assert torch.allclose(brute_force_log_likelihood(pair, batch), ll.per_example, atol=1e-10)
 
 
+@pytest.mark.parametrize("network", ["lstm", "transformer"])
 @pytest.mark.parametrize("name", sorted(PAIRS))
-def test_every_pair_trains_on_seq2seq(name):
-    net, batch = tiny_seq2seq(chunk_size=2)
+def test_every_pair_trains(name, network):
+    net, batch = NETWORKS[network](chunk_size=2)
     assert_trains(PAIRS[name](net), batch)
 
 

@@ -1,5 +1,6 @@
-"""Every pair on the Transformer encoder-decoder: brute-force exactness, padding, the inference network, and
-step-by-step decoding from cached keys and values against the parallel decoder."""
+"""The Transformer encoder-decoder: padding, the inference network, step-by-step decoding from cached keys and values
+against the parallel decoder, beam search, its cross-attention baseline (every pair's brute-force exactness and
+training on it: tests/networks/test_seq2seq.py)."""
 
 from __future__ import annotations
 
@@ -13,27 +14,9 @@ from pyro_attention.models import PAIRS, MarginalLikelihood, VariationalAttentio
 from pyro_attention.networks import GeneralScore, MLPScore, ProductOfExperts, ScaledDotScore, TransformerSeq2Seq
 from pyro_attention.tasks.translation.decoding import IncrementalDecoder, SourceMemory, greedy, translate
 from tests.networks.test_seq2seq import _pad
-from tests.support.exactness import assert_trains, brute_force_log_likelihood
 from tests.support.toy_network import tiny_transformer
 
 SENTENCES = [([4, 5, 6, 7, 8], [5, 9, 10]), ([8, 9], [4]), ([10, 11, 4], [7, 7]), ([5], [6])]
-
-
-@pytest.mark.parametrize("name", ["marginal", "hard", "variational"])
-@pytest.mark.parametrize("parts", [{}, {"output": ProductOfExperts, "embedding_values": True}])
-def test_exact_log_likelihood_brute_force_per_example(float64, name, parts):
-    net, batch = tiny_transformer(**parts)
-    net.double()
-    pair = PAIRS[name](net)
-    ll = log_likelihood(pair, batch)
-    assert ll.exact
-    assert torch.allclose(brute_force_log_likelihood(pair, batch), ll.per_example, atol=1e-10)
-
-
-@pytest.mark.parametrize("name", sorted(PAIRS))
-def test_every_pair_trains_on_the_transformer(name):
-    net, batch = tiny_transformer(chunk_size=2)
-    assert_trains(PAIRS[name](net), batch)
 
 
 @pytest.mark.parametrize("name", ["soft", "marginal", "variational"])

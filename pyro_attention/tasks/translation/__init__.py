@@ -57,7 +57,6 @@ from pyro_attention.tasks.translation.checkpoints import (
 )
 from pyro_attention.tasks.translation.config import (
     CHECKPOINT_FORMAT,
-    DATA_KINDS,
     STRUCTURAL_KEYS,
     Log,
     TranslationConfig,
@@ -77,6 +76,7 @@ from pyro_attention.tasks.translation.evaluation import (
     Evaluation,
     evaluate,
 )
+from pyro_attention.tasks.translation.options import DATA_KINDS
 from pyro_attention.tasks.translation.training import (
     train,
 )
