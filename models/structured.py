@@ -81,9 +81,8 @@ which is exactly :math:`p(z \mid x)\,[r = \mathrm{first}(z)]` (the Markov proper
   positions, so variable elimination costs :math:`O(S^2)` per token, not :math:`2^S`; ``-loss`` is the exact
   ``log p(y | x)``, checked against brute force over all :math:`2^S` selections in
   ``tests/models/test_structured.py``.  :meth:`SegmentationMarginal.log_likelihood` gives the same number per token by
-  the dynamic programme.  (``inference.log_likelihood`` multiplies the enumerated sites' tensors out by
-  broadcasting; ``pyro.markov`` recycles enumeration dims, which that brute force cannot tell apart, so use the
-  pair's own method.)
+  the dynamic programme, which ``inference.log_likelihood`` calls (a broadcast of the enumerated sites' tensors
+  could not tell ``pyro.markov``'s recycled enumeration dims apart).
 
 References: [1] Kim, Denton, Hoang, Rush, "Structured Attention Networks", ICLR 2017. [2] Raffel, Luong, Liu,
 Weiss, Eck, "Online and Linear-Time Attention by Enforcing Monotonic Alignments", ICML 2017. [3] Deng, Kim,
