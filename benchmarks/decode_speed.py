@@ -20,7 +20,7 @@ also calls ``torch.set_num_threads``.
   decoded 64 at a time (batched beam search).  Timed: the ``translate_lines`` call (``time.perf_counter``),
   after the checkpoint is loaded.
 * **The peer** (``--peer-model``: an OpenNMT-py 3.5.1 checkpoint; or ``--train-peer-steps N``: train one first
-  with the configuration of ``benchmarks/peer.py`` / VISION.md, untimed): ``onmt_translate -beam_size BEAM
+  with the configuration of ``benchmarks/peer.py``, untimed): ``onmt_translate -beam_size BEAM
   -batch_size 64 -batch_type sents -report_time`` with its other defaults (length penalty ``avg``, at most 250
   tokens).  Timed: its own ``Total translation time (s)`` (printed to 0.1 s), which starts after the model is
   loaded, like ours.

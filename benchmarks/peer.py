@@ -36,7 +36,7 @@ fused pass; the trainer's) and
 prepared batch (forward, ELBO, backward, optimiser update, gradients reset); the batch order is
 ``torch.randperm`` with a generator seeded ``seed * 1_000_003`` (the trainer's order of epoch 0).
 
-**The peer's configuration** (VISION.md "Running the peer toolkit here"): ``encoder_type brnn,
+**The peer's configuration**: ``encoder_type brnn,
 enc_hid_size 512`` (256 per direction) ``, dec_hid_size 512, word_vec_size 256, layers 1, global_attention
 general, input_feed 1, dropout 0.3, optim adam, learning_rate 0.001, batch_size 64, batch_type sents,
 src/tgt_words_min_frequency 2, src/tgt_seq_length 50`` (the ``filtertoolong`` transform), and for the

@@ -29,7 +29,7 @@ PEER_INSTALL = (
 )
 SPLITS = ("train", "val")
 LANGS = ("de", "en")
-#: the peer's model and optimisation options (VISION.md), before the run-specific ones
+#: the peer's model and optimisation options (benchmarks/peer.py), before the run-specific ones
 PEER_CONFIG: dict[str, Any] = dict(
     encoder_type="brnn", enc_hid_size=512, dec_hid_size=512, word_vec_size=256, layers=1,
     global_attention="general", input_feed=1, dropout=[0.3], optim="adam", learning_rate=0.001, batch_size=64,

@@ -390,7 +390,7 @@ def test_real_multi30k_train_double_space_and_vocab_sizes():
     line = read_lines(en)[16216]
     assert "  " in line and "" not in line.split()
     corpus = read_parallel(*_real_multi30k("train"))
-    # the word vocabularies of the OpenNMT-py peer in VISION.md (min frequency 2, 4 specials included)
+    # the word vocabularies of the OpenNMT-py peer (benchmarks/peer.py: min frequency 2, 4 specials included)
     assert (len(Vocab.build(corpus.source, min_freq=2)), len(Vocab.build(corpus.target, min_freq=2))) == (7859, 5921)
 
 
