@@ -284,6 +284,35 @@ class ProgressBar(Callback):
             self.bar.close()
 
 
+class ProgressLines(Callback):
+    """Progress for a log that is not a terminal (where a bar shows nothing): a line whenever ``every`` seconds have
+    passed since the last and, with ``epoch_lines``, one at the end of every epoch, each with the epoch, the step,
+    the mean loss per token of the epoch so far and the tokens per second, through ``log``."""
+
+    def __init__(self, log: Callable[[str], None], label: str = "", every: float = 60.0,
+                 epoch_lines: bool = True) -> None:
+        self.log, self.prefix, self.every, self.epoch_lines = log, f"{label} " if label else "", every, epoch_lines
+        self.last = 0.0
+
+    def _line(self, trainer: Trainer, epoch: str, loss: float) -> None:
+        self.log(f"{self.prefix}epoch {epoch}/{trainer.epochs} step {trainer.step}: loss/token {loss:.4f}, "
+                 f"{trainer.seen / max(trainer.elapsed, 1e-9):.0f} tokens/s, {trainer.elapsed:.0f} s")
+        self.last = trainer.elapsed
+
+    def on_fit_start(self, trainer: Trainer) -> None:
+        self.last = 0.0
+
+    def on_step_end(self, trainer: Trainer) -> None:
+        if trainer.elapsed - self.last >= self.every:
+            self._line(trainer, f"{trainer.epoch + 1} (in progress)", trainer.epoch_loss / max(trainer.epoch_tokens, 1))
+
+    def on_epoch_end(self, trainer: Trainer) -> None:
+        if self.epoch_lines:
+            self._line(trainer, str(trainer.epoch), trainer.train_loss)
+        else:
+            self.last = trainer.elapsed
+
+
 class CsvLogger(Callback):
     """Rows of a CSV file, flushed one by one (a crashed run keeps every row it wrote).
 

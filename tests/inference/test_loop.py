@@ -16,6 +16,7 @@ from pyro_attention.inference.loop import (
     CsvLogger,
     EarlyStopping,
     PlateauDecay,
+    ProgressLines,
     SVIStep,
     Trainer,
     float32_matmul_precision,
@@ -86,6 +87,31 @@ def test_the_loop_keeps_the_epoch_loss_and_tokens():
 
     Trainer(_step, lambda epoch: [1.0, 3.0], 1, [Losses()]).fit()
     assert seen == [(1.0, 2, 2.0, 2, 2), (3.0, 2, 8.0, 4, 4), ("epoch", 2.0, 0.0, 0)]
+
+
+def test_progress_lines_for_a_log_without_a_bar(monkeypatch):
+    """``ProgressLines``: a line whenever ``every`` seconds have passed (here: every step) with the epoch in progress
+    and its mean loss so far, and one at every epoch's end unless ``epoch_lines=False``; ``fit(log=...)`` uses it."""
+    lines: list[str] = []
+    Trainer(_step, lambda epoch: [1.0, 3.0], 2, [ProgressLines(lines.append, "toy", every=0.0)]).fit()
+    assert [line.split(":")[0] for line in lines] == [
+        "toy epoch 1 (in progress)/2 step 1", "toy epoch 1 (in progress)/2 step 2", "toy epoch 1/2 step 2",
+        "toy epoch 2 (in progress)/2 step 3", "toy epoch 2 (in progress)/2 step 4", "toy epoch 2/2 step 4"]
+    assert "loss/token 1.0000" in lines[0] and "loss/token 2.0000" in lines[1] and "loss/token 2.0000" in lines[2]
+    quiet: list[str] = []
+    Trainer(_step, lambda epoch: [1.0, 3.0], 2, [ProgressLines(quiet.append, every=3600.0, epoch_lines=False)]).fit()
+    assert quiet == []
+
+    from pyro_attention.data import make_region_qa
+    from pyro_attention.models import MarginalLikelihood
+    from pyro_attention.networks import RegionQA
+
+    data = make_region_qa(16, seed=0)
+    net = RegionQA(data.feature_size, len(data.answers), vocab_size=len(data.vocab), hidden_size=8)
+    logged: list[str] = []
+    fit(MarginalLikelihood(net), data, num_epochs=2, batch_size=8, progress=False, log=logged.append)
+    assert [line.split(":")[0] for line in logged] == ["MarginalLikelihood epoch 1/2 step 2",
+                                                       "MarginalLikelihood epoch 2/2 step 4"]
 
 
 def test_a_callback_stops_after_a_step_before_the_epoch_ends():

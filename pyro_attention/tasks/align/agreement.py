@@ -50,7 +50,7 @@ from torch import Tensor
 from pyro_attention.data.text import bucket_indices
 from pyro_attention.data.translation import TranslationBatch, collate
 from pyro_attention.inference import FitResult, FusedClippedAdam
-from pyro_attention.inference.loop import Callback, SVIStep, Trainer
+from pyro_attention.inference.loop import Callback, ProgressLines, SVIStep, Trainer
 from pyro_attention.inference.optim import check_lr
 
 __all__ = ["DirichletTables", "JointBitext", "agreement_loss", "agreement_weights", "fit_agreement", "free_table"]
@@ -181,7 +181,8 @@ class DirichletTables(Callback):
 
 def fit_agreement(forward: Any, reverse: Any, data: JointBitext, *, num_epochs: int = 1, batch_size: int = 64,
                   lr: float = 5e-3, param_lr: dict[str, float] | None = None, clip_norm: float = 5.0, seed: int = 0,
-                  agreement: bool = True, table_prior: float | None = None) -> FitResult:
+                  agreement: bool = True, table_prior: float | None = None,
+                  log: Callable[[str], None] | None = None) -> FitResult:
     """Train both directions together by SVI with :func:`agreement_loss` (loss per step: both directions' NLL per
     target token of the two).  ``param_lr`` and ``clip_norm`` as :func:`~pyro_attention.inference.fit` takes them
     (prefixes of each network's own parameter names, e.g. ``{"lexical.": 0.01}``).
@@ -190,6 +191,8 @@ def fit_agreement(forward: Any, reverse: Any, data: JointBitext, *, num_epochs: 
     :param table_prior: ``alpha``: the free tables are not trained by gradient but set at the end of every epoch
         to the posterior mean under a ``Dirichlet(alpha)`` prior given that epoch's expected counts
         (:class:`DirichletTables`); the chains train by gradient as before.  ``None``: the tables by gradient.
+    :param log: also a line through this function at every epoch's end and every minute
+        (:class:`~pyro_attention.inference.loop.ProgressLines`).
     """
     from pyro_attention.inference.train import RecordFit, adam_args
 
@@ -228,7 +231,8 @@ def fit_agreement(forward: Any, reverse: Any, data: JointBitext, *, num_epochs: 
         table.requires_grad_(False)
     try:
         trainer = Trainer(step, lambda _: iter(data.batches(batch_size, shuffle=True, generator=generator)),
-                          num_epochs, [RecordFit(result, data)] + ([] if tables is None else [tables])).fit()
+                          num_epochs, [RecordFit(result, data)] + ([] if tables is None else [tables])
+                          + ([] if log is None else [ProgressLines(log, "both directions")])).fit()
     finally:
         for table in frozen:
             table.requires_grad_(True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,15 @@ from pyro_attention.data.text import Vocab
 from pyro_attention.data.translation import TranslationBatch
 from pyro_attention.files import writing
 from pyro_attention.inference.distributed import DataParallelSVI, broadcast_parameters, init_from_env, shard
-from pyro_attention.inference.loop import CsvLogger, EarlyStopping, PlateauDecay, ProgressBar, SVIStep, Trainer
+from pyro_attention.inference.loop import (
+    CsvLogger,
+    EarlyStopping,
+    PlateauDecay,
+    ProgressBar,
+    ProgressLines,
+    SVIStep,
+    Trainer,
+)
 from pyro_attention.inference.optim import FusedClippedAdam, SubsetOptim
 from pyro_attention.networks import Seq2Seq
 from pyro_attention.pair import AlignmentPair
@@ -111,6 +120,8 @@ def _train(
                                    epoch_row=lambda _: last_row("epoch", run.history["epochs"])))
         callbacks.append(TensorBoardLog(run))
     callbacks += [bar, EpochLog(run, plateau), early, StopOnSignal(run, checkpoints)]
+    if run.rank == 0 and (bar.disable or not sys.stderr.isatty()):
+        callbacks.append(ProgressLines(run.log, epoch_lines=False))  # no bar shows: a line a minute within an epoch
     trainer = Trainer(_svi_step(run, plateau), run.epoch_batches, config.epochs, callbacks)
     if saved is not None:
         trainer.load_state_dict(saved["trainer"])
