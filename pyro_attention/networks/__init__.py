@@ -3,7 +3,14 @@ output layers, and the decoder's input feed and bridge (given to a network as cl
 ``Seq2Seq(V_src, V_tgt, attention=GeneralScore, output=ProductOfExperts)``): an LSTM and a Transformer
 encoder-decoder for translation, a region-QA network."""
 
-from pyro_attention.networks.attention import AttentionScore, DotScore, GeneralScore, MLPScore, ScaledDotScore
+from pyro_attention.networks.attention import (
+    AttentionScore,
+    DotProductScore,
+    DotScore,
+    GeneralScore,
+    MLPScore,
+    ScaledDotScore,
+)
 from pyro_attention.networks.base import (
     AttentionNetwork,
     Encoded,
@@ -23,7 +30,7 @@ __all__ = [
     "AttentionNetwork", "Encoded", "ExpertLogits", "HeadNetwork", "RegionQA", "Seq2Seq", "TransformerSeq2Seq",
     "TranslationNetwork", "expected_context",
     "gather_context", "mask_scores",
-    "AttentionScore", "DotScore", "GeneralScore", "MLPScore", "ScaledDotScore",
+    "AttentionScore", "DotProductScore", "DotScore", "GeneralScore", "MLPScore", "ScaledDotScore",
     "ConcatTanhOutput", "OutputLayer", "ProductOfExperts", "TanhOutput",
     "AttentionalFeed", "Bridge", "ContextFeed", "FinalBridge", "InputFeed", "MeanBridge",
 ]

@@ -60,7 +60,22 @@ class MLPScore(AttentionScore):
         return self.att_v(torch.tanh(self.att_h(h).unsqueeze(2) + keys.unsqueeze(1))).squeeze(-1)
 
 
-class GeneralScore(AttentionScore):
+class DotProductScore(AttentionScore):
+    """Base class of the scores that are a dot product ``a_{t,s} = query(h_t)^T k_s`` with precomputed keys: one
+    batched product a step, one ``einsum`` for every target position at once."""
+
+    def query(self, h: Tensor) -> Tensor:
+        """What of the decoder states ``(..., H)`` meets the keys (the states themselves by default)."""
+        return h
+
+    def scores(self, h: Tensor, keys: Tensor) -> Tensor:
+        return torch.bmm(keys, self.query(h).unsqueeze(-1)).squeeze(-1)
+
+    def table(self, h: Tensor, keys: Tensor) -> Tensor:
+        return torch.einsum("btk,bsk->bts", self.query(h), keys)
+
+
+class GeneralScore(DotProductScore):
     """``a_{t,s} = h_t^T W_a x_s``; the keys ``W_a x_s`` are precomputed, a step is one batched dot product."""
 
     name = "general"
@@ -72,14 +87,8 @@ class GeneralScore(AttentionScore):
     def keys(self, values: Tensor) -> Tensor:
         return self.att_w(values)
 
-    def scores(self, h: Tensor, keys: Tensor) -> Tensor:
-        return torch.bmm(keys, h.unsqueeze(-1)).squeeze(-1)
 
-    def table(self, h: Tensor, keys: Tensor) -> Tensor:
-        return torch.einsum("btk,bsk->bts", h, keys)
-
-
-class DotScore(AttentionScore):
+class DotScore(DotProductScore):
     """``a_{t,s} = h_t^T x_s`` (no parameters)."""
 
     name = "dot"
@@ -95,14 +104,8 @@ class DotScore(AttentionScore):
     def keys(self, values: Tensor) -> Tensor:
         return values
 
-    def scores(self, h: Tensor, keys: Tensor) -> Tensor:
-        return torch.bmm(keys, h.unsqueeze(-1)).squeeze(-1)
 
-    def table(self, h: Tensor, keys: Tensor) -> Tensor:
-        return torch.einsum("btk,bsk->bts", h, keys)
-
-
-class ScaledDotScore(AttentionScore):
+class ScaledDotScore(DotProductScore):
     """``a_{t,s} = (W_q h_t)^T (W_k x_s) / sqrt(A)``: a single head of scaled dot-product attention; parameters
     ``att_q`` and ``att_k`` (the scale is folded into the keys)."""
 
@@ -116,11 +119,8 @@ class ScaledDotScore(AttentionScore):
     def keys(self, values: Tensor) -> Tensor:
         return self.att_k(values) / self.att_k.out_features**0.5
 
-    def scores(self, h: Tensor, keys: Tensor) -> Tensor:
-        return torch.bmm(keys, self.att_q(h).unsqueeze(-1)).squeeze(-1)
-
-    def table(self, h: Tensor, keys: Tensor) -> Tensor:
-        return torch.einsum("btk,bsk->bts", self.att_q(h), keys)
+    def query(self, h: Tensor) -> Tensor:
+        return self.att_q(h)
 
 
 #: ``attention=`` names -> score classes

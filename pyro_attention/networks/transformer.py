@@ -57,6 +57,12 @@ def sinusoids(length: int, size: int, like: Tensor) -> Tensor:
     return table
 
 
+def _causal(length: int, device: torch.device) -> Tensor:
+    """The decoder's self-attention mask ``(length, length)``: ``True`` where a position may *not* attend (a later
+    one)."""
+    return torch.ones(length, length, dtype=torch.bool, device=device).triu(1)
+
+
 def _heads(x: Tensor, heads: int) -> Tensor:
     """``(N, L, d)`` -> ``(N, heads, L, d / heads)``."""
     return x.unflatten(-1, (heads, -1)).transpose(1, 2)
@@ -218,9 +224,8 @@ class TransformerSeq2Seq(TranslationNetwork):
             raise TypeError(f"TransformerSeq2Seq.encode expects a TranslationBatch, got {type(batch).__name__}")
         batch.validate(self.source_vocab, self.num_classes, device=self.device)
         memory, values = self._encode(batch.source, batch.source_mask)
-        T = batch.target_in.shape[1]
-        causal = torch.ones(T, T, dtype=torch.bool, device=memory.device).triu(1)  # True: may not attend
-        h = self.decoder(self._embed(self.tgt_embed, batch.target_in), memory, tgt_mask=causal,
+        h = self.decoder(self._embed(self.tgt_embed, batch.target_in), memory,
+                         tgt_mask=_causal(batch.target_in.shape[1], memory.device),
                          memory_key_padding_mask=~batch.source_mask)
         return Encoded(
             values=values,
@@ -275,8 +280,7 @@ class TransformerSeq2Seq(TranslationNetwork):
         """The top decoder layer's cross-attention weights averaged over heads ``(B, T, S)``, and the decoder's
         output ``h`` ``(B, T, d)`` recomputed on the way (equal to :meth:`encode`'s)."""
         memory, _ = self._encode(batch.source, batch.source_mask)
-        T, padding = batch.target_in.shape[1], ~batch.source_mask
-        causal = torch.ones(T, T, dtype=torch.bool, device=memory.device).triu(1)
+        causal, padding = _causal(batch.target_in.shape[1], memory.device), ~batch.source_mask
         x = self._embed(self.tgt_embed, batch.target_in)
         *below, top = self.decoder.layers
         for layer in below:

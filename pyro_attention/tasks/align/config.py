@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from pyro_attention.tasks.common import OptimConfig, check_bounds, option, with_default
+from pyro_attention.tasks.translation.options import check_transformer_width
 
 CORPORA = ("enfr", "csen")
 #: ``--links-format`` values: Pharaoh ``i-j`` / ``ipj`` 0- or 1-indexed, NAACL ``SNUM i j [S|P]``
@@ -171,9 +172,7 @@ class TransformerSizes(NetworkOptions):
     feedforward: int = option(256, "network transformer: feed-forward size of every layer", low=1)
 
     def check(self, config: AlignConfig) -> None:
-        if self.embedding % 2 or self.embedding % self.heads:
-            raise ValueError(f"embedding: the transformer's width must be even and a multiple of heads, got "
-                             f"embedding {self.embedding} and heads {self.heads}")
+        check_transformer_width(self.embedding, self.heads)
 
 
 @dataclass

@@ -23,7 +23,12 @@ from pyro_attention.data.corpora import IWSLT14_LANGUAGES, MULTI30K_LANGUAGES, M
 from pyro_attention.inference.loop import MATMUL_PRECISIONS
 from pyro_attention.registry import ALL_PAIRS, PAIR_ESTIMATORS, check_options
 from pyro_attention.tasks.common import OptimConfig, option, with_default
-from pyro_attention.tasks.translation.options import NETWORK_OPTIONS, CorpusOptions, ModelOptions
+from pyro_attention.tasks.translation.options import (
+    NETWORK_OPTIONS,
+    CorpusOptions,
+    ModelOptions,
+    check_transformer_width,
+)
 
 #: pairs with a choice of estimator
 ESTIMATOR_PAIRS = tuple(PAIR_ESTIMATORS)
@@ -172,9 +177,8 @@ class TranslationConfig(OptimConfig, ModelOptions, CorpusOptions):
                                  f"{self.network!r}; drop it, or choose network {network!r}")
         if self.attention_type is None:
             self.attention_type = "scaled" if self.network == "transformer" else "mlp"
-        if self.network == "transformer" and (self.embedding % 2 or self.embedding % self.heads):
-            raise ValueError(f"embedding: the transformer's width must be even and a multiple of heads, got embedding "
-                             f"{self.embedding} and heads {self.heads}")
+        if self.network == "transformer":
+            check_transformer_width(self.embedding, self.heads)
 
     def _check_model(self) -> None:
         """The estimator and options of the pair, and a warm-up only where the pair has a warm-up guide."""

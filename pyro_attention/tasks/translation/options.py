@@ -20,6 +20,14 @@ NETWORK_OPTIONS = {"lstm": ("encoder", "decoder", "input_feed", "bridge"),
                    "transformer": ("heads", "feedforward", "embedding_values")}
 
 
+def check_transformer_width(embedding: int, heads: int) -> None:
+    """A ``ValueError`` unless the Transformer's width ``embedding`` is even and a multiple of ``heads`` (the
+    translation config's check and the aligner's, before any data is read)."""
+    if embedding % 2 or embedding % heads:
+        raise ValueError(f"embedding: the transformer's width must be even and a multiple of heads, got embedding "
+                         f"{embedding} and heads {heads}")
+
+
 @dataclass
 class CorpusOptions:
     """The data options of :class:`TranslationConfig` (the flags of ``pyro-attention train``'s ``data`` group)."""
