@@ -69,7 +69,7 @@ class DistortionNetwork(Seq2Seq):
 
     def encode(self, batch: TranslationBatch) -> Encoded:
         enc = super().encode(batch) if self.transition is None else self._encode_filtered(batch)
-        enc.values = self.lexical.src_embed(batch.source)
+        enc.values = self.lexical.source_values(batch.source)
         if self.diagonal is not None:
             enc.prior_scores = enc.prior_scores + self.diagonal(batch.target_mask, batch.source_mask)
         return enc

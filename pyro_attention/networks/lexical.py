@@ -46,6 +46,7 @@ from pyro_attention.data.translation import BOS, PAD, SPECIALS, TranslationBatch
 from pyro_attention.distributions.enumeration import experts_table
 from pyro_attention.networks.base import Encoded, ExpertLogits, HeadNetwork, mask_scores
 from pyro_attention.networks.output import LexicalExpert
+from pyro_attention.networks.tables import SparseTable
 
 __all__ = ["NULL_WORD", "DecoderExpert", "DiagonalTension", "HMMNetwork", "IBM1Network", "JumpTransition",
            "with_null_word", "word_experts"]
@@ -98,10 +99,13 @@ class IBM1Network(HeadNetwork):
         softmax bottleneck: word-to-word tables are close to full rank.
     :param null_prob: ``p0``: source position 0 is the NULL word (:func:`with_null_word`) with prior ``p0``, the
         real words share ``1 - p0`` uniformly; ``None`` (default): no NULL word, every position uniform.
+    :param table: the free table stored only at the word pairs that co-occur in the training text
+        (:class:`~pyro_attention.networks.tables.SparseTable`: memory that grows with those pairs, not with
+        ``V_src x V``; the same function and the same training as the dense table); ``None`` (default): dense.
     """
 
     def __init__(self, source_vocab: int, target_vocab: int, embedding_size: int = 0,
-                 null_prob: float | None = None) -> None:
+                 null_prob: float | None = None, table: SparseTable | None = None) -> None:
         super().__init__()
         _check_null_prob("IBM1Network", null_prob)
         self.null_prob = null_prob
@@ -109,21 +113,44 @@ class IBM1Network(HeadNetwork):
                                 ("target_vocab", target_vocab, len(SPECIALS)), ("embedding_size", embedding_size, 0)):
             if size < low:
                 raise ValueError(f"IBM1Network: {name} must be >= {low}, got {size}")
+        if table is not None and embedding_size:
+            raise ValueError(f"IBM1Network: a sparse table is a free table; embedding_size must be 0, got "
+                             f"{embedding_size}")
+        if table is not None and (table.source_vocab, table.target_vocab) != (source_vocab, target_vocab):
+            raise ValueError(f"IBM1Network: table has vocabularies {table.source_vocab} / {table.target_vocab}, the "
+                             f"network {source_vocab} / {target_vocab}")
         self.num_classes = target_vocab
         self.source_vocab = source_vocab
         self.full_rank = embedding_size == 0
-        self.value_size = target_vocab if self.full_rank else embedding_size
-        self.src_embed = nn.Embedding(source_vocab, self.value_size, padding_idx=PAD)
+        self.table = table
+        self.value_size = 0 if table is not None else target_vocab if self.full_rank else embedding_size
+        if table is None:
+            self.src_embed = nn.Embedding(source_vocab, self.value_size, padding_idx=PAD)
         self.head = LexicalExpert(1, 1 if self.full_rank else embedding_size, target_vocab)
         if self.full_rank:  # the values are the rows of the table: start uniform
             self.head.source_expert = nn.Identity()
-            nn.init.zeros_(self.src_embed.weight)
+            if table is None:
+                nn.init.zeros_(self.src_embed.weight)
+
+    def source_values(self, source: Tensor) -> Tensor:
+        """The values of source ids ``(B, S)``: ``(B, S, E)`` embeddings (a free dense table: its rows); a sparse
+        table has none, ``(B, S, 0)`` (its expert is read through :meth:`experts`)."""
+        if self.table is not None:
+            return self.table.logits.new_zeros(source.shape + (0,))
+        return self.src_embed(source)
+
+    def experts(self, source: Tensor, u: Tensor | None = None) -> ExpertLogits:
+        """The lexical expert once per distinct word of ``source`` ``(B, S)``, with the decoder's expert ``u``
+        (:func:`word_experts`; a sparse table's rows made dense)."""
+        if self.table is not None:
+            return self.table.experts(source, u)
+        return word_experts(self.src_embed, self.head, source, u)
 
     def encode(self, batch: TranslationBatch) -> Encoded:
         if not isinstance(batch, TranslationBatch):
             raise TypeError(f"IBM1Network.encode expects a TranslationBatch, got {type(batch).__name__}")
         batch.validate(self.source_vocab, self.num_classes, device=self.device)
-        values = self.src_embed(batch.source)  # (B, S, E)
+        values = self.source_values(batch.source)  # (B, S, E)
         B, S = batch.source.shape
         T = batch.target.shape[1]
         prior = values.new_zeros(B, T, S)  # uniform over the real source words
@@ -135,7 +162,7 @@ class IBM1Network(HeadNetwork):
 
     def output_experts(self, enc: Encoded) -> ExpertLogits:
         """``log t(y | x_s) = log softmax(U_x e(x_s))``: the logits per distinct source word (:func:`word_experts`)."""
-        return word_experts(self.src_embed, self.head, enc.batch.source)
+        return self.experts(enc.batch.source)
 
     def posterior_scores(self, enc: Encoded) -> Tensor:
         """The prior's (uniform) scores: IBM Model 1 has no inference network."""
@@ -143,11 +170,15 @@ class IBM1Network(HeadNetwork):
 
     def lexical_log_probs(self, source_ids: Tensor) -> Tensor:
         """``log t(. | x)`` ``(N, V)`` for source word ids ``(N,)``."""
+        if self.table is not None:
+            return self.table.log_probs(source_ids)
         values = self.src_embed(source_ids)
         return torch.log_softmax(self.head.logits(self.head.query(values), values), -1)
 
     def observed_log_probs(self, batch: TranslationBatch) -> Tensor:
         """``log t(y_t | x_s)`` ``(B, T, S)`` at the observed targets (one normaliser per distinct source word)."""
+        if self.table is not None:
+            return self.table.observed(batch.source, batch.target)
         words, rows = torch.unique(batch.source, return_inverse=True)
         return self.lexical_log_probs(words)[rows.unsqueeze(1), batch.target.unsqueeze(2)]
 
@@ -164,6 +195,36 @@ class IBM1Network(HeadNetwork):
             total = torch.logsumexp(joint, -1).masked_fill(~batch.target_mask, 0.0).sum()
             (grad,) = torch.autograd.grad(total, leaf)
         return log_t, total.detach(), grad * batch.source_mask.unsqueeze(1) * batch.target_mask.unsqueeze(-1)
+
+    # -- a free table's M-step in closed form (:class:`~pyro_attention.tasks.align.agreement.DirichletTables`) ----
+    def table_parameters(self) -> list[nn.Parameter]:
+        """The free table's parameters, which EM sets in closed form."""
+        return [self.src_embed.weight] if self.table is None else [self.table.logits, self.table.rest]
+
+    def new_counts(self) -> Tensor:
+        """Zero expected link counts for the free table (dense ``(V_src, V)``, or the sparse table's)."""
+        if self.table is not None:
+            return self.table.new_counts()
+        return torch.zeros_like(self.src_embed.weight, dtype=torch.float64)
+
+    def add_counts(self, counts: Tensor, batch: TranslationBatch, weights: Tensor) -> None:
+        """Add ``weights`` ``(B, T, S)`` (zero where padded) to the counts of ``(source[b, s], target[b, t])``."""
+        if self.table is not None:
+            self.table.add_counts(counts, batch.source, batch.target, weights)
+            return
+        B, T, S = weights.shape
+        index = (batch.source.unsqueeze(1).expand(B, T, S), batch.target.unsqueeze(2).expand(B, T, S))
+        counts.index_put_(index, weights.detach().to(torch.float64), accumulate=True)
+
+    def set_from_counts(self, counts: Tensor, alpha: float) -> None:
+        """``t(y | x) = (c(x, y) + alpha) / (c(x) + V alpha)``, the posterior mean under a ``Dirichlet(alpha)``
+        prior, from the counts of :meth:`add_counts`."""
+        if self.table is not None:
+            self.table.set_from_counts(counts, alpha)
+            return
+        smoothed = counts + alpha
+        with torch.no_grad():
+            self.src_embed.weight.copy_((smoothed / smoothed.sum(-1, keepdim=True)).log().to(self.src_embed.weight))
 
 
 class DecoderExpert(nn.Module):
@@ -321,7 +382,7 @@ class HMMNetwork(HeadNetwork):
         if not isinstance(batch, TranslationBatch):
             raise TypeError(f"HMMNetwork.encode expects a TranslationBatch, got {type(batch).__name__}")
         batch.validate(self.source_vocab, self.num_classes, device=self.device)
-        values = self.lexical.src_embed(batch.source)
+        values = self.lexical.source_values(batch.source)
         query = self._query(batch)
         log_prior, _ = self._forward(batch, self._emission(batch, query))
         return Encoded(values, batch.source_mask, batch.target, batch.target_mask, log_prior, {"query": query}, batch)
@@ -329,7 +390,7 @@ class HMMNetwork(HeadNetwork):
     def _query(self, batch: TranslationBatch) -> Tensor:
         """The decoder's expert ``u`` ``(B, T, V)``, or zeros ``(B, T, 1)`` (``u == 0``) without one."""
         if self.decoder_expert is None:
-            return self.lexical.src_embed.weight.new_zeros(batch.target.shape + (1,))
+            return self.transition.theta.new_zeros(batch.target.shape + (1,))
         return self.decoder_expert(batch.target_in)
 
     def _emission(self, batch: TranslationBatch, query: Tensor) -> Tensor:
@@ -337,7 +398,7 @@ class HMMNetwork(HeadNetwork):
         decoder's expert the product's (:func:`~pyro_attention.distributions.enumeration.experts_table`)."""
         if self.decoder_expert is None:
             return self.lexical.observed_log_probs(batch)
-        return experts_table(word_experts(self.lexical.src_embed, self.head, batch.source, query), batch.target)
+        return experts_table(self.lexical.experts(batch.source, query), batch.target)
 
     def _forward(self, batch: TranslationBatch, log_t: Tensor) -> tuple[Tensor, Tensor]:
         """The forward algorithm: the predictive ``log p(z_t | x, y_<t)`` ``(B, T, S)`` (padded source positions at
@@ -407,7 +468,7 @@ class HMMNetwork(HeadNetwork):
         """The lexical model's logits per distinct source word (:func:`word_experts`), with the decoder's expert
         ``u`` where there is one."""
         u = None if self.decoder_expert is None else enc.state["query"]
-        return word_experts(self.lexical.src_embed, self.head, enc.batch.source, u)
+        return self.lexical.experts(enc.batch.source, u)
 
     def posterior_scores(self, enc: Encoded) -> Tensor:
         """The prior's scores: no inference network."""

@@ -53,7 +53,7 @@ from pyro_attention.inference import FitResult, FusedClippedAdam
 from pyro_attention.inference.loop import Callback, ProgressLines, SVIStep, Trainer
 from pyro_attention.inference.optim import check_lr
 
-__all__ = ["DirichletTables", "JointBitext", "agreement_loss", "agreement_weights", "fit_agreement", "free_table"]
+__all__ = ["DirichletTables", "JointBitext", "agreement_loss", "agreement_weights", "fit_agreement", "free_lexical"]
 
 
 def agreement_weights(forward: Tensor, reverse: Tensor, forward_target_mask: Tensor, reverse_target_mask: Tensor,
@@ -140,43 +140,45 @@ def agreement_loss(forward: Any, reverse: Any, batches: tuple[TranslationBatch, 
     return -(chain_f + chain_r) - weighted
 
 
-def free_table(network: Any) -> Tensor:
-    """The free lexical table of an IBM1Network, or of the IBM1Network inside a network (``.lexical``): its rows
-    are the logits of ``t(. | x)``.  A low-rank table has none (``ValueError``)."""
+def free_lexical(network: Any) -> Any:
+    """The IBM1Network with a free lexical table that is ``network`` or that ``network`` holds (``.lexical``): the
+    model whose table EM sets.  A low-rank table has none (``ValueError``)."""
     lexical = getattr(network, "lexical", network)
     if not getattr(lexical, "full_rank", False):
         raise ValueError(f"{type(network).__name__}: a closed-form table update needs a free (full-rank) lexical table")
-    return lexical.src_embed.weight
+    return lexical
 
 
 class DirichletTables(Callback):
     r"""The lexical tables' M-step in closed form: each epoch's expected link counts ``c(x, y)`` (the E-step's
     weights, summed), then at the epoch's end ``t(y | x) = (c(x, y) + alpha) / (c(x) + V alpha)``: the posterior
     mean of each row under a symmetric ``Dirichlet(alpha)`` prior (EM with add-``alpha`` smoothing; Moore 2004),
-    which keeps a rare source word from collecting the target words nothing else explains.
+    which keeps a rare source word from collecting the target words nothing else explains.  A dense table and a
+    sparse one (:class:`~pyro_attention.networks.tables.SparseTable`) keep their counts the same way they keep
+    their table (:meth:`~pyro_attention.networks.lexical.IBM1Network.add_counts`).
 
-    :param networks: the networks whose tables are updated (:func:`free_table`), in the order :meth:`add` counts.
+    :param networks: the networks whose tables are updated (:func:`free_lexical`), in the order :meth:`add` counts.
     """
 
     def __init__(self, networks: list[Any], alpha: float) -> None:
         if not alpha > 0:
             raise ValueError(f"DirichletTables: alpha must be > 0, got {alpha}")
-        self.tables = [free_table(n) for n in networks]
+        self.lexicals = [free_lexical(n) for n in networks]
         self.alpha = alpha
-        self.counts = [torch.zeros_like(t, dtype=torch.float64) for t in self.tables]
+        self.counts = [lexical.new_counts() for lexical in self.lexicals]
+
+    def parameters(self) -> list[Tensor]:
+        """The tables' parameters: set in closed form, so trained by no gradient."""
+        return [p for lexical in self.lexicals for p in lexical.table_parameters()]
 
     def add(self, which: int, batch: TranslationBatch, weights: Tensor) -> None:
         """Add ``weights`` ``(B, T, S)`` (zero where padded) to the counts of ``(source[b, s], target[b, t])``."""
-        B, T, S = weights.shape
-        index = (batch.source.unsqueeze(1).expand(B, T, S), batch.target.unsqueeze(2).expand(B, T, S))
-        self.counts[which].index_put_(index, weights.detach().to(torch.float64), accumulate=True)
+        self.lexicals[which].add_counts(self.counts[which], batch, weights)
 
     def on_epoch_end(self, trainer: Trainer) -> None:
-        with torch.no_grad():
-            for table, counts in zip(self.tables, self.counts, strict=True):
-                smoothed = counts + self.alpha
-                table.copy_((smoothed / smoothed.sum(-1, keepdim=True)).log().to(table.dtype))
-                counts.zero_()
+        for lexical, counts in zip(self.lexicals, self.counts, strict=True):
+            lexical.set_from_counts(counts, self.alpha)
+            counts.zero_()
 
 
 def fit_agreement(forward: Any, reverse: Any, data: JointBitext, *, num_epochs: int = 1, batch_size: int = 64,
@@ -226,7 +228,7 @@ def fit_agreement(forward: Any, reverse: Any, data: JointBitext, *, num_epochs: 
     result = FitResult()
     forward.train()
     reverse.train()
-    frozen = [] if tables is None else [t for t in tables.tables if t.requires_grad]
+    frozen = [] if tables is None else [t for t in tables.parameters() if t.requires_grad]
     for table in frozen:  # set in closed form: no gradient, nothing for the optimiser
         table.requires_grad_(False)
     try:

@@ -182,6 +182,10 @@ class IBM1Options(NetworkOptions):
     null_prob: float = option(0.0, "networks ibm1 and hmm: a NULL word at source position 0 with prior probability "
                               "null_prob at every target word (Och & Ney's p0; a word aligned to it gets no link; 0: "
                               "no NULL word)", interval=(0.0, 1.0, False, True))
+    min_cooccurrence: int = option(1, "networks ibm1, distortion and hmm: the free lexical table stores the word pairs "
+                                   "that co-occur in at least this many sentence pairs (1: every pair an aligner "
+                                   "can read, the same model as a dense table; more: a smaller table for a huge "
+                                   "corpus, a pruned pair reads its row's shared value)", low=1)
 
 
 @dataclass
@@ -208,6 +212,7 @@ class StagedOptions(NetworkOptions):
                            low=0)
     table_lr: float = option(1e-2, "networks distortion and hmm: the lexical table's learning rate while the prior "
                              "trains", interval=(0.0, 1.0, True, False))
+    min_cooccurrence: int = with_default(IBM1Options, "min_cooccurrence", 1)
 
 
 @dataclass

@@ -136,6 +136,14 @@ class Bitext:
     def batches(self, batch_size: int, shuffle: bool = False, generator: torch.Generator | None = None) -> list:
         return bucket_batches(self.source, self.target, batch_size, shuffle, generator)
 
+    def table(self, source_vocab: int, target_vocab: int, min_count: int = 1) -> Any:
+        """A free lexical table stored at the word pairs that co-occur in at least ``min_count`` of these sentence
+        pairs (:class:`~pyro_attention.networks.tables.SparseTable`)."""
+        from pyro_attention.networks.tables import SparseTable, cooccurrences
+
+        return SparseTable(source_vocab, target_vocab,
+                           cooccurrences(self.source, self.target, target_vocab, min_count))
+
 
 class LexicalAligner(AlignNetwork):
     """A network with the lexical expert (:mod:`pyro_attention.networks.lexical`), trained with the ``marginal``
@@ -144,7 +152,7 @@ class LexicalAligner(AlignNetwork):
     output = "lexical"
     pairs = ("marginal",)
 
-    def __init__(self, name: str, description: str, build: Callable[[int, int, AlignConfig], Any],
+    def __init__(self, name: str, description: str, build: Callable[[int, int, AlignConfig, Bitext], Any],
                  null_word: bool = False, options: type[NetworkOptions] | None = None) -> None:
         super().__init__(name, description, options)
         self.null_word = null_word
@@ -155,7 +163,7 @@ class LexicalAligner(AlignNetwork):
         start = time.perf_counter()
         null = self.null_word and bool(config.options.null_prob)
         src_vocab, tgt_vocab, data = _bitext(corpus, reverse, null, config.gold_repeat)
-        pair = _fit_lexical(self.build(len(src_vocab), len(tgt_vocab), config), data, config.epochs,
+        pair = _fit_lexical(self.build(len(src_vocab), len(tgt_vocab), config, data), data, config.epochs,
                             config.batch_size, config.lr, config.seed, log,
                             f"{self.name} {model}{' reverse' if reverse else ''}")
         return Trained(pair, src_vocab, tgt_vocab, time.perf_counter() - start, null)
@@ -228,7 +236,8 @@ class StagedAligner(AlignNetwork):
         options = config.options
         null = self.null_word and bool(options.null_prob)
         src_vocab, tgt_vocab, data = _bitext(corpus, reverse, null, config.gold_repeat)
-        lexical = IBM1Network(len(src_vocab), len(tgt_vocab), null_prob=options.null_prob if null else None)
+        lexical = IBM1Network(len(src_vocab), len(tgt_vocab), null_prob=options.null_prob if null else None,
+                              table=data.table(len(src_vocab), len(tgt_vocab), options.min_cooccurrence))
         return lexical, src_vocab, tgt_vocab, data, null
 
     def train(self, corpus: GoldCorpus, config: AlignConfig, model: str, reverse: bool,
@@ -337,14 +346,15 @@ def _hmm(lexical: Any, source_vocab: int, target_vocab: int, config: AlignConfig
 HMM_MAX_JUMP = 5
 
 
-def _ibm1(source_vocab: int, target_vocab: int, config: AlignConfig) -> Any:
+def _ibm1(source_vocab: int, target_vocab: int, config: AlignConfig, data: Bitext) -> Any:
     from pyro_attention.networks.lexical import IBM1Network
 
-    return IBM1Network(source_vocab, target_vocab, embedding_size=0,  # a free table: IBM Model 1 exactly
-                       null_prob=config.options.null_prob or None)
+    options = config.options  # a free table (IBM Model 1 exactly), stored at the co-occurring word pairs
+    return IBM1Network(source_vocab, target_vocab, null_prob=options.null_prob or None,
+                       table=data.table(source_vocab, target_vocab, options.min_cooccurrence))
 
 
-def _ibm1_rank(source_vocab: int, target_vocab: int, config: AlignConfig) -> Any:
+def _ibm1_rank(source_vocab: int, target_vocab: int, config: AlignConfig, data: Bitext) -> Any:
     from pyro_attention.networks.lexical import IBM1Network
 
     return IBM1Network(source_vocab, target_vocab, embedding_size=config.options.embedding)

@@ -1,0 +1,173 @@
+r"""A free lexical table stored only where an aligner reads it: ``t(y | x)`` over the word pairs that co-occur in
+some sentence pair of the training text.
+
+An aligner reads its table at ``(x_s, y_t)`` of one sentence pair, so it reads only word pairs that co-occur
+(:meth:`SparseTable.from_text` collects them, with ``</s>`` after every target sentence as the network predicts
+it).  The other entries of a row matter only through its normaliser, and they are all alike: they start equal,
+every gradient step and every EM step treats them equally, so they stay equal.  One shared logit per row, its
+*rest* ``r_x``, stands for the ``m_x = V - n_x`` of them, and
+
+.. math::
+
+    \log t(y \mid x) = w_{xy} - \log\Big(\sum_{y' \in C(x)} e^{w_{xy'}} + m_x e^{r_x}\Big), \qquad
+    \log t(y \mid x) = r_x - \log(\dots) \text{ for } y \notin C(x),
+
+the same function of the same parameters as the dense ``V_src x V_tgt`` table
+(:class:`~pyro_attention.networks.lexical.IBM1Network` without one), with memory that grows with the number of
+co-occurring pairs instead of the product of the vocabularies.  ``r_x`` receives the gradient of *one* of the
+entries it stands for (the sum over them divided by ``m_x``), so Adam moves it exactly as it moves each of them in
+the dense table; EM (:meth:`set_from_counts`) gives it their common value.
+
+**Pruning** (``min_count``): on a huge corpus, word pairs that co-occur in fewer than ``min_count`` sentence pairs
+are not stored.  A pruned pair is then read from its row's rest, the shared value of every word the row does not
+store, and its expected counts go to the rest (spread evenly over the ``m_x`` words).  ``min_count=1`` (default)
+stores every co-occurring pair and is exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from pyro_attention.data.translation import EOS
+from pyro_attention.networks.base import ExpertLogits
+
+__all__ = ["SparseTable", "cooccurrences"]
+
+
+def cooccurrences(source: Sequence[Sequence[int]], target: Sequence[Sequence[int]], target_vocab: int,
+                  min_count: int = 1, chunk: int = 20_000) -> np.ndarray:
+    """The sorted keys ``x * target_vocab + y`` of the word pairs ``(x, y)`` that co-occur in at least ``min_count``
+    sentence pairs (each target sentence with ``</s>`` at its end, as a network predicts it).
+
+    :param source: source sentences as the network reads them (the NULL word in front where it has one).
+    :param target: target sentences (ids, without ``</s>``).
+    :param chunk: sentence pairs counted at a time (memory: one chunk's pairs, then the running distinct keys).
+    """
+    if len(source) != len(target):
+        raise ValueError(f"cooccurrences: {len(source)} source and {len(target)} target sentences; they must be pairs")
+    if min_count < 1:
+        raise ValueError(f"cooccurrences: min_count must be >= 1, got {min_count}")
+    keys = np.empty(0, dtype=np.int64)
+    counts = np.empty(0, dtype=np.int64)
+    for start in range(0, len(source), chunk):
+        pieces = [np.add.outer(np.unique(np.asarray(x, dtype=np.int64)) * target_vocab,
+                               np.unique(np.asarray([*y, EOS], dtype=np.int64))).ravel()
+                  for x, y in zip(source[start:start + chunk], target[start:start + chunk], strict=True)]
+        keys, inverse = np.unique(np.concatenate([keys, *pieces]), return_inverse=True)
+        counts = np.bincount(inverse, weights=np.concatenate([counts, np.ones(len(inverse) - len(counts))]),
+                             minlength=len(keys)).astype(np.int64)
+    return keys if min_count == 1 else keys[counts >= min_count]
+
+
+class SparseTable(nn.Module):
+    """A free lexical table ``t(y | x)`` over the word pairs in ``keys`` (the module docstring).
+
+    :param source_vocab: ``V_src``.
+    :param target_vocab: ``V``.
+    :param keys: the stored pairs' sorted keys ``x * V + y`` (:func:`cooccurrences`).
+    """
+
+    def __init__(self, source_vocab: int, target_vocab: int, keys: Tensor | np.ndarray) -> None:
+        super().__init__()
+        keys = torch.as_tensor(keys, dtype=torch.long)
+        if keys.dim() != 1 or (len(keys) and (keys[0] < 0 or keys[-1] >= source_vocab * target_vocab)):
+            raise ValueError(f"SparseTable: keys must be a 1-d tensor of x * {target_vocab} + y below "
+                             f"{source_vocab} * {target_vocab}, got shape {tuple(keys.shape)}")
+        if len(keys) > 1 and not bool((keys[1:] > keys[:-1]).all()):
+            raise ValueError("SparseTable: keys must be sorted and distinct")
+        self.source_vocab, self.target_vocab = source_vocab, target_vocab
+        self.register_buffer("keys", keys, persistent=False)
+        self.register_buffer("rows", keys // target_vocab, persistent=False)
+        stored = torch.bincount(self.rows, minlength=source_vocab)
+        self.register_buffer("offsets", torch.cat([stored.new_zeros(1), stored.cumsum(0)]), persistent=False)
+        self.register_buffer("multiplicity", (target_vocab - stored).double(), persistent=False)
+        self.logits = nn.Parameter(torch.zeros(len(keys)))
+        self.rest = nn.Parameter(torch.zeros(source_vocab))
+        self._cached: tuple[tuple[int, int], Tensor] | None = None
+
+    @property
+    def num_entries(self) -> int:
+        """The number of stored pairs."""
+        return len(self.keys)
+
+    def _rest(self) -> Tensor:
+        """``r_x`` with the gradient of one of the ``m_x`` entries it stands for (the sum divided by ``m_x``)."""
+        scale = self.multiplicity.clamp(min=1.0).to(self.rest.dtype)
+        return self.rest.detach() + (self.rest - self.rest.detach()) / scale
+
+    def log_normalizers(self) -> Tensor:
+        """``log sum_y exp(logit[x, y])`` ``(V_src,)``: the stored entries plus ``m_x`` times the rest (cached
+        while the table is not trained by gradient)."""
+        training = torch.is_grad_enabled() and (self.logits.requires_grad or self.rest.requires_grad)
+        version = (self.logits._version, self.rest._version)
+        if not training and self._cached is not None and self._cached[0] == version:
+            return self._cached[1]
+        rest = self._rest() + self.multiplicity.log().to(self.rest.dtype)  # -inf where a row stores every word
+        top = torch.maximum(rest.detach().scatter_reduce(0, self.rows, self.logits.detach(), "amax"),
+                            rest.detach())
+        total = (rest - top).exp().index_add(0, self.rows, (self.logits - top[self.rows]).exp())
+        out = top + total.log()
+        if not training:
+            self._cached = (version, out)
+        return out
+
+    def _lookup(self, source: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
+        """``(index, stored)`` ``(B, T, S)`` of the pairs ``(source[b, s], target[b, t])``: the entry's position and
+        whether it is stored."""
+        query = source.unsqueeze(1) * self.target_vocab + target.unsqueeze(2)
+        if not self.num_entries:
+            return torch.zeros_like(query), torch.zeros_like(query, dtype=torch.bool)
+        index = torch.searchsorted(self.keys, query).clamp(max=self.num_entries - 1)
+        return index, self.keys[index] == query
+
+    def observed(self, source: Tensor, target: Tensor) -> Tensor:
+        """``log t(y_t | x_s)`` ``(B, T, S)`` for source ids ``(B, S)`` and target ids ``(B, T)`` (a padded position
+        reads its row's rest: finite, for the caller to mask)."""
+        index, stored = self._lookup(source, target)
+        logits = torch.where(stored, self.logits[index], self._rest()[source].unsqueeze(1))
+        return logits - self.log_normalizers()[source].unsqueeze(1)
+
+    def log_probs(self, words: Tensor) -> Tensor:
+        """``log t(. | x)`` ``(U, V)`` for source ids ``(U,)``: the rows made dense."""
+        norm = self.log_normalizers()[words]
+        stored = self.offsets[words + 1] - self.offsets[words]
+        owner = torch.repeat_interleave(torch.arange(len(words), device=words.device), stored)
+        first = self.offsets[words] - (stored.cumsum(0) - stored)  # entry = first[owner] + running position
+        entry = first[owner] + torch.arange(len(owner), device=words.device)
+        dense = (self._rest()[words] - norm).unsqueeze(1).expand(len(words), self.target_vocab)
+        return dense.index_put((owner, self.keys[entry] % self.target_vocab), self.logits[entry] - norm[owner])
+
+    def experts(self, source: Tensor, u: Tensor | None = None) -> ExpertLogits:
+        """The lexical expert's log-probabilities once per distinct word of ``source`` ``(B, S)`` and the
+        decoder's expert ``u`` (``None``: ``u == 0``), as
+        :func:`~pyro_attention.networks.lexical.word_experts` gives them for a dense table."""
+        words, inverse = torch.unique(source, return_inverse=True)
+        return ExpertLogits(u, self.log_probs(words), inverse)
+
+    # -- EM -----------------------------------------------------------------------------------------------------
+    def new_counts(self) -> Tensor:
+        """Zero expected counts: one per stored pair, then one per row for its rest."""
+        return torch.zeros(self.num_entries + self.source_vocab, dtype=torch.float64, device=self.keys.device)
+
+    def add_counts(self, counts: Tensor, source: Tensor, target: Tensor, weights: Tensor) -> None:
+        """Add ``weights`` ``(B, T, S)`` (zero where padded) to the counts of ``(source[b, s], target[b, t])``."""
+        index, stored = self._lookup(source, target)
+        weights = weights.detach().to(torch.float64)
+        counts[: self.num_entries].index_add_(0, index[stored], weights[stored])
+        rows = source.unsqueeze(1).expand_as(index)
+        counts[self.num_entries:].index_add_(0, rows[~stored], weights[~stored])
+
+    def set_from_counts(self, counts: Tensor, alpha: float) -> None:
+        """``t(y | x) = (c(x, y) + alpha) / (c(x) + V alpha)``: the posterior mean under a ``Dirichlet(alpha)``
+        prior; a row's rest count is spread evenly over the words it stands for."""
+        stored, rest = counts[: self.num_entries], counts[self.num_entries:]
+        total = rest.index_add(0, self.rows, stored)
+        denominator = (total + self.target_vocab * alpha).log()
+        with torch.no_grad():
+            self.logits.copy_(((stored + alpha).log() - denominator[self.rows]).to(self.logits.dtype))
+            self.rest.copy_(((rest / self.multiplicity.clamp(min=1.0) + alpha).log() - denominator)
+                            .to(self.rest.dtype))
