@@ -87,7 +87,7 @@ class SparseTable(nn.Module):
         self.register_buffer("multiplicity", (target_vocab - stored).double(), persistent=False)
         self.logits = nn.Parameter(torch.zeros(len(keys)))
         self.rest = nn.Parameter(torch.zeros(source_vocab))
-        self._cached: tuple[tuple[int, int], Tensor] | None = None
+        self._cached: tuple[tuple, Tensor] | None = None
 
     @property
     def num_entries(self) -> int:
@@ -103,7 +103,7 @@ class SparseTable(nn.Module):
         """``log sum_y exp(logit[x, y])`` ``(V_src,)``: the stored entries plus ``m_x`` times the rest (cached
         while the table is not trained by gradient)."""
         training = torch.is_grad_enabled() and (self.logits.requires_grad or self.rest.requires_grad)
-        version = (self.logits._version, self.rest._version)
+        version = tuple((p._version, p.data_ptr(), p.dtype, p.device) for p in (self.logits, self.rest))  # .to() too
         if not training and self._cached is not None and self._cached[0] == version:
             return self._cached[1]
         rest = self._rest() + self.multiplicity.log().to(self.rest.dtype)  # -inf where a row stores every word
