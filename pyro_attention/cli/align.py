@@ -4,8 +4,17 @@ against gold alignments."""
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
-from pyro_attention.cli.common import add_command, add_config_options, exit_with_error, option_error
+from pyro_attention.cli.common import (
+    add_command,
+    add_config_options,
+    exit_with_error,
+    float_in,
+    given_flags,
+    option_error,
+)
 from pyro_attention.files import write_text
 
 
@@ -14,8 +23,13 @@ def _align(args: argparse.Namespace) -> int:
     from pyro_attention.tasks.align.config import network_option_defaults
 
     names = [*AlignConfig.__dataclass_fields__, *network_option_defaults()]
+    if args.src is not None or args.tgt is not None:
+        return _link_text(args, names)
+    if args.threshold is not None:
+        option_error(args.parser, "threshold: links a text of your own; give --src and --tgt", ["threshold"])
     try:  # a bad option or combination of options: exit status 2, naming the flag
-        config = AlignConfig.from_flags(**{k: getattr(args, k) for k in names if k in vars(args)})
+        config = AlignConfig.from_flags(**{k: getattr(args, k) for k in names if k in vars(args) and k != "out"},
+                                        out=args.out or RUNS)
     except ValueError as error:
         option_error(args.parser, str(error), names)
     try:
@@ -38,10 +52,55 @@ def _align(args: argparse.Namespace) -> int:
     return 0
 
 
+#: where the gold-set runs go unless ``--out`` says
+RUNS = "runs/align"
+
+#: the flags of a gold set, refused when linking a text
+_GOLD_FLAGS = ("corpus", "data_dir", "gold_text", "gold_src", "gold_tgt", "gold_links", "links_format", "links_order",
+               "extra_size", "gold_repeat", "markdown", "json")
+
+
+def _link_text(args: argparse.Namespace, names: list[str]) -> int:
+    """``align --src FILE --tgt FILE --out links.txt``: the recipe (flags given on the command line win), Pharaoh
+    links for every pair."""
+    from pyro_attention.tasks.align.links import LINK_THRESHOLD, align_text, recipe_config, write_links
+
+    given = given_flags(args)
+    keys = [*names, "src", "tgt", "out", "threshold", *_GOLD_FLAGS]
+    refused = [k for k in _GOLD_FLAGS if k in given]
+    if refused:
+        option_error(args.parser, f"{refused[0]}: scores against a gold set; linking a text of your own (--src, "
+                     "--tgt) takes no gold set (run align with the gold set instead)", keys)
+    for name in ("src", "tgt", "out"):
+        if getattr(args, name) is None:
+            option_error(args.parser, f"{name}: linking a text of your own needs --src, --tgt and --out (the links "
+                         "file)", keys)
+    flags = {k: getattr(args, k) for k in names if k in vars(args) and k != "out"}
+    try:
+        config = recipe_config(flags, given, out=str(Path(args.out).parent))
+    except ValueError as error:
+        option_error(args.parser, str(error), keys)
+    try:
+        links = align_text(config, args.src, args.tgt, LINK_THRESHOLD if args.threshold is None else args.threshold)
+        write_links(args.out, links)
+    except (FileNotFoundError, ValueError) as error:
+        exit_with_error(args.parser, error)
+        return 1
+    print(f"wrote {args.out}: links of {len(links.links)} sentence pairs ({links.pairs_trained} trained on) in "
+          f"{links.seconds:.0f} s", file=sys.stderr)
+    return 0
+
+
 def add_align(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     """``pyro-attention align``."""
     al = add_command(sub, "align", _align,
-                     "AER of prior / exact posterior / q / soft attention against gold alignments")
+                     "word alignments of your own text (--src, --tgt: Pharaoh links), or AER of prior / exact "
+                     "posterior / q / soft attention against gold alignments")
+    text = al.add_argument_group("a text of your own to link (instead of a gold set)")
+    text.add_argument("--src", default=None, help="source sentences, one per line, tokenised by spaces")
+    text.add_argument("--tgt", default=None, help="target sentences, line-aligned with --src")
+    text.add_argument("--threshold", type=float_in(0.0, 1.0, True, False), default=None,
+                      help="a link where the two directions' mean posterior reaches this (default 0.5)")
     add_gold_set_options(al)
     from pyro_attention.registry import ALL_PAIRS
     from pyro_attention.tasks.align import ALIGN_NETWORKS, AlignConfig
@@ -69,7 +128,8 @@ def add_align(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
                     "(Liang et al. 2006: each direction's lexical table learns from the product of both directions' "
                     "exact posteriors) after each one's IBM Model 1 stage")
     add_config_options(al, AlignConfig, ("seed", "threads"))
-    al.add_argument("--out", default="runs/align", help="folder for the runs")
+    al.add_argument("--out", default=None, help=f"with --src/--tgt: the links file to write; else the folder for "
+                    f"the runs (default {RUNS})")
     al.add_argument("--markdown", default="", help="also write the table to this file")
     al.add_argument("--json", default="", help="also merge the rows into this JSON list (e.g. docs/results/aer.json)")
 

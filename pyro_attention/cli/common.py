@@ -192,6 +192,16 @@ def _with_default(text: str, default: Any, parentheses: bool) -> str:
     return f"{text} ({shown})"
 
 
+def given_flags(args: argparse.Namespace) -> set[str]:
+    """The destinations of the flags given on the command line of ``args`` (``args.argv``, parsed again by
+    ``args.parser`` into a namespace holding a marker for every destination: argparse fills in a default only
+    where the namespace has none)."""
+    marker = object()
+    namespace = argparse.Namespace(**{name: marker for name in vars(args)})
+    args.parser.parse_args(args.argv[1:], namespace=namespace)
+    return {name for name, value in vars(namespace).items() if value is not marker}
+
+
 def config_values(config: type, args: argparse.Namespace) -> dict[str, Any]:
     """The fields of the dataclass ``config`` that ``args`` has (flags of :func:`add_config_options`), by name."""
     given = vars(args)

@@ -1,0 +1,160 @@
+"""Links for a user's own parallel text: ``pyro-attention align --src FILE --tgt FILE --out links.txt``.
+
+The best recipe known (:data:`RECIPE`, measured in docs/results.md) trains on the text itself -- an HMM aligner with
+a NULL word, both directions by agreement, lexical tables by EM under a Dirichlet prior, stored sparsely -- and
+every sentence pair gets the links where the mean of the two directions' exact posteriors (forward-backward) is
+at least :data:`LINK_THRESHOLD`, a threshold that needs no gold links.  The file holds one line per input pair:
+Pharaoh ``i-j`` links, 0-indexed, ``i`` counting source words (fast_align's and eflomal's output).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pyro_attention.aer import combine_posteriors, links_from_probs
+from pyro_attention.data.text import read_parallel
+from pyro_attention.data.translation import collate
+from pyro_attention.files import write_text
+from pyro_attention.tasks.align.config import AlignConfig
+from pyro_attention.tasks.align.corpus import GoldCorpus
+from pyro_attention.tasks.align.networks import ALIGN_NETWORKS, Trained
+
+__all__ = ["LINK_THRESHOLD", "RECIPE", "TextLinks", "align_text", "recipe_config", "text_links", "write_links"]
+
+#: what ``align --src/--tgt`` trains unless a flag says otherwise: the best configuration of docs/results.md
+RECIPE: dict[str, Any] = {
+    "network": "hmm", "models": ["marginal"], "both_directions": True, "agreement": True, "null_prob": 0.2,
+    "table_prior": 0.01, "ibm1_epochs": 5, "epochs": 2, "batch_size": 64, "lr": 5e-3, "table_lr": 0.01,
+    "tension": 4.0, "max_jump": 5,
+}
+
+#: a link where the two directions' mean posterior reaches this (a forward model alone: its posterior)
+LINK_THRESHOLD = 0.5
+
+#: the networks whose exact posterior links a text (``likelihood_terms``: the posterior by forward-backward)
+LINK_NETWORKS = ("ibm1", "hmm")
+
+
+def _check_network(network: str) -> None:
+    if network not in LINK_NETWORKS:
+        raise ValueError(f"network: linking a text needs an exact posterior; choose from {', '.join(LINK_NETWORKS)}, "
+                         f"got {network!r}")
+
+
+def recipe_config(flags: dict[str, Any], given: Collection[str], **fixed: Any) -> AlignConfig:
+    """The config of the command line's ``flags`` (by field name) where they were ``given``, else :data:`RECIPE`'s
+    values (those of options the chosen network reads), else the flags' defaults; ``fixed`` as they are."""
+    from dataclasses import fields
+
+    from pyro_attention.tasks.align.config import network_option_defaults
+
+    network = flags["network"] if "network" in given else RECIPE["network"]
+    _check_network(network)
+    reads = {f.name for f in fields(ALIGN_NETWORKS[network].options)} if network in ALIGN_NETWORKS else set()
+    options = network_option_defaults()
+    recipe = {k: v for k, v in RECIPE.items() if k not in given and (k not in options or k in reads)}
+    return AlignConfig.from_flags(**{**flags, **recipe, **fixed})
+
+
+class TextLinks:
+    """The links of every sentence pair of a text, with what produced them."""
+
+    def __init__(self, links: list[set[tuple[int, int]]], pairs_trained: int, seconds: float) -> None:
+        self.links, self.pairs_trained, self.seconds = links, pairs_trained, seconds
+
+    def pharaoh(self) -> str:
+        """One line per sentence pair: ``i-j`` links, 0-indexed, source position first, in order."""
+        return "".join(" ".join(f"{i}-{j}" for i, j in sorted(pair)) + "\n" for pair in self.links)
+
+
+#: the most ``B T S^2`` cells a linking batch may hold (an HMM's forward pass keeps ``B S^2`` per target word)
+CELLS = 2**24
+
+
+def _batches(src_ids: list[list[int]], tgt_ids: list[list[int]], largest: int) -> Iterator[list[int]]:
+    """Pairs in length order, as many to a batch as :data:`CELLS` allows (at most ``largest``)."""
+    order = sorted(range(len(src_ids)), key=lambda i: (len(tgt_ids[i]), len(src_ids[i])))
+    chunk: list[int] = []
+    longest_t = longest_s = 0
+    for i in order:
+        t, s = len(tgt_ids[i]) + 1, len(src_ids[i]) + 1
+        if chunk and (len(chunk) + 1) * max(t, longest_t) * max(s, longest_s) ** 2 > CELLS or len(chunk) == largest:
+            yield chunk
+            chunk, longest_t, longest_s = [], 0, 0
+        chunk.append(i)
+        longest_t, longest_s = max(t, longest_t), max(s, longest_s)
+    if chunk:
+        yield chunk
+
+
+def _posteriors(trained: Trained, source: list[list[str]], target: list[list[str]],
+                batch_size: int) -> Iterator[tuple[int, torch.Tensor]]:
+    """``(index, p(z_t = s | x, y))`` per sentence pair: ``(T, S)`` over the real words (the NULL word's column
+    and ``</s>``'s row dropped), by the network's exact posterior, in batches of similar lengths."""
+    from pyro_attention.networks.lexical import with_null_word
+
+    network = trained.pair.network
+    network.eval()
+    null = int(trained.null_word)
+    src_ids = [trained.src_vocab.encode(s) for s in source]
+    tgt_ids = [trained.tgt_vocab.encode(t) for t in target]
+    with torch.no_grad():
+        for chunk in _batches(src_ids, tgt_ids, batch_size):
+            batch = collate([(with_null_word(src_ids[i]) if null else src_ids[i], tgt_ids[i]) for i in chunk])
+            posterior = network.likelihood_terms(batch)[2]
+            for row, i in enumerate(chunk):
+                yield i, posterior[row, : len(target[i]), null: null + len(source[i])]
+
+
+def text_links(forward: Trained, reverse: Trained | None, source: list[list[str]], target: list[list[str]],
+               threshold: float = LINK_THRESHOLD, batch_size: int = 1024) -> list[set[tuple[int, int]]]:
+    """``(source, target)`` links of every pair: where the mean of the forward posterior and the reverse one
+    (transposed) reaches ``threshold``; without ``reverse``, the forward posterior alone."""
+    matrices: list[torch.Tensor | None] = [None] * len(source)
+    for i, p in _posteriors(forward, source, target, batch_size):
+        matrices[i] = p
+    if reverse is not None:
+        for i, p in _posteriors(reverse, target, source, batch_size):
+            matrices[i] = combine_posteriors(matrices[i], p, "posterior-mean")
+    return [links_from_probs(m, threshold) for m in matrices]
+
+
+def align_text(config: AlignConfig, src: str | Path, tgt: str | Path, threshold: float = LINK_THRESHOLD,
+               log: Callable[[str], None] = print) -> TextLinks:
+    """Train ``config``'s network on the parallel text ``src`` / ``tgt`` (pairs with a side longer than
+    ``config.max_len`` are not trained on, but linked) and link every pair (:func:`text_links`).
+
+    :raises ValueError: naming a network without an exact posterior to link with, or the file and line of an
+        empty line (through :func:`~pyro_attention.data.text.read_parallel`).
+    """
+    _check_network(config.network)
+    if not 0.0 < threshold <= 1.0:
+        raise ValueError(f"threshold must be in (0, 1], got {threshold}")
+    torch.set_num_threads(config.threads)
+    start = time.perf_counter()
+    text = read_parallel(src, tgt, lowercase=config.lowercase)
+    kept = [i for i, (s, t) in enumerate(zip(text.source, text.target, strict=True))
+            if len(s) <= config.max_len and len(t) <= config.max_len]
+    corpus = GoldCorpus([text.source[i] for i in kept], [text.target[i] for i in kept], None, [], [],
+                        f"{src} / {tgt}")
+    network = ALIGN_NETWORKS[config.network]
+    log(f"{src} / {tgt}: {len(text.source)} sentence pairs, {len(kept)} trained on (both sides <= {config.max_len} "
+        f"words); network {network.name}: {network.description}")
+    model = config.models[0]
+    if config.options.trains_jointly():
+        forward, reverse = network.train_jointly(corpus, config, model, log)
+    else:
+        forward = network.train(corpus, config, model, False, log)
+        reverse = network.train(corpus, config, model, True, log) if config.both_directions else None
+    links = text_links(forward, reverse, text.source, text.target, threshold)
+    return TextLinks(links, len(kept), time.perf_counter() - start)
+
+
+def write_links(path: str | Path, links: TextLinks) -> Path:
+    """Write the Pharaoh links atomically to ``path``."""
+    return write_text(path, links.pharaoh())
