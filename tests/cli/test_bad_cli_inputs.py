@@ -231,6 +231,45 @@ CATALOGUE: list[m.Mistake] = [
         "Add `--both-directions` (agreement needs both), or drop `--agreement`.",
     ),
     m.Mistake(
+        "align-text-without-out", m.CONFIG, "`pyro-attention align --src FILE --tgt FILE` without the links file",
+        lambda: m.run_cli("align", "--src", m.work_file("t.src", "a b\n"), "--tgt", m.work_file("t.tgt", "x y\n")),
+        SystemExit, r"exit status 2: pyro-attention align: error: argument --out: linking a text of your own needs "
+        r"--src, --tgt and --out \(the links file\)",
+        "Add `--out links.txt`.",
+    ),
+    m.Mistake(
+        "align-text-with-gold", m.CONFIG, "`pyro-attention align --src ... --gold-links FILE` (a gold set's option "
+        "while linking a text)",
+        lambda: m.run_cli("align", "--src", m.work_file("t.src", "a b\n"), "--tgt", m.work_file("t.tgt", "x y\n"),
+                          "--out", m.work_path("links.txt"), "--gold-links", m.work_file("g.txt", "0-0\n")),
+        SystemExit, r"exit status 2: pyro-attention align: error: argument --gold-links: scores against a gold set; "
+        r"linking a text of your own \(--src, --tgt\) takes no gold set",
+        "Score against gold with the gold-set form (`--gold-src`, `--gold-tgt`, `--gold-links`), or drop it.",
+    ),
+    m.Mistake(
+        "align-text-network", m.CONFIG, "`pyro-attention align --src ... --network seq2seq` (no exact posterior to "
+        "link with)",
+        lambda: m.run_cli("align", "--src", m.work_file("t.src", "a b\n"), "--tgt", m.work_file("t.tgt", "x y\n"),
+                          "--out", m.work_path("links.txt"), "--network", "seq2seq"),
+        SystemExit, r"exit status 2: pyro-attention align: error: argument --network: linking a text needs an exact "
+        r"posterior; choose from ibm1, hmm, got 'seq2seq'",
+        "Leave `--network` out (the HMM recipe), or use `--network ibm1`.",
+    ),
+    m.Mistake(
+        "align-threshold-without-text", m.CONFIG, "`pyro-attention align --threshold` with a gold set",
+        lambda: m.run_cli("align", "--threshold", "0.4"),
+        SystemExit, r"exit status 2: pyro-attention align: error: argument --threshold: links a text of your own; "
+        r"give --src and --tgt",
+        "Drop `--threshold` (a gold-set run tunes its thresholds on held-out gold), or link a text with `--src`.",
+    ),
+    m.Mistake(
+        "align-text-empty-line", m.FILES, "`pyro-attention align --src FILE` with an empty line",
+        lambda: m.run_cli("align", "--src", m.work_file("e.src", "a b\n\n"), "--tgt",
+                          m.work_file("e.tgt", "x y\nz\n"), "--out", m.work_path("links.txt")),
+        SystemExit, r"exit status 1: pyro-attention align: error: .*e\.src: line 2 is empty",
+        "Remove the pair, or put a token on the line (an aligner has nothing to link in an empty sentence).",
+    ),
+    m.Mistake(
         "evaluate-hypotheses-without-bleu", m.CONFIG, "`pyro-attention evaluate --no-bleu --hypotheses FILE` (no file "
         "was written, without a word)",
         lambda: m.run_cli("evaluate", m.tiny_run(), "--no-bleu", "--hypotheses", m.work_path("hyps.txt")),

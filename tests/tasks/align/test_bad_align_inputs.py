@@ -4,7 +4,11 @@ docs/troubleshooting.md lists every layer's)."""
 
 from __future__ import annotations
 
+import torch
+
 from pyro_attention.data.translation import collate
+from pyro_attention.networks.lexical import IBM1Network
+from pyro_attention.networks.tables import SparseTable
 from pyro_attention.tasks.align import AlignConfig, HMMOptions
 from tests.support import mistakes as m
 
@@ -35,6 +39,18 @@ CATALOGUE: list[m.Mistake] = [
         lambda: m.decoder_expert_hmm(),
         ValueError, r"HMMNetwork: decoder_expert has 7 classes, the network 8",
         "Build the DecoderExpert with the network's target vocabulary size.",
+    ),
+    m.Mistake(
+        "sparse-table-unsorted", m.TENSORS, "a SparseTable with keys out of order",
+        lambda: SparseTable(6, 6, torch.tensor([9, 7])),
+        ValueError, r"SparseTable: keys must be sorted and distinct",
+        "Build the keys with `pyro_attention.networks.tables.cooccurrences` (sorted, distinct).",
+    ),
+    m.Mistake(
+        "sparse-table-rank", m.CONFIG, "IBM1Network with a sparse table and a low rank (`embedding_size`)",
+        lambda: IBM1Network(6, 6, embedding_size=4, table=SparseTable(6, 6, torch.tensor([7]))),
+        ValueError, r"IBM1Network: a sparse table is a free table; embedding_size must be 0, got 4",
+        "Leave `embedding_size` at 0 with a sparse table (a rank-E table is a neural one, dense by nature).",
     ),
     m.Mistake(
         "unknown-align-corpus", m.NAMES, "an unknown gold corpus for `align`",

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from pyro_attention import cli
 from pyro_attention.tasks.align.links import RECIPE, recipe_config
 
@@ -47,36 +45,3 @@ def test_given_flags_win_over_the_recipe_and_other_networks_drop_its_options(tmp
     assert not hasattr(config.options, "table_prior")  # the recipe's HMM options are left out for IBM Model 1
     hmm = recipe_config({"network": "seq2seq", "epochs": 5}, set(), out=str(tmp_path))
     assert hmm.network == "hmm" and hmm.options.table_prior == RECIPE["table_prior"] and hmm.options.agreement
-
-
-@pytest.mark.parametrize("flags, message", [
-    (["--out"], "argument --out: linking a text of your own needs --src, --tgt and --out"),
-    (["--gold-links", "g.txt"], "argument --gold-links: scores against a gold set"),
-    (["--network", "seq2seq"], "argument --network: linking a text needs an exact posterior; choose from ibm1, hmm"),
-    (["--threshold", "1.5"], "argument --threshold"),
-])
-def test_linking_refuses_what_it_cannot_do(tmp_path, capsys, flags, message):
-    src, tgt = _text(tmp_path, repeat=1)
-    argv = ["align", "--src", str(src), "--tgt", str(tgt)]
-    argv += [] if flags == ["--out"] else ["--out", str(tmp_path / "links.txt"), *flags]
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main(argv)
-    assert exit_info.value.code == 2
-    assert message in capsys.readouterr().err
-    assert not (tmp_path / "links.txt").exists()
-
-
-def test_threshold_belongs_to_linking(tmp_path, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main(["align", "--threshold", "0.4", "--out", str(tmp_path)])
-    assert exit_info.value.code == 2
-    assert "argument --threshold: links a text of your own; give --src and --tgt" in capsys.readouterr().err
-
-
-def test_an_empty_line_is_named(tmp_path, capsys):
-    src, tgt = _text(tmp_path, repeat=1)
-    src.write_text(src.read_text(encoding="utf-8").replace("the cat\n", "\n"), encoding="utf-8")
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main(["align", "--src", str(src), "--tgt", str(tgt), "--out", str(tmp_path / "links.txt")])
-    assert exit_info.value.code == 1
-    assert f"{src}: line 2 is empty" in capsys.readouterr().err
