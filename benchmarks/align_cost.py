@@ -3,14 +3,18 @@ same text, wall time and peak memory of each whole process, interleaved.
 
     python benchmarks/align_cost.py --src TEXT.de --tgt TEXT.en [--gold-links GOLD --links-format pharaoh0] \
         [--repeats 3] [--threads 1]
+    python benchmarks/align_cost.py --corpus enfr|csen --data-dir DATA [--extra-size 29000] [--source-prefix 4]
     python benchmarks/align_cost.py --zipf-pairs 1000000 --zipf-vocab 100000 --no-eflomal
 
 A measurement, not a test.  Each repeat runs both aligners one after the other (the order alternating), each as
 its own process, and reads its peak resident memory from the kernel (``os.wait4``); the medians are printed and,
 with ``--json``, written.  With ``--gold-links`` (links of the first lines of the text) both aligners' links are
-scored: ours as written, eflomal's symmetrised with grow-diag-final-and.  ``--zipf-pairs`` generates the text
-instead (:func:`zipf_text`): word frequencies that follow Zipf's law, as real text's do, so the number of word pairs
-that co-occur grows as it does on real text.  eflomal comes from ``pip install eflomal`` (``--eflomal``: its path).
+scored: ours as written, eflomal's in both directions and every symmetrisation (its best is its row).
+``--corpus`` makes the text of a gold set as ``pyro-attention align --corpus`` reads it -- its gold sentence pairs
+once, then ``--extra-size`` Multi30k pairs, words cut by ``--source-prefix`` / ``--target-prefix`` -- and scores the
+gold pairs' links.  ``--zipf-pairs`` generates the text instead (:func:`zipf_text`): word frequencies that follow
+Zipf's law, as real text's do, so the number of word pairs that co-occur grows as it does on real text.  eflomal
+comes from ``pip install eflomal`` (``--eflomal``: its path).
 """
 
 from __future__ import annotations
@@ -64,25 +68,57 @@ def timed(command: list[str]) -> dict[str, float]:
     return {"seconds": time.perf_counter() - start, "peak_gib": usage.ru_maxrss / 2**20}
 
 
-def score(links_path: Path, gold: Any, reverse_path: Path | None = None) -> dict[str, float]:
-    """AER (%) of the first ``len(gold)`` lines of a Pharaoh file (with ``reverse_path``: eflomal's two directions
-    symmetrised by grow-diag-final-and)."""
-    from pyro_attention.aer import alignment_error_rate, symmetrize
-    from pyro_attention.data.alignments import invert
+def read_links(path: Path, count: int) -> list[set[tuple[int, int]]]:
+    """The first ``count`` lines of a Pharaoh links file (0-indexed, source position first)."""
+    lines = path.read_text(encoding="utf-8").splitlines()[:count]
+    return [{(int(i), int(j)) for i, j in (x.split("-") for x in line.split())} for line in lines]
 
-    def read(path: Path) -> list[set[tuple[int, int]]]:
-        lines = path.read_text(encoding="utf-8").splitlines()[: len(gold)]
-        return [{(int(i), int(j)) for i, j in (x.split("-") for x in line.split())} for line in lines]
 
-    links = read(links_path)
-    if reverse_path is not None:
-        links = symmetrize(links, [invert(r) for r in read(reverse_path)], "grow-diag-final-and")
+def score(links: list[set[tuple[int, int]]], gold: Any) -> dict[str, float]:
+    """AER, precision and recall (%) of ``links`` against ``gold``."""
+    from pyro_attention.aer import alignment_error_rate
+
     result = alignment_error_rate(links, gold)
     return {"aer": 100 * result.aer, "precision": 100 * result.precision, "recall": 100 * result.recall}
 
 
+def score_eflomal(forward: Path, reverse: Path, gold: Any) -> dict[str, Any]:
+    """eflomal's links scored in both directions and every symmetrisation; its best AER first."""
+    from pyro_attention.aer import SYMMETRIZATIONS, symmetrize
+    from pyro_attention.data.alignments import invert
+
+    fwd, rev = read_links(forward, len(gold)), read_links(reverse, len(gold))
+    sets = {"forward": fwd, "reverse": rev}
+    sets.update({m: symmetrize(fwd, [invert(r) for r in rev], m) for m in SYMMETRIZATIONS})
+    scored = {name: score(links, gold) for name, links in sets.items()}
+    best = min(scored, key=lambda name: scored[name]["aer"])
+    return {**scored[best], "best": best, "by_symmetrisation": {k: round(v["aer"], 2) for k, v in scored.items()}}
+
+
+def gold_text(folder: Path, args: argparse.Namespace) -> tuple[Path, Path, Any]:
+    """A gold set's text (its pairs once, then the extra text) written to two files, and its gold links."""
+    from pyro_attention.tasks.align import AlignConfig
+    from pyro_attention.tasks.align.corpus import load_gold_corpus
+    from pyro_attention.tasks.align.networks import training_text
+
+    config = AlignConfig(corpus=args.corpus, data_dir=args.data_dir, extra_size=args.extra_size,
+                         source_prefix=args.source_prefix, target_prefix=args.target_prefix,
+                         network="hmm", models=["marginal"])
+    corpus = load_gold_corpus(config, print)
+    paths = []
+    for name, side in zip(("gold.src", "gold.tgt"), training_text(corpus, False), strict=True):
+        paths.append(folder / name)
+        paths[-1].write_text("".join(" ".join(words) + "\n" for words in side), encoding="utf-8")
+    return paths[0], paths[1], list(corpus.gold)
+
+
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--corpus", choices=("enfr", "csen"), help="a gold set's text instead (scored on its gold)")
+    parser.add_argument("--data-dir", help="the data folder (default: $PYRO_ATTENTION_DATA)")
+    parser.add_argument("--extra-size", type=int, default=29000, help="Multi30k pairs after the gold set's")
+    parser.add_argument("--source-prefix", type=int, default=0, help="cut source words to this many characters")
+    parser.add_argument("--target-prefix", type=int, default=0, help="cut target words to this many characters")
     parser.add_argument("--src", help="source text, one sentence per line")
     parser.add_argument("--tgt", help="target text, line-aligned")
     parser.add_argument("--zipf-pairs", type=int, default=0, help="generate a text of this many pairs instead")
@@ -103,8 +139,11 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit(f"--eflomal: {args.eflomal!r} is not a program on the PATH (pip install eflomal)")
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
+        gold = None
         if args.zipf_pairs:
             src, tgt = zipf_text(folder, args.zipf_pairs, args.zipf_vocab)
+        elif args.corpus:
+            src, tgt, gold = gold_text(folder, args)
         elif args.src and args.tgt:
             src, tgt = Path(args.src), Path(args.tgt)
         else:
@@ -132,10 +171,11 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
             count = sum(1 for _ in open(args.gold_links, encoding="utf-8"))
             lengths = [[len(line.split()) for line in path.read_text(encoding="utf-8").splitlines()[:count]]
                        for path in (src, tgt)]
-            gold = read_pharaoh(args.gold_links, args.links_format == "pharaoh1", *lengths)
-            result["pyro-attention"].update(score(folder / "ours.links", list(gold)))
+            gold = list(read_pharaoh(args.gold_links, args.links_format == "pharaoh1", *lengths))
+        if gold is not None:
+            result["pyro-attention"].update(score(read_links(folder / "ours.links", len(gold)), gold))
             if eflomal is not None:
-                result["eflomal"].update(score(folder / "fwd", list(gold), folder / "rev"))
+                result["eflomal"].update(score_eflomal(folder / "fwd", folder / "rev", gold))
     print(json.dumps(result, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")

@@ -35,6 +35,8 @@ def token_ids(sequence: Any, name: str) -> None:
                         f"the vocabulary first (Vocab.encode(text.split()))")
     if not isinstance(sequence, Iterable) or isinstance(sequence, Mapping):
         raise TypeError(f"{name} must be token ids (a list of ints), got {type(sequence).__name__}")
+    if isinstance(sequence, list) and all(type(token) is int for token in sequence):
+        return  # the common case, without the abstract-class checks below
     for i, token in enumerate(sequence):
         if isinstance(token, bool) or not isinstance(token, numbers.Integral):
             raise TypeError(f"{name}[{i}] must be a token id (an int), got {token!r} ({type(token).__name__})")

@@ -146,14 +146,11 @@ def collate(
     B = len(sentences)
     S = max(len(src) for src, _ in sentences)
     T = max(len(tgt) for _, tgt in sentences) + 1
-    source = torch.full((B, S), PAD, dtype=torch.long)
-    target_in = torch.full((B, T), PAD, dtype=torch.long)
-    target = torch.full((B, T), PAD, dtype=torch.long)
+    source = torch.tensor([[*src, *[PAD] * (S - len(src))] for src, _ in sentences], dtype=torch.long)
+    target_in = torch.tensor([[BOS, *tgt, *[PAD] * (T - 1 - len(tgt))] for _, tgt in sentences], dtype=torch.long)
+    target = torch.tensor([[*tgt, EOS, *[PAD] * (T - 1 - len(tgt))] for _, tgt in sentences], dtype=torch.long)
     gold_t = torch.full((B, T), -1, dtype=torch.long) if gold is not None else None
     for i, (src, tgt) in enumerate(sentences):
-        source[i, : len(src)] = torch.as_tensor(list(src), dtype=torch.long)
-        target_in[i, : len(tgt) + 1] = torch.as_tensor([BOS, *tgt], dtype=torch.long)
-        target[i, : len(tgt) + 1] = torch.as_tensor([*tgt, EOS], dtype=torch.long)
         if gold_t is not None:
             if len(gold[i]) != len(tgt):
                 raise ValueError(f"collate: gold alignment {i} has {len(gold[i])} links for {len(tgt)} target tokens")

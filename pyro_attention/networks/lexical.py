@@ -189,12 +189,10 @@ class IBM1Network(HeadNetwork):
         ``p(z_t | x, y)`` ``(B, T, S)``, detached, zero where padded."""
         log_prior = torch.log_softmax(mask_scores(self.encode(batch).prior_scores, batch.source_mask), -1)
         log_t = self.observed_log_probs(batch)
-        with torch.enable_grad():
-            leaf = log_t.detach().requires_grad_(True)
-            joint = (log_prior.detach() + leaf).masked_fill(~batch.source_mask.unsqueeze(1), float("-inf"))
-            total = torch.logsumexp(joint, -1).masked_fill(~batch.target_mask, 0.0).sum()
-            (grad,) = torch.autograd.grad(total, leaf)
-        return log_t, total.detach(), grad * batch.source_mask.unsqueeze(1) * batch.target_mask.unsqueeze(-1)
+        joint = (log_prior + log_t).detach().masked_fill(~batch.source_mask.unsqueeze(1), float("-inf"))
+        total = torch.logsumexp(joint, -1).masked_fill(~batch.target_mask, 0.0).sum()
+        posterior = torch.softmax(joint, -1)  # the gradient of total with respect to log_t, in closed form
+        return log_t, total, posterior * batch.source_mask.unsqueeze(1) * batch.target_mask.unsqueeze(-1)
 
     # -- a free table's M-step in closed form (:class:`~pyro_attention.tasks.align.agreement.DirichletTables`) ----
     def table_parameters(self) -> list[nn.Parameter]:
