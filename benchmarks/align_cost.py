@@ -112,6 +112,16 @@ def gold_text(folder: Path, args: argparse.Namespace) -> tuple[Path, Path, Any]:
     return paths[0], paths[1], list(corpus.gold)
 
 
+def user_gold(args: argparse.Namespace, src: Path, tgt: Path) -> Any:
+    """The ``--gold-links`` of the text's first lines, links outside a sentence dropped."""
+    from pyro_attention.data.alignments import read_pharaoh
+
+    count = sum(1 for _ in open(args.gold_links, encoding="utf-8"))
+    lengths = [[len(line.split()) for line in path.read_text(encoding="utf-8").splitlines()[:count]]
+               for path in (src, tgt)]
+    return list(read_pharaoh(args.gold_links, args.links_format == "pharaoh1", *lengths))
+
+
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", choices=("enfr", "csen"), help="a gold set's text instead (scored on its gold)")
@@ -154,28 +164,24 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         if eflomal is not None:
             commands["eflomal"] = [eflomal, "-s", str(src), "-t", str(tgt), "-f", str(folder / "fwd"), "-r",
                                    str(folder / "rev"), "--overwrite"]
-        runs: dict[str, list[dict[str, float]]] = {name: [] for name in commands}
+        if args.gold_links:
+            gold = user_gold(args, src, tgt)
+        scorers = {"pyro-attention": lambda: score(read_links(folder / "ours.links", len(gold)), gold),
+                   "eflomal": lambda: score_eflomal(folder / "fwd", folder / "rev", gold)}
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in commands}
         for repeat in range(args.repeats):
             for name in (list(commands) if repeat % 2 == 0 else list(commands)[::-1]):
                 runs[name].append(timed(commands[name]))
-                print(f"{name} run {repeat + 1}: {runs[name][-1]['seconds']:.1f} s, "
-                      f"{runs[name][-1]['peak_gib']:.2f} GiB", flush=True)
-        pairs = sum(1 for _ in open(src, encoding="utf-8"))
-        result: dict[str, Any] = {"pairs": pairs, "threads": args.threads, "repeats": args.repeats,
-                                  "cpu": os.cpu_count()}
+                if gold is not None:
+                    runs[name][-1].update(scorers[name]())
+                print(f"{name} run {repeat + 1}: " + ", ".join(f"{k} {v:.2f}" for k, v in runs[name][-1].items()
+                                                             if isinstance(v, float)), flush=True)
+        result: dict[str, Any] = {"pairs": sum(1 for _ in open(src, encoding="utf-8")), "threads": args.threads,
+                                  "repeats": args.repeats, "cpu": os.cpu_count()}
         for name, measured in runs.items():
-            result[name] = {key: statistics.median(m[key] for m in measured) for key in ("seconds", "peak_gib")}
-        if args.gold_links:
-            from pyro_attention.data.alignments import read_pharaoh
-
-            count = sum(1 for _ in open(args.gold_links, encoding="utf-8"))
-            lengths = [[len(line.split()) for line in path.read_text(encoding="utf-8").splitlines()[:count]]
-                       for path in (src, tgt)]
-            gold = list(read_pharaoh(args.gold_links, args.links_format == "pharaoh1", *lengths))
-        if gold is not None:
-            result["pyro-attention"].update(score(read_links(folder / "ours.links", len(gold)), gold))
-            if eflomal is not None:
-                result["eflomal"].update(score_eflomal(folder / "fwd", folder / "rev", gold))
+            result[name] = {key: statistics.median(m[key] for m in measured) for key in measured[0]
+                            if isinstance(measured[0][key], float)}
+            result[name]["runs"] = measured
     print(json.dumps(result, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")

@@ -1,7 +1,17 @@
-"""Alignment error rate of latent alignments against human gold alignments (``pyro-attention align``).
+"""Word alignment with latent alignments (``pyro-attention align``): links for a text of your own, and the alignment
+error rate against human gold alignments.
 
-A translation model is trained (:func:`pyro_attention.tasks.translation.train`) on parallel text that *includes the
-gold sentence pairs as unlabelled text* (plus, optionally, extra parallel text), then, on the gold pairs, every
+**A text of your own** (:func:`align_text`, ``align --src FILE --tgt FILE --out links.txt``): the best recipe known
+(:data:`RECIPE`: an HMM aligner with a NULL word, both directions by agreement, lexical tables by EM under a
+Dirichlet prior) trains on the text and writes Pharaoh links for every pair, where the mean of the two directions'
+exact posteriors reaches :data:`LINK_THRESHOLD` (:mod:`~pyro_attention.tasks.align.links`).  The free lexical
+tables are stored at the word pairs that co-occur in the text only
+(:class:`~pyro_attention.networks.tables.SparseTable`), so memory grows with those pairs, not with the product of
+the vocabularies.
+
+**Against gold**: a translation model is trained (:func:`pyro_attention.tasks.translation.train`) on parallel text
+that *includes the gold sentence pairs as unlabelled text* (plus, optionally, extra parallel text), then, on the gold
+pairs, every
 alignment source is turned into links -- the argmax source word of each target word -- and scored with AER,
 precision and recall (Och & Ney 2003, :mod:`pyro_attention.aer`):
 
@@ -45,8 +55,9 @@ pairs, 1-indexed Pharaoh with possible links), extra text Multi30k en-fr train; 
 
 The package: :mod:`~pyro_attention.tasks.align.config` (:class:`AlignConfig`), :mod:`~pyro_attention.tasks.align.corpus`
 (gold sets), :mod:`~pyro_attention.tasks.align.networks` (:data:`ALIGN_NETWORKS`, how each trains),
-:mod:`~pyro_attention.tasks.align.agreement` (both directions together) and
-:mod:`~pyro_attention.tasks.align.scoring` (links, AER rows, :func:`run_align`, tables and JSON).
+:mod:`~pyro_attention.tasks.align.agreement` (both directions together),
+:mod:`~pyro_attention.tasks.align.scoring` (links, AER rows, :func:`run_align`, tables and JSON) and
+:mod:`~pyro_attention.tasks.align.links` (a text of your own).
 """
 
 from __future__ import annotations
@@ -68,6 +79,15 @@ from pyro_attention.tasks.align.config import (
     TransformerSizes,
 )
 from pyro_attention.tasks.align.corpus import GoldCorpus, load_gold_corpus, load_user_gold
+from pyro_attention.tasks.align.links import (
+    LINK_THRESHOLD,
+    RECIPE,
+    TextLinks,
+    align_text,
+    recipe_config,
+    text_links,
+    write_links,
+)
 from pyro_attention.tasks.align.networks import (
     ALIGN_NETWORKS,
     AlignNetwork,
@@ -90,7 +110,8 @@ from pyro_attention.tasks.align.scoring import (
 )
 
 __all__ = [
-    "ALIGN_NETWORKS", "CORPORA", "JSON_SYMMETRISATIONS", "LINK_FORMATS", "LINK_ORDERS", "THRESHOLD_GRID",
+    "ALIGN_NETWORKS", "CORPORA", "JSON_SYMMETRISATIONS", "LINK_FORMATS", "LINK_ORDERS", "LINK_THRESHOLD", "RECIPE",
+    "THRESHOLD_GRID", "TextLinks", "align_text", "recipe_config", "text_links", "write_links",
     "AlignConfig", "DistortionOptions", "HMMOptions", "IBM1Options", "NetworkOptions", "RankOptions", "Seq2SeqSizes",
     "TransformerSizes",
     "StagedOptions", "AlignNetwork", "AlignRow", "GoldCorpus", "LexicalAligner", "Seq2SeqAligner", "StagedAligner",
