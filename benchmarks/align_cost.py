@@ -4,7 +4,7 @@ same text, wall time and peak memory of each whole process, interleaved.
     python benchmarks/align_cost.py --src TEXT.de --tgt TEXT.en [--gold-links GOLD --links-format pharaoh0] \
         [--repeats 3] [--threads 1]
     python benchmarks/align_cost.py --corpus enfr|csen --data-dir DATA [--extra-size 29000] [--source-prefix 4]
-    python benchmarks/align_cost.py --zipf-pairs 1000000 --zipf-vocab 100000 --no-eflomal
+    python benchmarks/align_cost.py --zipf-pairs 1000000 --zipf-vocab 100000 --min-cooccurrence 2
 
 A measurement, not a test.  Each repeat runs both aligners one after the other (the order alternating), each as
 its own process, and reads its peak resident memory from the kernel (``os.wait4``); the medians are printed and,
@@ -137,6 +137,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--links-format", default="pharaoh0", choices=("pharaoh0", "pharaoh1"))
     parser.add_argument("--repeats", type=int, default=1, help="runs of each aligner, interleaved (medians)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of pyro-attention align")
+    parser.add_argument("--min-cooccurrence", type=int, default=1, help="pyro-attention align's table pruning")
     parser.add_argument("--eflomal", default="eflomal-align", help="the eflomal-align program")
     parser.add_argument("--no-eflomal", action="store_true", help="time pyro-attention align alone")
     parser.add_argument("--json", help="write the measurements here")
@@ -160,7 +161,8 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
             raise SystemExit("give --src and --tgt, or --zipf-pairs")
         commands = {"pyro-attention": [sys.executable, "-m", "pyro_attention.cli", "align", "--src", str(src),
                                        "--tgt", str(tgt), "--out", str(folder / "ours.links"),
-                                       "--threads", str(args.threads)]}
+                                       "--threads", str(args.threads), "--min-cooccurrence",
+                                       str(args.min_cooccurrence)]}
         if eflomal is not None:
             commands["eflomal"] = [eflomal, "-s", str(src), "-t", str(tgt), "-f", str(folder / "fwd"), "-r",
                                    str(folder / "rev"), "--overwrite"]

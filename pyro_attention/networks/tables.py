@@ -27,6 +27,7 @@ stores every co-occurring pair and is exact.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain
 
 import numpy as np
 import torch
@@ -35,7 +36,11 @@ from torch import Tensor, nn
 from pyro_attention.data.translation import EOS
 from pyro_attention.networks.base import ExpertLogits
 
-__all__ = ["SparseTable", "cooccurrences"]
+__all__ = ["PASS_PAIRS", "SparseTable", "cooccurrences"]
+
+
+#: the most word pairs (repeats included) one pass of :func:`cooccurrences` collects: its memory bound
+PASS_PAIRS = 2**25
 
 
 def cooccurrences(source: Sequence[Sequence[int]], target: Sequence[Sequence[int]], target_vocab: int,
@@ -43,24 +48,61 @@ def cooccurrences(source: Sequence[Sequence[int]], target: Sequence[Sequence[int
     """The sorted keys ``x * target_vocab + y`` of the word pairs ``(x, y)`` that co-occur in at least ``min_count``
     sentence pairs (each target sentence with ``</s>`` at its end, as a network predicts it).
 
+    Memory stays bounded on a huge corpus: the source words are split into ranges of about :data:`PASS_PAIRS` word
+    pairs each, and each range is counted in its own pass over the text, ``chunk`` sentence pairs at a time.
+
     :param source: source sentences as the network reads them (the NULL word in front where it has one).
     :param target: target sentences (ids, without ``</s>``).
-    :param chunk: sentence pairs counted at a time (memory: one chunk's pairs, then the running distinct keys).
     """
     if len(source) != len(target):
         raise ValueError(f"cooccurrences: {len(source)} source and {len(target)} target sentences; they must be pairs")
     if min_count < 1:
         raise ValueError(f"cooccurrences: min_count must be >= 1, got {min_count}")
-    keys = np.empty(0, dtype=np.int64)
-    counts = np.empty(0, dtype=np.int64)
-    for start in range(0, len(source), chunk):
-        pieces = [np.add.outer(np.unique(np.asarray(x, dtype=np.int64)) * target_vocab,
-                               np.unique(np.asarray([*y, EOS], dtype=np.int64))).ravel()
-                  for x, y in zip(source[start:start + chunk], target[start:start + chunk], strict=True)]
-        keys, inverse = np.unique(np.concatenate([keys, *pieces]), return_inverse=True)
-        counts = np.bincount(inverse, weights=np.concatenate([counts, np.ones(len(inverse) - len(counts))]),
-                             minlength=len(keys)).astype(np.int64)
-    return keys if min_count == 1 else keys[counts >= min_count]
+    src_len = np.fromiter(map(len, source), np.int64, len(source))
+    tgt_len = np.fromiter(map(len, target), np.int64, len(target)) + 1  # </s>
+    src = np.fromiter(chain.from_iterable(source), np.int64, int(src_len.sum()))
+    tgt = np.fromiter(chain.from_iterable((*y, EOS) for y in target), np.int64, int(tgt_len.sum()))
+    src_off = np.concatenate([[0], src_len.cumsum()])
+    tgt_off = np.concatenate([[0], tgt_len.cumsum()])
+    if not len(src):
+        return np.empty(0, dtype=np.int64)
+    mass = np.bincount(src, weights=np.repeat(tgt_len, src_len)).cumsum()  # word pairs up to each source id
+    passes = max(1, int(np.ceil(mass[-1] / PASS_PAIRS)))
+    edges = [0, *(np.searchsorted(mass, mass[-1] * np.arange(1, passes) / passes) + 1).tolist(), len(mass)]
+    out = []
+    for low, high in zip(edges[:-1], edges[1:], strict=True):
+        if high <= low:
+            continue
+        keys, counts = [], []
+        for start in range(0, len(source), chunk):
+            stop = min(len(source), start + chunk)
+            k, c = _sentence_counts(src[src_off[start]: src_off[stop]], src_len[start:stop], tgt,
+                                    tgt_off[start:stop], tgt_len[start:stop], target_vocab, low, high)
+            keys.append(k)
+            counts.append(c)
+        k, inverse = np.unique(np.concatenate(keys), return_inverse=True)
+        total = np.bincount(inverse, weights=np.concatenate(counts), minlength=len(k))
+        out.append(k if min_count == 1 else k[total >= min_count])
+    return np.concatenate(out)
+
+
+def _sentence_counts(src: np.ndarray, src_len: np.ndarray, tgt: np.ndarray, tgt_start: np.ndarray,
+                     tgt_len: np.ndarray, target_vocab: int, low: int, high: int) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct keys of the pairs of some sentence pairs whose source word is in ``[low, high)``, and in how
+    many of those sentence pairs each occurs."""
+    sentence = np.repeat(np.arange(len(src_len)), src_len)
+    keep = (src >= low) & (src < high)
+    words, sentence = src[keep], sentence[keep]
+    repeats = tgt_len[sentence]
+    first = np.repeat(tgt_start[sentence], repeats)
+    within = np.arange(int(repeats.sum())) - np.repeat(repeats.cumsum() - repeats, repeats)
+    keys = np.repeat(words, repeats) * target_vocab + tgt[first + within]
+    tagged = np.unique(keys * len(src_len) + np.repeat(sentence, repeats))  # once per sentence pair
+    keys = tagged // len(src_len)
+    if not len(keys):
+        return keys, keys
+    starts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
+    return keys[starts], np.diff(np.concatenate([starts, [len(keys)]]))
 
 
 class SparseTable(nn.Module):

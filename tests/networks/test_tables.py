@@ -63,6 +63,20 @@ def test_cooccurrences_are_the_pairs_of_the_sentence_pairs_by_brute_force(seed, 
         assert torch.equal(Bitext(source, target).table(10, 9, min_count).keys, torch.as_tensor(keys))
 
 
+@pytest.mark.parametrize("pass_pairs", [1, 7, 40])
+def test_cooccurrences_in_many_passes_are_the_same(monkeypatch, pass_pairs):
+    """A huge corpus is counted in passes over ranges of source words (:data:`PASS_PAIRS` word pairs each): forced
+    here on a small one, from one source word per pass to a few, the keys are the brute-force pairs all the same."""
+    from pyro_attention.networks import tables
+
+    source, target = _corpus(4, n=30, v_src=12, v_tgt=9)
+    monkeypatch.setattr(tables, "PASS_PAIRS", pass_pairs)
+    for min_count in (1, 2):
+        keys = cooccurrences(source, target, 9, min_count, chunk=7)
+        assert bool(np.all(np.diff(keys) > 0)) and _decoded(keys, 9) == _pairs_by_brute_force(source, target,
+                                                                                                min_count)
+
+
 def test_cooccurrences_count_each_pair_once_per_sentence_pair():
     """A pair repeated inside one sentence pair is seen once there; ``</s>`` co-occurs with every source word."""
     assert _decoded(cooccurrences([[5, 5]], [[6, 6]], 9), 9) == {(5, 6), (5, EOS)}
