@@ -104,7 +104,13 @@ def add_align(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     add_gold_set_options(al)
     from pyro_attention.registry import ALL_PAIRS
     from pyro_attention.tasks.align import ALIGN_NETWORKS, AlignConfig
-    from pyro_attention.tasks.align.config import HMMOptions, Seq2SeqSizes, StagedOptions, TransformerSizes
+    from pyro_attention.tasks.align.config import (
+        HMMOptions,
+        IBM1Options,
+        Seq2SeqSizes,
+        StagedOptions,
+        TransformerSizes,
+    )
 
     add_config_options(al, AlignConfig, ("extra_size",))
     al.add_argument("--models", nargs="+", default=["soft", "variational"], choices=tuple(ALL_PAIRS),
@@ -119,6 +125,7 @@ def add_align(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     add_config_options(al, TransformerSizes, ("layers", "heads", "feedforward"))
     add_config_options(al, StagedOptions, ("ibm1_epochs", "ibm1_lr", "tension", "max_jump", "table_lr"))
     add_config_options(al, HMMOptions, ("null_prob", "decoder_expert", "table_prior"))
+    add_config_options(al, IBM1Options, ("min_cooccurrence",))
     add_config_options(al, AlignConfig, ("gold_repeat", "source_prefix", "target_prefix"))
     al.add_argument("--both-directions", action="store_true",
                     help="also train target->source; report every symmetrisation (intersection, union, grow-diag, "

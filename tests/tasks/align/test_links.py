@@ -37,11 +37,13 @@ def test_given_flags_win_over_the_recipe_and_other_networks_drop_its_options(tmp
     src, tgt = _text(tmp_path)
     out = tmp_path / "links.txt"
     assert cli.main(["align", "--src", str(src), "--tgt", str(tgt), "--out", str(out), "--network", "ibm1",
-                     "--epochs", "3", "--batch-size", "8", "--null-prob", "0.1"]) == 0
+                     "--epochs", "3", "--batch-size", "8", "--null-prob", "0.1", "--min-cooccurrence", "2"]) == 0
     assert "network ibm1" in capsys.readouterr().out
     assert len(out.read_text(encoding="utf-8").splitlines()) == 24
-    config = recipe_config({"network": "ibm1", "epochs": 3}, {"network", "epochs"}, out=str(tmp_path))
+    config = recipe_config({"network": "ibm1", "epochs": 3, "min_cooccurrence": 2},
+                           {"network", "epochs", "min_cooccurrence"}, out=str(tmp_path))
     assert config.network == "ibm1" and config.epochs == 3 and config.both_directions == RECIPE["both_directions"]
+    assert config.options.min_cooccurrence == 2
     assert not hasattr(config.options, "table_prior")  # the recipe's HMM options are left out for IBM Model 1
     hmm = recipe_config({"network": "seq2seq", "epochs": 5}, set(), out=str(tmp_path))
     assert hmm.network == "hmm" and hmm.options.table_prior == RECIPE["table_prior"] and hmm.options.agreement
