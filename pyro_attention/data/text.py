@@ -33,6 +33,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from sys import intern
 from typing import Any
 
 import torch
@@ -192,7 +193,7 @@ def read_parallel(
     for number, (s, t) in enumerate(zip(src_lines, tgt_lines, strict=True), start=1):
         if lowercase:
             s, t = s.lower(), t.lower()
-        s_tok, t_tok = s.split(), t.split()
+        s_tok, t_tok = [intern(w) for w in s.split()], [intern(w) for w in t.split()]  # one string per word type
         for toks, path in ((s_tok, src_path), (t_tok, tgt_path)):
             if not toks:
                 raise ValueError(f"{path}: line {number} is empty")
