@@ -284,6 +284,12 @@ class ProgressBar(Callback):
             self.bar.close()
 
 
+def bar_shows(progress: bool) -> bool:
+    """Whether a :class:`ProgressBar` with ``disable=None if progress else True`` shows: tqdm draws on a terminal
+    only (its output, stderr)."""
+    return progress and sys.stderr.isatty()
+
+
 class ProgressLines(Callback):
     """Progress for a log that is not a terminal (where a bar shows nothing): a line whenever ``every`` seconds have
     passed since the last and, with ``epoch_lines``, one at the end of every epoch, each with the epoch, the step,

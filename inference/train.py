@@ -12,6 +12,7 @@ clears it and registers the pair's network afresh, so training several pairs one
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from pyro_attention.inference.loop import (
     ProgressLines,
     SVIStep,
     Trainer,
+    bar_shows,
     check_matmul_precision,
 )
 from pyro_attention.inference.optim import FusedClippedAdam, check_lr
@@ -164,8 +166,8 @@ def _fit_callbacks(pair: AlignmentPair, train: Any, val: Any, result: FitResult,
             epoch_row=lambda t: None if val is None else dict(kind="val", epoch=t.epoch - 1, step=t.step,
                                                               val_nll=result.val_nll[-1], seconds=t.elapsed),
         ))
-    if log is not None:
-        callbacks.append(ProgressLines(log, type(pair).__name__))
+    if log is not None:  # with a bar on the terminal, a line per epoch only
+        callbacks.append(ProgressLines(log, type(pair).__name__, every=math.inf if bar_shows(progress) else 60.0))
     return callbacks
 
 

@@ -114,6 +114,30 @@ def test_progress_lines_for_a_log_without_a_bar(monkeypatch):
                                                        "MarginalLikelihood epoch 2/2 step 4"]
 
 
+def test_with_a_bar_on_a_terminal_the_log_gets_epoch_lines_only(monkeypatch):
+    """``fit(progress=True, log=...)`` on a terminal: tqdm draws its bar, and the log gets no minute lines between
+    the epoch lines (they would break the bar); off a terminal the bar is off and the minute lines are on."""
+    import sys
+
+    from pyro_attention.inference import train as train_module
+    from pyro_attention.inference.loop import bar_shows
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    assert bar_shows(True) and not bar_shows(False)
+    made: list[ProgressLines] = []
+    real = train_module.ProgressLines
+    monkeypatch.setattr(train_module, "ProgressLines", lambda *a, **k: made.append(real(*a, **k)) or made[-1])
+    from pyro_attention.data import make_region_qa
+    from pyro_attention.models import MarginalLikelihood
+    from pyro_attention.networks import RegionQA
+
+    data = make_region_qa(8, seed=0)
+    net = RegionQA(data.feature_size, len(data.answers), vocab_size=len(data.vocab), hidden_size=4)
+    fit(MarginalLikelihood(net), data, num_epochs=1, batch_size=8, progress=True, log=lambda line: None)
+    fit(MarginalLikelihood(net), data, num_epochs=1, batch_size=8, progress=False, log=lambda line: None)
+    assert [lines.every for lines in made] == [float("inf"), 60.0]
+
+
 def test_a_callback_stops_after_a_step_before_the_epoch_ends():
     calls: list = []
     trainer = Trainer(_step, lambda epoch: [1, 2, 3], 5, [Recorder("a", calls, stop_at=("step_end", 4))]).fit()

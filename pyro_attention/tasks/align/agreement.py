@@ -38,6 +38,7 @@ networks with ``pyro.module``; there is no latent site to guide), stepped by the
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,7 +51,7 @@ from torch import Tensor
 from pyro_attention.data.text import bucket_indices
 from pyro_attention.data.translation import TranslationBatch, collate
 from pyro_attention.inference import FitResult, FusedClippedAdam
-from pyro_attention.inference.loop import Callback, ProgressLines, SVIStep, Trainer
+from pyro_attention.inference.loop import Callback, ProgressBar, ProgressLines, SVIStep, Trainer, bar_shows
 from pyro_attention.inference.optim import check_lr
 
 __all__ = ["DirichletTables", "JointBitext", "agreement_loss", "agreement_weights", "fit_agreement", "free_lexical"]
@@ -184,7 +185,7 @@ class DirichletTables(Callback):
 def fit_agreement(forward: Any, reverse: Any, data: JointBitext, *, num_epochs: int = 1, batch_size: int = 64,
                   lr: float = 5e-3, param_lr: dict[str, float] | None = None, clip_norm: float = 5.0, seed: int = 0,
                   agreement: bool = True, table_prior: float | None = None,
-                  log: Callable[[str], None] | None = None) -> FitResult:
+                  log: Callable[[str], None] | None = None, progress: bool = False) -> FitResult:
     """Train both directions together by SVI with :func:`agreement_loss` (loss per step: both directions' NLL per
     target token of the two).  ``param_lr`` and ``clip_norm`` as :func:`~pyro_attention.inference.fit` takes them
     (prefixes of each network's own parameter names, e.g. ``{"lexical.": 0.01}``).
@@ -193,8 +194,9 @@ def fit_agreement(forward: Any, reverse: Any, data: JointBitext, *, num_epochs: 
     :param table_prior: ``alpha``: the free tables are not trained by gradient but set at the end of every epoch
         to the posterior mean under a ``Dirichlet(alpha)`` prior given that epoch's expected counts
         (:class:`DirichletTables`); the chains train by gradient as before.  ``None``: the tables by gradient.
-    :param log: also a line through this function at every epoch's end and every minute
+    :param log: also a line through this function at every epoch's end and, without a bar, every minute
         (:class:`~pyro_attention.inference.loop.ProgressLines`).
+    :param progress: a tqdm bar on a terminal.
     """
     from pyro_attention.inference.train import RecordFit, adam_args
 
@@ -233,8 +235,12 @@ def fit_agreement(forward: Any, reverse: Any, data: JointBitext, *, num_epochs: 
         table.requires_grad_(False)
     try:
         trainer = Trainer(step, lambda _: iter(data.batches(batch_size, shuffle=True, generator=generator)),
-                          num_epochs, [RecordFit(result, data)] + ([] if tables is None else [tables])
-                          + ([] if log is None else [ProgressLines(log, "both directions")])).fit()
+                          num_epochs, [RecordFit(result, data), ProgressBar("both directions", disable=None if progress
+                                                                           else True, leave=False)]
+                          + ([] if tables is None else [tables])
+                          + ([] if log is None else [ProgressLines(log, "both directions",
+                                                                   every=math.inf if bar_shows(progress) else 60.0)])
+                          ).fit()
     finally:
         for table in frozen:
             table.requires_grad_(True)

@@ -194,7 +194,7 @@ def _fit_lexical(network: Any, data: Bitext, epochs: int, batch_size: int, lr: f
     pyro.set_rng_seed(seed)
     pair = make_pair("marginal", network)
     result = fit(pair, data, num_epochs=epochs, batch_size=batch_size, lr=lr, param_lr=param_lr, seed=seed,
-                 progress=False, log=lambda line: log(f"{label}: {line}"))
+                 progress=True, log=lambda line: log(f"{label}: {line}"))  # a bar on a terminal, else lines
     log(f"{label}: {len(data.source)} pairs, vocabularies {network.source_vocab} / {network.num_classes}, "
         f"{result.steps} steps in {result.seconds:.0f} s; mean loss per token by epoch {_by_epoch(result, epochs)}")
     return pair
@@ -282,6 +282,7 @@ class StagedAligner(AlignNetwork):
         if options.ibm1_epochs and prior:  # EM from uniform tables, each direction's own posterior
             result = fit_agreement(f_lex, r_lex, joint, num_epochs=options.ibm1_epochs, batch_size=IBM1_BATCH_SIZE,
                                    lr=options.ibm1_lr, seed=config.seed, agreement=False, table_prior=prior,
+                                   progress=True,
                                    log=lambda line: log(f"{self.name} {model}, IBM Model 1 by EM: {line}"))
             log(f"{self.name} {model}, IBM Model 1 both directions, tables by EM, Dirichlet({prior:g}): "
                 f"{len(joint.source)} pairs, {result.steps} steps in {result.seconds:.0f} s; mean NLL per token by "
@@ -294,7 +295,7 @@ class StagedAligner(AlignNetwork):
         reverse = self.build(r_lex, len(r_src), len(r_tgt), config)
         result = fit_agreement(forward, reverse, joint, num_epochs=config.epochs, batch_size=config.batch_size,
                                lr=config.lr, param_lr={"lexical.": options.table_lr}, seed=config.seed,
-                               agreement=options.agreement, table_prior=prior,
+                               agreement=options.agreement, table_prior=prior, progress=True,
                                log=lambda line: log(f"{self.name} {model} {how or 'both directions'}: {line}"))
         log(f"{self.name} {model} both directions {how}: {len(joint.source)} pairs, vocabularies {len(f_src)} / "
             f"{len(f_tgt)}, {result.steps} steps in {result.seconds:.0f} s; mean NLL per token (both directions) by "
