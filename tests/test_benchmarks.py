@@ -370,3 +370,22 @@ def test_padding_skip_tiny(capsys) -> None:
     assert categorical.observed_table is observed_table
     assert torch.get_float32_matmul_precision() == "highest"
     assert "fresh marginal on synthetic data; 2 batches; timed: the training step" in capsys.readouterr().out
+
+
+def test_align_cost_tiny(tmp_path, capsys) -> None:
+    """``benchmarks/align_cost.py`` on a generated Zipfian text of 40 pairs, ``pyro-attention align`` alone: it
+    times the whole process, reads its peak memory from the kernel and writes the medians; the generated text has
+    one line per pair on both sides."""
+    align_cost = _load("align_cost")
+    src, tgt = align_cost.zipf_text(tmp_path, 40, 30, length=6)
+    lines = [p.read_text(encoding="utf-8").splitlines() for p in (src, tgt)]
+    assert len(lines[0]) == len(lines[1]) == 40
+    assert all(len(s.split()) == len(t.split()) for s, t in zip(*lines, strict=True))  # a word per word
+    out = tmp_path / "cost.json"
+    args = align_cost.make_parser().parse_args(["--zipf-pairs", "40", "--zipf-vocab", "30", "--no-eflomal",
+                                                "--json", str(out)])
+    result = align_cost.main(args)
+    assert result["pairs"] == 40 and set(result) >= {"pyro-attention", "threads", "cpu"}
+    measured = result["pyro-attention"]
+    assert measured["seconds"] > 0 and 0.05 < measured["peak_gib"] < 8
+    assert json.loads(out.read_text())["pairs"] == 40
