@@ -58,14 +58,17 @@ def zipf_text(folder: Path, pairs: int, vocab: int, length: int = 20, seed: int 
 
 
 def timed(command: list[str]) -> dict[str, float]:
-    """Run ``command``; its wall seconds and peak resident memory (GiB) from the kernel's account of that process."""
+    """Run ``command``; its wall seconds, CPU seconds (user + system, every thread) and peak resident memory (GiB)
+    from the kernel's account of that process (eflomal runs its samplers and directions in parallel: its CPU time
+    can exceed its wall time)."""
     start = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     stderr = process.stderr.read()
     _, status, usage = os.wait4(process.pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"{command[0]} failed:\n{stderr.decode(errors='replace')[-2000:]}")
-    return {"seconds": time.perf_counter() - start, "peak_gib": usage.ru_maxrss / 2**20}
+    return {"seconds": time.perf_counter() - start, "cpu_seconds": usage.ru_utime + usage.ru_stime,
+            "peak_gib": usage.ru_maxrss / 2**20}
 
 
 def read_links(path: Path, count: int) -> list[set[tuple[int, int]]]:
