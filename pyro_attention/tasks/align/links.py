@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,17 +56,20 @@ def recipe_config(flags: dict[str, Any], given: Collection[str], **fixed: Any) -
 
     network = flags["network"] if "network" in given else RECIPE["network"]
     _check_network(network)
-    reads = {f.name for f in fields(ALIGN_NETWORKS[network].options)} if network in ALIGN_NETWORKS else set()
+    reads = {f.name for f in fields(ALIGN_NETWORKS[network].options)}
     options = network_option_defaults()
     recipe = {k: v for k, v in RECIPE.items() if k not in given and (k not in options or k in reads)}
     return AlignConfig.from_flags(**{**flags, **recipe, **fixed})
 
 
+@dataclass
 class TextLinks:
-    """The links of every sentence pair of a text, with what produced them."""
+    """The links of every sentence pair of a text (``(source, target)`` positions), how many pairs were trained on,
+    and the seconds it all took."""
 
-    def __init__(self, links: list[set[tuple[int, int]]], pairs_trained: int, seconds: float) -> None:
-        self.links, self.pairs_trained, self.seconds = links, pairs_trained, seconds
+    links: list[set[tuple[int, int]]]
+    pairs_trained: int
+    seconds: float
 
     def pharaoh(self) -> str:
         """One line per sentence pair: ``i-j`` links, 0-indexed, source position first, in order."""
