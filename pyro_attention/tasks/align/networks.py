@@ -229,22 +229,28 @@ class StagedAligner(AlignNetwork):
         self.null_word, self.agreement = null_word, agreement
         self.build = build
 
-    def _ibm1(self, corpus: GoldCorpus, config: AlignConfig, reverse: bool) -> tuple[Any, Vocab, Vocab, Bitext, bool]:
-        """One direction's IBM Model 1 network (untrained), its vocabularies and text."""
+    def _ibm1(self, corpus: GoldCorpus, config: AlignConfig, reverse: bool,
+              log: Callable[[str], None]) -> tuple[Any, Vocab, Vocab, Bitext, bool]:
+        """One direction's IBM Model 1 network (untrained), its vocabularies and text; the size of its table
+        logged."""
         from pyro_attention.networks.lexical import IBM1Network
 
         options = config.options
         null = self.null_word and bool(options.null_prob)
         src_vocab, tgt_vocab, data = _bitext(corpus, reverse, null, config.gold_repeat)
+        table = data.table(len(src_vocab), len(tgt_vocab), options.min_cooccurrence)
+        log(f"{self.name}{' reverse' if reverse else ''}: lexical table of {table.num_entries:,} word pairs "
+            f"(co-occurring in >= {options.min_cooccurrence} sentence pairs; vocabularies {len(src_vocab):,} x "
+            f"{len(tgt_vocab):,})")
         lexical = IBM1Network(len(src_vocab), len(tgt_vocab), null_prob=options.null_prob if null else None,
-                              table=data.table(len(src_vocab), len(tgt_vocab), options.min_cooccurrence))
+                              table=table)
         return lexical, src_vocab, tgt_vocab, data, null
 
     def train(self, corpus: GoldCorpus, config: AlignConfig, model: str, reverse: bool,
               log: Callable[[str], None]) -> Trained:
         options = config.options
         start = time.perf_counter()
-        lexical, src_vocab, tgt_vocab, data, null = self._ibm1(corpus, config, reverse)
+        lexical, src_vocab, tgt_vocab, data, null = self._ibm1(corpus, config, reverse, log)
         label = f"{self.name} {model}{' reverse' if reverse else ''}"
         if options.ibm1_epochs:
             lexical = _fit_lexical(lexical, data, options.ibm1_epochs, IBM1_BATCH_SIZE, options.ibm1_lr, config.seed,
@@ -272,8 +278,8 @@ class StagedAligner(AlignNetwork):
         if not self.agreement:
             raise ValueError(f"agreement: network {self.name!r} cannot train both directions together")
         start = time.perf_counter()
-        f_lex, f_src, f_tgt, f_data, null = self._ibm1(corpus, config, False)
-        r_lex, r_src, r_tgt, r_data, _ = self._ibm1(corpus, config, True)
+        f_lex, f_src, f_tgt, f_data, null = self._ibm1(corpus, config, False, log)
+        r_lex, r_src, r_tgt, r_data, _ = self._ibm1(corpus, config, True, log)
         joint = JointBitext(f_data.source, f_data.target, r_data.source, r_data.target)
 
         prior = options.table_prior or None

@@ -23,6 +23,7 @@ def test_links_for_every_pair_with_the_recipe(tmp_path, capsys):
                      "--epochs", "2", "--batch-size", "8"]) == 0
     printed = capsys.readouterr()
     assert "network hmm" in printed.out and "by agreement and tables by EM" in printed.out  # the recipe
+    assert "hmm: lexical table of " in printed.out and "co-occurring in >= 1 sentence pairs" in printed.out
     assert f"wrote {out}: links of 24 sentence pairs" in printed.err
     lines = out.read_text(encoding="utf-8").splitlines()
     assert len(lines) == 24
