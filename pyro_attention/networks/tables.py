@@ -2,7 +2,7 @@ r"""A free lexical table stored only where an aligner reads it: ``t(y | x)`` ove
 some sentence pair of the training text.
 
 An aligner reads its table at ``(x_s, y_t)`` of one sentence pair, so it reads only word pairs that co-occur
-(:meth:`SparseTable.from_text` collects them, with ``</s>`` after every target sentence as the network predicts
+(:func:`cooccurrences` collects them, with ``</s>`` after every target sentence as the network predicts
 it).  The other entries of a row matter only through its normaliser, and they are all alike: they start equal,
 every gradient step and every EM step treats them equally, so they stay equal.  One shared logit per row, its
 *rest* ``r_x``, stands for the ``m_x = V - n_x`` of them, and
