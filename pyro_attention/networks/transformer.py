@@ -16,8 +16,8 @@ r"""``TransformerSeq2Seq``: a pre-LN Transformer encoder-decoder whose alignment
   :class:`~pyro_attention.networks.output.ProductOfExperts` ``u_t + v(c)``, whose exact enumeration costs about one
   soft step;
 * inference network (its own parameters): one pre-LN encoder layer over the source and one decoder layer over the
-  *whole* target (no causal mask, so ``q(z_t | x, y)`` sees every target token) attending to it, and a bilinear
-  score ``u_t^T W v_s``.
+  *whole* target (no causal mask, so ``q(z_t | x, y)`` sees every target token) attending to it, and a scaled
+  bilinear score ``u_t^T W v_s / sqrt(d)`` (near uniform at initialisation, as the prior is).
 
 Every block is PyTorch's own.  Step-by-step decoding (beam search, K-max) keeps the projected keys and values of
 every layer: the source's once per sentence, the target's one position per step
@@ -313,7 +313,9 @@ class TransformerSeq2Seq(TranslationNetwork):
         u = self.q_tgt_norm(self.q_tgt(self._embed(self.q_tgt_embed, batch.target), v,
                                        tgt_key_padding_mask=~batch.target_mask,
                                        memory_key_padding_mask=~batch.source_mask))  # (B, T, d)
-        return torch.einsum("btd,bsd->bts", self.q_bilinear(u), v)
+        # scaled as a dot-product score: unscaled, unit-variance states of width d give scores of standard deviation
+        # ~sqrt(d / 3) at initialisation (13 at d = 256), a guide nearly one-hot on random positions from the start
+        return torch.einsum("btd,bsd->bts", self.q_bilinear(u), v) / math.sqrt(v.shape[-1])
 
 
 __all__ = ["TransformerMemory", "TransformerSeq2Seq", "sinusoids"]
