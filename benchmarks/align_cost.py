@@ -33,6 +33,9 @@ from typing import Any
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is not a package
+from align_eflomal import link_sets, read_links  # noqa: E402
+
 
 def zipf_text(folder: Path, pairs: int, vocab: int, length: int = 20, seed: int = 0) -> tuple[Path, Path]:
     """A generated parallel text: source words ``Zipf(1.1)`` over ``vocab`` words, sentences of ``length // 2`` to
@@ -71,12 +74,6 @@ def timed(command: list[str]) -> dict[str, float]:
             "peak_gib": usage.ru_maxrss / 2**20}
 
 
-def read_links(path: Path, count: int) -> list[set[tuple[int, int]]]:
-    """The first ``count`` lines of a Pharaoh links file (0-indexed, source position first)."""
-    lines = path.read_text(encoding="utf-8").splitlines()[:count]
-    return [{(int(i), int(j)) for i, j in (x.split("-") for x in line.split())} for line in lines]
-
-
 def score(links: list[set[tuple[int, int]]], gold: Any) -> dict[str, float]:
     """AER, precision and recall (%) of ``links`` against ``gold``."""
     from pyro_attention.aer import alignment_error_rate
@@ -87,12 +84,7 @@ def score(links: list[set[tuple[int, int]]], gold: Any) -> dict[str, float]:
 
 def score_eflomal(forward: Path, reverse: Path, gold: Any) -> dict[str, Any]:
     """eflomal's links scored in both directions and every symmetrisation; its best AER first."""
-    from pyro_attention.aer import SYMMETRIZATIONS, symmetrize
-    from pyro_attention.data.alignments import invert
-
-    fwd, rev = read_links(forward, len(gold)), read_links(reverse, len(gold))
-    sets = {"forward": fwd, "reverse": rev}
-    sets.update({m: symmetrize(fwd, [invert(r) for r in rev], m) for m in SYMMETRIZATIONS})
+    sets = link_sets(read_links(forward, len(gold)), read_links(reverse, len(gold)))
     scored = {name: score(links, gold) for name, links in sets.items()}
     best = min(scored, key=lambda name: scored[name]["aer"])
     return {**scored[best], "best": best, "by_symmetrisation": {k: round(v["aer"], 2) for k, v in scored.items()}}

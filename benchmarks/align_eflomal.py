@@ -33,6 +33,17 @@ def read_links(path: Path, count: int) -> list[set[tuple[int, int]]]:
     return [{(int(i), int(j)) for i, j in (link.split("-") for link in line.split())} for line in lines]
 
 
+def link_sets(forward: list[set[tuple[int, int]]],
+              reverse: list[set[tuple[int, int]]]) -> dict[str, list[set[tuple[int, int]]]]:
+    """eflomal's two directions (both ``source-target``) and every symmetrisation of them, by name."""
+    from pyro_attention.aer import SYMMETRIZATIONS, symmetrize
+    from pyro_attention.data.alignments import invert
+
+    sets = {"forward": forward, "reverse": reverse}
+    sets.update({m: symmetrize(forward, [invert(r) for r in reverse], m) for m in SYMMETRIZATIONS})
+    return sets
+
+
 def make_parser() -> argparse.ArgumentParser:
     from pyro_attention.cli.align import add_gold_set_options
     from pyro_attention.cli.common import add_config_options
@@ -48,8 +59,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> list[dict[str, Any]]:
-    from pyro_attention.aer import SYMMETRIZATIONS, alignment_error_rate, symmetrize
-    from pyro_attention.data.alignments import invert
+    from pyro_attention.aer import alignment_error_rate
     from pyro_attention.tasks.align import AlignConfig
     from pyro_attention.tasks.align.corpus import load_gold_corpus
     from pyro_attention.tasks.align.networks import training_text
@@ -76,8 +86,7 @@ def main(args: argparse.Namespace) -> list[dict[str, Any]]:
         forward = read_links(folder / "fwd", len(gold))
         reverse = read_links(folder / "rev", len(gold))  # also source-target, as atools reads it
     print(f"{corpus.description}; {len(src)} training pairs; eflomal {seconds:.0f} s")
-    sets = {"forward": forward, "reverse": reverse}
-    sets.update({m: symmetrize(forward, [invert(r) for r in reverse], m) for m in SYMMETRIZATIONS})
+    sets = link_sets(forward, reverse)
     rows = []
     print("| symmetrisation | AER | precision | recall | links |")
     print("|---|---|---|---|---|")

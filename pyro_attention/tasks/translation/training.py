@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from pyro_attention.inference.loop import (
     ProgressLines,
     SVIStep,
     Trainer,
+    bar_shows,
 )
 from pyro_attention.inference.optim import FusedClippedAdam, SubsetOptim
 from pyro_attention.networks import Seq2Seq
@@ -120,7 +120,7 @@ def _train(
                                    epoch_row=lambda _: last_row("epoch", run.history["epochs"])))
         callbacks.append(TensorBoardLog(run))
     callbacks += [bar, EpochLog(run, plateau), early, StopOnSignal(run, checkpoints)]
-    if run.rank == 0 and (bar.disable or not sys.stderr.isatty()):
+    if run.rank == 0 and not bar_shows(progress):
         callbacks.append(ProgressLines(run.log, epoch_lines=False))  # no bar shows: a line a minute within an epoch
     trainer = Trainer(_svi_step(run, plateau), run.epoch_batches, config.epochs, callbacks)
     if saved is not None:
