@@ -389,3 +389,27 @@ def test_align_cost_tiny(tmp_path, capsys) -> None:
     measured = result["pyro-attention"]
     assert measured["seconds"] > 0 and 0.05 < measured["peak_gib"] < 8
     assert json.loads(out.read_text())["pairs"] == 40
+
+
+def test_peer_quality_reads_the_toolkits_logs(tmp_path) -> None:
+    """benchmarks/peer_quality.py: each validation belongs to the checkpoint saved next (the early-stopping one
+    too), the per-sentence gold score becomes a per-token perplexity, and the Transformer configuration has the
+    size of examples/configs/transformer-multi30k.toml with no label smoothing."""
+    peer_quality = load_script("benchmarks", "peer_quality")
+    log = ("Validation perplexity: 9.5\n[x] Saving checkpoint /w/model_step_454.pt\nStep 500/18160; ...\n"
+           "Validation perplexity: 7.25\n[x] earlystopper has_stopped!\n[x] Saving checkpoint /w/model_step_908.pt\n"
+           "Validation perplexity: 7.5\n")
+    assert peer_quality.validations(log) == [(454, 9.5), (908, 7.25), (-1, 7.5)]
+    refs = ["a b c", "d"]  # 4 + 2 target tokens with </s>
+    assert peer_quality.test_ppl(-3.0, 2, refs) == pytest.approx(math.exp(6.0 / 6))
+    with pytest.raises(RuntimeError, match="scored 3 sentences, the reference has 2"):
+        peer_quality.test_ppl(-3.0, 3, refs)
+    args = peer_quality.parse_args(["--work", str(tmp_path / "work"), "--patience", "2"])
+    paths = {f"{split}.{lang}": tmp_path / f"{split}.{lang}" for split in ("train", "val") for lang in ("de", "en")}
+    config = peer_quality.train_config("transformer", paths, args.work / "transformer", args)
+    assert (config["layers"], config["hidden_size"], config["heads"], config["transformer_ff"]) == (3, 256, 4, 1024)
+    assert config["label_smoothing"] == 0.0 and config["early_stopping"] == 2
+    assert config["valid_steps"] == config["save_checkpoint_steps"] == 454
+    assert config["data"]["valid"]["path_src"] == str(paths["val.de"])
+    with pytest.raises(SystemExit):
+        peer_quality.parse_args(["--work", str(peer_quality.decode_speed.ROOT / "runs")])

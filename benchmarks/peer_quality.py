@@ -1,0 +1,210 @@
+"""The peer toolkit trained to early stopping on Multi30k De->En and scored the way our rows are.
+
+    python benchmarks/peer_quality.py --arch transformer --threads 1   # the Transformer anchor (about an hour a core)
+    python benchmarks/peer_quality.py --arch lstm --threads 2          # VISION's LSTM configuration
+
+**What runs.**  OpenNMT-py 3.5.1 in its own venv (``--peer-venv``, created as ``benchmarks/toolkit.py`` says), on
+Multi30k's lower-cased tokenised text with whitespace runs collapsed, a word vocabulary of minimum frequency 2 and
+training pairs of at most 50 tokens a side -- the data of our ``multi30k`` rows:
+
+* ``--arch lstm``: :data:`toolkit.PEER_CONFIG` (BiLSTM 2 x 256, LSTM 512, Luong ``general`` attention, input
+  feeding, embeddings 256, dropout 0.3, Adam 1e-3).
+* ``--arch transformer``: the size of ``examples/configs/transformer-multi30k.toml`` -- pre-LN encoder and decoder,
+  3 layers each, width 256, 4 heads, feed-forward 1024, dropout 0.1 (attention dropout 0.1), sinusoidal positions,
+  Glorot-uniform initialisation, Adam 5e-4 held constant (the toolkit has no decay on a plateau).
+
+Both: batches of 64 sentences, gradient norm clipped at 5, **no label smoothing** (it changes the likelihood being
+compared), validation and a checkpoint once per epoch (``ceil(29,000 / 64) = 454`` steps), early stopping after
+``--patience`` validations without a lower perplexity, at most ``--epochs`` epochs.  The checkpoint with the lowest
+validation perplexity then translates ``test_2016_flickr`` (beam 5, ``onmt_translate``'s defaults otherwise) and is
+scored against the test reference (``onmt_translate -tgt``: the toolkit's gold log-likelihood, per target
+token with ``</s>``).  BLEU is sacreBLEU on the
+lower-cased tokenised reference, both ways our rows report it: ``tokenize="none"`` and the default ``13a``.
+
+**Resumable.**  A rerun after an interruption continues from the newest checkpoint (``train_from``, optimiser state
+kept); the toolkit's early-stopping counter restarts there.  ``--work`` (default ``~/runs/peer-quality``, refused
+inside the repository) holds ``<arch>/`` with the logs, checkpoints and ``result.json``; ``--json`` copies the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import decode_speed  # noqa: E402  (the test files, BLEU with tokenize="none")
+import peer  # noqa: E402  (the data folder)
+import toolkit  # noqa: E402  (the peer's venv, data, vocabulary and LSTM configuration)
+
+TRAIN_SENTENCES = 29_000
+BATCH = 64
+EPOCH_STEPS = math.ceil(TRAIN_SENTENCES / BATCH)
+TRANSFORMER: dict[str, Any] = dict(
+    encoder_type="transformer", decoder_type="transformer", layers=3, hidden_size=256, word_vec_size=256, heads=4,
+    transformer_ff=1024, dropout=[0.1], attention_dropout=[0.1], position_encoding=True, param_init=0.0,
+    param_init_glorot=True, optim="adam", learning_rate=5e-4, decay_method="none", batch_size=BATCH,
+    batch_type="sents", src_words_min_frequency=2, tgt_words_min_frequency=2, src_seq_length=50, tgt_seq_length=50,
+)
+ARCHS = {"lstm": toolkit.PEER_CONFIG, "transformer": TRANSFORMER}
+VALID_PPL = re.compile(r"Validation perplexity: ([\d.]+)")
+SAVED = re.compile(r"Saving checkpoint .*_step_(\d+)\.pt")
+GOLD_SCORE = re.compile(r"GOLD SCORE: (-?[\d.]+), GOLD PPL: [\d.inf]+ NB SENTENCES: (\d+)")
+
+
+def train_config(arch: str, paths: dict[str, Path], out: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """The ``onmt_train`` configuration of ``arch`` (see the module docstring)."""
+    config = {**toolkit.peer_train_config(paths, out.parent, 0, 0, args.epochs * EPOCH_STEPS), **ARCHS[arch]}
+    config["data"]["valid"] = {"path_src": str(paths["val.de"]), "path_tgt": str(paths["val.en"])}
+    config.update(
+        num_workers=0, report_every=50, valid_steps=EPOCH_STEPS, save_checkpoint_steps=EPOCH_STEPS,
+        keep_checkpoint=-1, early_stopping=args.patience, early_stopping_criteria=["ppl"], max_grad_norm=5.0,
+        label_smoothing=0.0, save_model=str(out / "model"), seed=args.seed, overwrite=False,
+    )
+    return config
+
+
+def validations(log: str) -> list[tuple[int, float]]:
+    """``(step, validation perplexity)`` in the order of the log: each validation belongs to the checkpoint saved
+    next (the toolkit validates, then saves, at the same step); one without a checkpoint (early stopping) is kept
+    with step ``-1``."""
+    found, pending = [], None
+    for line in log.splitlines():
+        if (m := VALID_PPL.search(line)) is not None:
+            if pending is not None:
+                found.append((-1, pending))
+            pending = float(m.group(1))
+        elif (m := SAVED.search(line)) is not None and pending is not None:
+            found.append((int(m.group(1)), pending))
+            pending = None
+    if pending is not None:
+        found.append((-1, pending))
+    return found
+
+
+def checkpoints(out: Path) -> dict[int, Path]:
+    return {int(p.stem.rsplit("_", 1)[1]): p for p in out.glob("model_step_*.pt")}
+
+
+def train(venv: Path, config: dict[str, Any], out: Path, threads: int) -> float:
+    """``onmt_train`` until it ends (early stopping or the epoch bound), resuming from the newest checkpoint;
+    returns this sitting's wall seconds."""
+    saved = checkpoints(out)
+    if saved:
+        config = {**config, "train_from": str(saved[max(saved)]), "reset_optim": "none"}
+    path = out / "train.yaml"
+    path.write_text(toolkit.to_yaml(config), encoding="utf-8")
+    started = time.perf_counter()
+    with open(out / "train.log", "a", encoding="utf-8") as log:
+        done = subprocess.run([str(venv / "bin" / "onmt_train"), "-config", str(path)], stdout=log,
+                              stderr=subprocess.STDOUT, env={**toolkit.thread_env(threads),
+                                                             "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"})
+    if done.returncode != 0:
+        raise RuntimeError(f"onmt_train failed (exit {done.returncode}); see {out / 'train.log'}")
+    return time.perf_counter() - started
+
+
+def test_ppl(gold_score: float, sentences: int, refs: list[str]) -> float:
+    """Perplexity per target token (``</s>`` included, as our rows count) from ``onmt_translate -tgt``'s ``GOLD
+    SCORE``, the log-likelihood *per sentence* (its ``GOLD PPL`` is per sentence too, not comparable)."""
+    if sentences != len(refs):
+        raise RuntimeError(f"onmt_translate scored {sentences} sentences, the reference has {len(refs)}")
+    return math.exp(-gold_score * sentences / sum(len(r.split()) + 1 for r in refs))
+
+
+def score(venv: Path, model: Path, test: dict[str, Path], out: Path, threads: int, beam: int) -> dict[str, Any]:
+    """Translate and score the test set with ``model``."""
+    import sacrebleu
+
+    hyp = out / "test.hyp.en"
+    command = [str(venv / "bin" / "onmt_translate"), "-model", str(model), "-src", str(test["de"]), "-tgt",
+               str(test["en"]), "-output", str(hyp), "-beam_size", str(beam), "-batch_size", "64", "-batch_type",
+               "sents", "-gpu", "-1"]
+    done = subprocess.run(command, capture_output=True, text=True,
+                          env={**toolkit.thread_env(threads), "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"})
+    (out / "translate.log").write_text(done.stdout + done.stderr, encoding="utf-8")
+    if done.returncode != 0:
+        raise RuntimeError(f"onmt_translate failed (exit {done.returncode}); see {out / 'translate.log'}")
+    hyps = hyp.read_text(encoding="utf-8").splitlines()
+    refs = test["en"].read_text(encoding="utf-8").splitlines()
+    gold = GOLD_SCORE.findall(done.stdout + done.stderr)
+    if not gold:
+        raise RuntimeError(f"onmt_translate printed no GOLD SCORE line; see {out / 'translate.log'}")
+    bleu = sacrebleu.corpus_bleu(hyps, [refs], lowercase=True)
+    return {"test_ppl": test_ppl(float(gold[-1][0]), int(gold[-1][1]), refs), "bleu": round(bleu.score, 2),
+            "bleu_signature": str(bleu.format(signature=True)).split(" = ")[0],
+            "bleu_tok_none": decode_speed.bleu_tok_none(hyps, refs), "test_sentences": len(hyps)}
+
+
+def main(args: argparse.Namespace) -> dict[str, Any]:
+    work, venv = args.work, args.peer_venv
+    out = work / args.arch
+    out.mkdir(parents=True, exist_ok=True)
+    versions = toolkit.ensure_peer_venv(venv)
+    paths = toolkit.prepare_data(args.data_dir, work)
+    if not (work / "peer" / "vocab.src").is_file():
+        toolkit.build_peer_vocab(venv, paths, work, args.threads)
+    config = train_config(args.arch, paths, out, args)
+    sittings = json.loads((out / "sittings.json").read_text()) if (out / "sittings.json").is_file() else []
+    if not (out / "trained.json").is_file():
+        sittings.append(round(train(venv, config, out, args.threads), 1))
+        (out / "sittings.json").write_text(json.dumps(sittings))
+        (out / "trained.json").write_text("{}")
+    history = validations((out / "train.log").read_text(encoding="utf-8"))
+    saved = [(step, ppl) for step, ppl in history if step in checkpoints(out)]
+    if not saved:
+        raise RuntimeError(f"no validated checkpoint in {out}; see {out / 'train.log'}")
+    best_step, best_ppl = min(saved, key=lambda s: s[1])
+    test = decode_speed.test_files(args.data_dir, work, None)
+    result = {
+        "arch": args.arch, "toolkit": versions, "config": {k: v for k, v in config.items() if k != "data"},
+        "threads": args.threads, "val_ppl": best_ppl, "best_epoch": best_step // EPOCH_STEPS,
+        "epochs": max(s for s, _ in history) // EPOCH_STEPS, "val_ppl_by_epoch": [p for _, p in history],
+        "wall_s": round(sum(sittings), 1), "sittings": len(sittings), "beam": args.beam,
+        **score(venv, checkpoints(out)[best_step], test, out, args.threads, args.beam),
+        "command": "python benchmarks/peer_quality.py " + " ".join(sys.argv[1:]),
+    }
+    (out / "result.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    if args.json is not None:
+        shutil.copyfile(out / "result.json", args.json)
+    print(json.dumps({k: result[k] for k in ("arch", "val_ppl", "test_ppl", "bleu", "bleu_tok_none", "epochs",
+                                               "best_epoch", "wall_s")}))
+    return result
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--arch", choices=tuple(ARCHS), default="transformer", help="the toolkit's model (default "
+                   "transformer)")
+    p.add_argument("--threads", type=int, default=1, help="OMP / MKL threads of the toolkit (default 1)")
+    p.add_argument("--epochs", type=int, default=40, help="at most this many epochs (default 40)")
+    p.add_argument("--patience", type=int, default=3, help="validations without improvement before stopping "
+                   "(default 3)")
+    p.add_argument("--beam", type=int, default=5, help="beam size for the test translation (default 5)")
+    p.add_argument("--seed", type=int, default=1, help="the toolkit's seed (default 1)")
+    p.add_argument("--data-dir", type=Path, default=peer.DEFAULT_DATA, help="folder holding multi30k/ (default "
+                   "$PYRO_ATTENTION_DATA or ../shared/data)")
+    p.add_argument("--peer-venv", type=Path, default=Path("~/peer/onmt"), help="the toolkit's venv (created if "
+                   "missing)")
+    p.add_argument("--work", type=Path, default=Path("~/runs/peer-quality"), help="scratch folder outside the "
+                   "repository")
+    p.add_argument("--json", type=Path, default=None, help="also write the result here")
+    args = p.parse_args(argv)
+    args.work, args.peer_venv = args.work.expanduser().resolve(), args.peer_venv.expanduser()
+    if decode_speed.ROOT in (args.work, *args.work.parents):
+        p.error(f"--work {args.work} is inside the repository; choose a folder outside it")
+    for name in ("threads", "epochs", "patience", "beam"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+    return args
+
+
+if __name__ == "__main__":
+    main(parse_args())
