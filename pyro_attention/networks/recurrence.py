@@ -101,6 +101,12 @@ class InputFeed(nn.Module):
         network's output layer (passed, not owned: its weights stay the head's)."""
         raise NotImplementedError
 
+    def logits(self, h: Tensor, fed: Tensor, head: OutputLayer) -> Tensor | None:
+        """``head``'s logits at the soft context that :meth:`forward` turned into ``fed`` (for states ``h``), where
+        ``fed`` determines them without dropout (decoding: ``eval()`` mode), so that decoding does not compute the
+        context or the head's hidden layer a second time; else ``None``."""
+        return None
+
 
 class ContextFeed(InputFeed):
     """The prior's soft context itself."""
@@ -116,6 +122,9 @@ class ContextFeed(InputFeed):
 
     def forward(self, h: Tensor, context: Tensor, head: OutputLayer) -> Tensor:
         return context
+
+    def logits(self, h: Tensor, fed: Tensor, head: OutputLayer) -> Tensor:
+        return head.logits(head.query(h), fed)
 
 
 class AttentionalFeed(InputFeed):
@@ -137,6 +146,9 @@ class AttentionalFeed(InputFeed):
         if self.proj is not None:
             return torch.tanh(self.proj(torch.cat([self.dropout(h), self.dropout(context)], dim=-1)))
         return head.hidden(head.query(h), context)
+
+    def logits(self, h: Tensor, fed: Tensor, head: OutputLayer) -> Tensor | None:
+        return head.layer(fed) if self.proj is None else None
 
 
 BRIDGES: dict[str, type[Bridge]] = {"mean": MeanBridge, "final": FinalBridge}

@@ -79,6 +79,11 @@ class TranslationNetwork(HeadNetwork):
         ``(..., N, D)`` (or ``(N, K, D)``: ``K`` contexts per row) (decoding)."""
         return self.head.logits(self.head.query(h), context)
 
+    def soft_step_logits(self, h: Tensor, fed: Tensor) -> Tensor | None:
+        """The output logits ``(N, V)`` at the prior's soft context of the step that returned ``h`` and ``fed``,
+        where ``fed`` determines them (decoding, in ``eval()`` mode); else ``None``."""
+        return None
+
     def source_experts(self, values: Tensor) -> Tensor | None:
         """Where the output layer is a product of experts (``step_logits(h, x_s) = query_experts(h) + v_s``): the
         source values' part ``v`` ``(B, S, V)`` for ``values`` ``(B, S, D)``, computed once per sentence when
@@ -262,6 +267,9 @@ class Seq2Seq(TranslationNetwork):
         weights = torch.softmax(mask_scores(scores.unsqueeze(1), src.source_mask).squeeze(1), dim=-1)
         context = torch.einsum("ns,nsd->nd", weights, src.values)
         return h, scores, new_state, self.feed(h, context, self.head)
+
+    def soft_step_logits(self, h: Tensor, fed: Tensor) -> Tensor | None:
+        return self.feed.logits(h, fed, self.head)
 
     def encode(self, batch: TranslationBatch) -> Encoded:
         if not isinstance(batch, TranslationBatch):

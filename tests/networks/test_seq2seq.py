@@ -15,6 +15,7 @@ from pyro_attention.inference import alignment_posterior, kmax_log_likelihood, l
 from pyro_attention.models import PAIRS, MarginalLikelihood, RelaxedAttention, VariationalAttention
 from pyro_attention.networks import (
     AttentionalFeed,
+    ContextFeed,
     FinalBridge,
     OutputLayer,
     ProductOfExperts,
@@ -329,8 +330,8 @@ def test_product_marginal_next_log_probs_equal_the_general_path(float64, toolkit
     for _ in range(3):
         h, a, state, fed = net.decoder_step(src, y, state, fed)
         for rule in fast:
-            assert torch.allclose(fast[rule](src, h, a), general[rule](src, h, a), atol=1e-10)
-        general_marginal = general[Rule.MARGINAL](src, h, a)
+            assert torch.allclose(fast[rule](src, h, a, fed), general[rule](src, h, a, fed), atol=1e-10)
+        general_marginal = general[Rule.MARGINAL](src, h, a, fed)
         assert torch.allclose(general_marginal.logsumexp(-1), torch.zeros(6, dtype=torch.float64), atol=1e-10)
         y = general_marginal.argmax(-1)
     tanh = _toolkit_net()
@@ -355,7 +356,7 @@ def test_tanh_marginal_next_log_probs_equal_logsumexp_of_the_log_softmaxes(float
         log_prior = decoding._log_prior(src, a)
         assert (log_prior == -math.inf).any()  # padded sources
         expected = (log_prior.unsqueeze(-1) + net.step_logits(h.unsqueeze(1), src.values).log_softmax(-1)).logsumexp(1)
-        got = rule(src, h, a)
+        got = rule(src, h, a, fed)
         assert torch.allclose(got, expected, atol=1e-10)
         y = got.argmax(-1)
 
@@ -378,3 +379,37 @@ def test_product_marginal_beam_equals_the_general_path(monkeypatch):
     for rule in ("marginal", "kmax"):
         kw = dict(beam_size=3, rule=rule, k=2, max_len=6)
         assert translate(pair, batch.source, batch.source_mask, batch_size=4, **kw) == fast[rule]
+
+
+@pytest.mark.parametrize("feed", [AttentionalFeed, ContextFeed])
+@pytest.mark.parametrize("output", [TanhOutput, ProductOfExperts])
+def test_soft_decoding_reuses_the_steps_context_and_translates_the_same(feed, output, monkeypatch):
+    """The soft rule takes its logits from the vector the decoder step fed forward (the attentional state of a tanh
+    head, or the context itself) where that determines them: the same log-probabilities as computing the context
+    again, and the same beam-search translations; a pair with a soft context of its own (the Dirichlet's mean
+    weights) computes it."""
+    from pyro_attention.tasks.translation import decoding
+
+    net = _toolkit_net(output=output, seed=3, input_feed=feed).double().eval()
+    batch = collate([([4, 5, 6, 7, 8], [5]), ([8, 9], [4]), ([10, 11, 4], [7]), ([5], [6])])
+    sentences = net.encode_source(batch.source, batch.source_mask)
+    pair = MarginalLikelihood(net)
+    rule = decoding._step_rule(pair, Rule.SOFT, sentences, 2, k=2)
+    reuses = feed is ContextFeed or output is TanhOutput  # the product head's attentional feed is a layer of its own
+    assert rule.prior_mean
+    assert not decoding._step_rule(RelaxedAttention(net), Rule.SOFT, sentences, 2, k=2).prior_mean
+    src = sentences.repeat_rows(2)
+    state, fed = net.initial_state(src)
+    y = torch.ones(8, dtype=torch.long)
+    recomputed = decoding._Soft(pair, sentences, 2, 2)
+    recomputed.prior_mean = False
+    for _ in range(3):
+        h, a, state, fed = net.decoder_step(src, y, state, fed)
+        assert (net.soft_step_logits(h, fed) is not None) == reuses
+        got = rule(src, h, a, fed)
+        assert torch.allclose(got, recomputed(src, h, a, fed), atol=1e-12)
+        y = got.argmax(-1)
+    kw = dict(beam_size=3, rule="soft", max_len=6, batch_size=4)
+    fast = translate(pair, batch.source, batch.source_mask, **kw)
+    monkeypatch.setattr(Seq2Seq, "soft_step_logits", lambda self, h, fed: None)
+    assert translate(pair, batch.source, batch.source_mask, **kw) == fast

@@ -86,6 +86,12 @@ class IncrementalDecoder(Protocol):
         ``(N, V)`` or ``(N, K, V)``."""
         ...
 
+    def soft_step_logits(self, h: Tensor, fed: Tensor) -> Tensor | None:
+        """The output logits ``(N, V)`` at the prior's soft context ``sum_s softmax(a_t)_s x_s`` of the step that
+        returned ``h`` and ``fed``, where ``fed`` determines them; else ``None`` (the soft rule then computes the
+        context again)."""
+        ...
+
     def reorder_state(self, state: Any, rows: Tensor) -> Any:
         """The state of rows ``rows`` ``(N',)`` long (beam search: the hypotheses that continue)."""
         ...
@@ -167,9 +173,9 @@ class _StepRule:
     def __init__(self, pair: AlignmentPair, sentences: SourceMemory, rows: int, k: int) -> None:
         self.pair, self.net = pair, pair.network
 
-    def __call__(self, src: SourceMemory, h: Tensor, scores: Tensor) -> Tensor:
-        """``h`` ``(N, H)`` and the prior's scores ``(N, S)`` (unmasked) of the ``N`` rows of ``src`` ->
-        ``(N, V)``."""
+    def __call__(self, src: SourceMemory, h: Tensor, scores: Tensor, fed: Tensor) -> Tensor:
+        """``h`` ``(N, H)``, the prior's scores ``(N, S)`` (unmasked) and the fed vector of one decoder step on the
+        ``N`` rows of ``src`` -> ``(N, V)``."""
         raise NotImplementedError
 
     def select(self, sentences: Tensor) -> _StepRule:
@@ -178,9 +184,21 @@ class _StepRule:
 
 
 class _Soft(_StepRule):
-    """``p(y_t | x, c_t = E_p[x_z])``: the pair's own soft context (structured pairs: theirs) for this one step."""
+    """``p(y_t | x, c_t = E_p[x_z])``: the pair's own soft context (structured pairs: theirs) for this one step.
+    Where that context is the softmax of the prior's scores applied to the values -- the one the decoder step
+    computed to feed forward -- the network's :meth:`~IncrementalDecoder.soft_step_logits` reuses the step's
+    work."""
 
-    def __call__(self, src: SourceMemory, h: Tensor, scores: Tensor) -> Tensor:
+    def __init__(self, pair: AlignmentPair, sentences: SourceMemory, rows: int, k: int) -> None:
+        super().__init__(pair, sentences, rows, k)
+        own = type(pair)
+        self.prior_mean = all(getattr(own, name) is getattr(AlignmentPair, name)
+                              for name in ("soft_context", "attention_prior", "prior_logits"))
+
+    def __call__(self, src: SourceMemory, h: Tensor, scores: Tensor, fed: Tensor) -> Tensor:
+        logits = self.net.soft_step_logits(h, fed) if self.prior_mean else None
+        if logits is not None:
+            return logits.log_softmax(-1)
         N = scores.shape[0]
         target = torch.zeros(N, 1, dtype=torch.long, device=scores.device)
         step = Encoded(src.values, src.source_mask, target, torch.ones_like(target, dtype=torch.bool), scores[:, None])
@@ -206,7 +224,7 @@ class _Marginal(_StepRule):
         kept.product = self.product.select(sentences)
         return kept
 
-    def __call__(self, src: SourceMemory, h: Tensor, scores: Tensor) -> Tensor:
+    def __call__(self, src: SourceMemory, h: Tensor, scores: Tensor, fed: Tensor) -> Tensor:
         log_prior = _log_prior(src, scores)
         if self.product is not None:
             return self.product(self.net.query_experts(h), log_prior)
@@ -216,7 +234,7 @@ class _Marginal(_StepRule):
 class _KMax(_Marginal):
     """The same sum over the ``k`` most probable alignments, renormalised (Deng et al. 2018)."""
 
-    def __call__(self, src: SourceMemory, h: Tensor, scores: Tensor) -> Tensor:
+    def __call__(self, src: SourceMemory, h: Tensor, scores: Tensor, fed: Tensor) -> Tensor:
         u = None if self.product is None else self.net.query_experts(h)
 
         def log_probs(index: Tensor) -> Tensor:  # (N, K) -> (N, K, V)
@@ -319,26 +337,25 @@ def _beam(
     live = list(range(B))
     for step in range(max(limits)):
         h, a, state, fed = net.decoder_step(src, tokens[:, -1], state, fed)
-        log_probs = next_log_probs(src, h, a)  # (L * beam, V)
+        log_probs = next_log_probs(src, h, a, fed)  # (L * beam, V)
         L, V = len(live), log_probs.shape[-1]
         total = (scores.unsqueeze(-1) + log_probs.view(L, beam, V)).view(L, beam * V)
         top, flat = total.topk(min(beam, beam * V), dim=-1)  # (L, beam)
-        new_scores = torch.full((L, beam), float("-inf"), device=device)
-        new_rows = torch.arange(L * beam, device=device).view(L, beam) // beam * beam  # filler: the first row
-        new_words = torch.full((L, beam), EOS, dtype=torch.long, device=device)
-        going = []
+        going, kept_scores, kept_rows, kept_words = [], [], [], []
         for i, (tops, flats) in enumerate(zip(top.tolist(), flat.tolist(), strict=True)):
             b = live[i]
             keep = _continue(tops, flats, i * beam, V, step == limits[b] - 1, alpha, tokens, finished[b], beam)
             if keep is not None:
                 going.append(i)
-                for j, (score, row, word) in enumerate(keep):
-                    new_scores[i, j], new_rows[i, j], new_words[i, j] = score, row, word
+                dead = beam - len(keep)  # filled with the sentence's first row, scored -inf, ending in </s>
+                kept_scores += [score for score, _, _ in keep] + [float("-inf")] * dead
+                kept_rows += [row for _, row, _ in keep] + [i * beam] * dead
+                kept_words += [word for _, _, word in keep] + [EOS] * dead
         if not going:
             break
-        rows = new_rows[going].flatten()  # the continuing hypotheses of the sentences still searching
-        scores = new_scores[going]
-        tokens = torch.cat([tokens[rows], new_words[going].view(-1, 1)], dim=1)
+        rows = torch.tensor(kept_rows, device=device)  # the continuing hypotheses of the sentences still searching
+        scores = torch.tensor(kept_scores, device=device, dtype=scores.dtype).view(len(going), beam)
+        tokens = torch.cat([tokens[rows], torch.tensor(kept_words, device=device).view(-1, 1)], dim=1)
         state = net.reorder_state(state, rows)
         fed = fed[rows]
         if len(going) < L:  # drop the rows of the sentences that are done
@@ -393,7 +410,7 @@ def greedy(
         done = torch.zeros(source.shape[0], dtype=torch.bool)
         for _ in range(max_len):
             h, a, state, fed = net.decoder_step(src, y, state, fed)
-            y = next_log_probs(src, h, a).argmax(-1)
+            y = next_log_probs(src, h, a, fed).argmax(-1)
             for i in (~done).nonzero().flatten().tolist():
                 if int(y[i]) == EOS:
                     done[i] = True
