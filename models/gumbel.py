@@ -230,8 +230,7 @@ class GumbelAttention(SimplexAlignmentModel):
 
     def posterior(self, enc: Encoded) -> MaskedConcrete:
         """``q_tau(z_t | x, y)``; equal to the prior at padded targets."""
-        scores = torch.where(enc.target_mask.unsqueeze(-1), self.network.posterior_scores(enc), enc.prior_scores)
-        return self._concrete(enc, scores)
+        return self._concrete(enc, self.inference_scores(enc))
 
     def guide_probs(self, enc: Encoded) -> Tensor:
         """The guide's class probabilities ``softmax(b_t)`` (the location of the Concrete; its mean as tau -> 0)."""

@@ -38,7 +38,6 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import pyro
-import torch
 from torch import Tensor
 
 from pyro_attention.distributions import MaskedDirichlet
@@ -107,8 +106,7 @@ class RelaxedAttention(SimplexAlignmentModel):
 
     def posterior(self, enc: Encoded) -> MaskedDirichlet:
         """``q(z_t | x, y)``; equal to the prior at padded targets."""
-        scores = torch.where(enc.target_mask.unsqueeze(-1), self.network.posterior_scores(enc), enc.prior_scores)
-        return self._dirichlet(enc, scores)
+        return self._dirichlet(enc, self.inference_scores(enc))
 
     def attention_prior(self, enc: Encoded) -> Tensor:
         """The prior's mean weights ``E_p[z_t]``, ``(B, T, S)``."""

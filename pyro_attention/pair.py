@@ -194,10 +194,13 @@ class AlignmentPair:
         """Prior attention logits ``(B, T, S)`` with ``-inf`` at padded sources."""
         return mask_scores(enc.prior_scores, enc.source_mask)
 
+    def inference_scores(self, enc: Encoded) -> Tensor:
+        """The inference network's scores ``(B, T, S)`` (unmasked), the prior's at padded targets."""
+        return torch.where(enc.target_mask.unsqueeze(-1), self.network.posterior_scores(enc), enc.prior_scores)
+
     def posterior_logits(self, enc: Encoded) -> Tensor:
         """Inference-network logits ``(B, T, S)``: ``-inf`` at padded sources, the prior's at padded targets."""
-        scores = torch.where(enc.target_mask.unsqueeze(-1), self.network.posterior_scores(enc), enc.prior_scores)
-        return mask_scores(scores, enc.source_mask)
+        return mask_scores(self.inference_scores(enc), enc.source_mask)
 
     def attention_prior(self, enc: Encoded) -> Tensor:
         """Expected prior attention weights ``E_p[z_t]`` as ``(B, T, S)`` probabilities (0 at padding)."""

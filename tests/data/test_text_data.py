@@ -9,20 +9,21 @@ from pathlib import Path
 import pytest
 import torch
 
-from pyro_attention.data import make_synthetic_translation, translate_synthetic
-from pyro_attention.data.corpora import DATA_ENV, data_dir, iwslt14_paths, multi30k_paths
-from pyro_attention.data.subword import apply_subword, train_subword
-from pyro_attention.data.synthetic_translation import synthetic_lexicons, word_kind
-from pyro_attention.data.text import (
+from pyro_attention.data import (
     ParallelCorpus,
     Vocab,
     bucket_batches,
     bucket_indices,
+    make_synthetic_translation,
     read_lines,
     read_parallel,
+    translate_synthetic,
     undo_bpe,
     unescape_moses,
 )
+from pyro_attention.data.corpora import DATA_ENV, data_dir, iwslt14_paths, multi30k_paths
+from pyro_attention.data.subword import apply_subword, train_subword
+from pyro_attention.data.synthetic_translation import synthetic_lexicons, word_kind
 from pyro_attention.data.translation import BOS, EOS, PAD, SPECIALS, UNK
 from tests.support.paths import REPO
 
