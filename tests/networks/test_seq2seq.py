@@ -67,10 +67,12 @@ def test_every_pair_trains(name, network):
     assert_trains(PAIRS[name](net), batch)
 
 
+@pytest.mark.parametrize("network", ["lstm", "transformer"])
 @pytest.mark.parametrize("name", ["soft", "marginal", "variational"])
-def test_seq2seq_padding_changes_nothing(float64, name):
-    net, batch = tiny_seq2seq(seed=1)
-    net.double()
+def test_padding_changes_nothing(float64, name, network):
+    """Padded source and target positions change no likelihood, no loss and no alignment probability."""
+    net, batch = NETWORKS[network](seed=1)
+    net.double().eval()
     pair = PAIRS[name](net)
     ll, ll_pad = log_likelihood(pair, batch), log_likelihood(pair, _pad(batch))
     assert torch.allclose(ll.per_example, ll_pad.per_example, atol=1e-10)

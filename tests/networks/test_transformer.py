@@ -12,24 +12,12 @@ import torch
 
 from pyro_attention.data.translation import collate
 from pyro_attention.inference import alignment_posterior, kmax_log_likelihood, log_likelihood
-from pyro_attention.models import PAIRS, MarginalLikelihood, VariationalAttention
+from pyro_attention.models import MarginalLikelihood, VariationalAttention
 from pyro_attention.networks import GeneralScore, MLPScore, ProductOfExperts, ScaledDotScore, TransformerSeq2Seq
 from pyro_attention.tasks.translation.decoding import IncrementalDecoder, SourceMemory, greedy, translate
-from tests.networks.test_seq2seq import _pad
 from tests.support.toy_network import tiny_transformer
 
 SENTENCES = [([4, 5, 6, 7, 8], [5, 9, 10]), ([8, 9], [4]), ([10, 11, 4], [7, 7]), ([5], [6])]
-
-
-@pytest.mark.parametrize("name", ["soft", "marginal", "variational"])
-def test_padding_changes_nothing(float64, name):
-    net, batch = tiny_transformer(seed=1)
-    net.double().eval()
-    pair = PAIRS[name](net)
-    ll, ll_pad = log_likelihood(pair, batch), log_likelihood(pair, _pad(batch))
-    assert torch.allclose(ll.per_example, ll_pad.per_example, atol=1e-10)
-    for key, probs in alignment_posterior(pair, _pad(batch)).items():
-        assert (probs[..., 3:] == 0).all(), key
 
 
 def test_inference_network_sees_the_whole_target_and_the_prior_only_the_past(float64):
