@@ -11,18 +11,21 @@ training pairs of at most 50 tokens a side -- the data of our ``multi30k`` rows:
   feeding, embeddings 256, dropout 0.3, Adam 1e-3).
 * ``--arch transformer``: the size of ``examples/configs/transformer-multi30k.toml`` -- pre-LN encoder and decoder,
   3 layers each, width 256, 4 heads, feed-forward 1024, dropout 0.1 (attention dropout 0.1), sinusoidal positions,
-  Glorot-uniform initialisation, Adam 5e-4 held constant (the toolkit has no decay on a plateau).
+  Glorot-uniform initialisation, Adam 5e-4.
 
 Both: batches of 64 sentences, gradient norm clipped at 5, **no label smoothing** (it changes the likelihood being
-compared), validation and a checkpoint once per epoch (``ceil(29,000 / 64) = 454`` steps), early stopping after
-``--patience`` validations without a lower perplexity, at most ``--epochs`` epochs.  The checkpoint with the lowest
+compared), validation and a checkpoint once per epoch (``ceil(29,000 / 64) = 454`` steps), and our trainer's schedule,
+which the toolkit does not have built in: the learning rate halves after every epoch whose validation perplexity is
+not the lowest yet, and training stops after ``--patience`` such epochs in a row or ``--epochs`` epochs.  Each epoch is
+one ``onmt_train`` call resuming from the last checkpoint (``train_from``, ``reset_optim keep_states``: Adam's moments
+kept, the new rate taken; the data order reseeded per epoch), so the schedule is read off the validations alone and a
+run resumes after an interruption by rerunning the command.  The checkpoint with the lowest
 validation perplexity then translates ``test_2016_flickr`` (beam 5, ``onmt_translate``'s defaults otherwise) and is
 scored against the test reference (``onmt_translate -tgt``: the toolkit's gold log-likelihood, per target
 token with ``</s>``).  BLEU is sacreBLEU on the
 lower-cased tokenised reference, both ways our rows report it: ``tokenize="none"`` and the default ``13a``.
 
-**Resumable.**  A rerun after an interruption continues from the newest checkpoint (``train_from``, optimiser state
-kept); the toolkit's early-stopping counter restarts there.  ``--work`` (default ``~/runs/peer-quality``, refused
+``--work`` (default ``~/runs/peer-quality``, refused
 inside the repository) holds ``<arch>/`` with the logs, checkpoints and ``result.json``; ``--json`` copies the result.
 """
 
@@ -65,10 +68,22 @@ def train_config(arch: str, paths: dict[str, Path], out: Path, args: argparse.Na
     config["data"]["valid"] = {"path_src": str(paths["val.de"]), "path_tgt": str(paths["val.en"])}
     config.update(
         num_workers=0, report_every=50, valid_steps=EPOCH_STEPS, save_checkpoint_steps=EPOCH_STEPS,
-        keep_checkpoint=-1, early_stopping=args.patience, early_stopping_criteria=["ppl"], max_grad_norm=5.0,
-        label_smoothing=0.0, save_model=str(out / "model"), seed=args.seed, overwrite=False,
+        keep_checkpoint=-1, max_grad_norm=5.0, label_smoothing=0.0, save_model=str(out / "model"), seed=args.seed,
+        overwrite=False,
     )
     return config
+
+
+def schedule(ppls: list[float], lr: float, decay: float = 0.5) -> tuple[float, int]:
+    """Our trainer's plateau schedule over the validation perplexities so far: the learning rate of the next epoch
+    (``lr`` halved once per epoch that did not set a new lowest) and how many epochs in a row have not."""
+    best, bad, halvings = math.inf, 0, 0
+    for ppl in ppls:
+        if ppl < best:
+            best, bad = ppl, 0
+        else:
+            bad, halvings = bad + 1, halvings + 1
+    return lr * decay**halvings, bad
 
 
 def validations(log: str) -> list[tuple[int, float]]:
@@ -93,22 +108,34 @@ def checkpoints(out: Path) -> dict[int, Path]:
     return {int(p.stem.rsplit("_", 1)[1]): p for p in out.glob("model_step_*.pt")}
 
 
-def train(venv: Path, config: dict[str, Any], out: Path, threads: int) -> float:
-    """``onmt_train`` until it ends (early stopping or the epoch bound), resuming from the newest checkpoint;
-    returns this sitting's wall seconds."""
-    saved = checkpoints(out)
-    if saved:
-        config = {**config, "train_from": str(saved[max(saved)]), "reset_optim": "none"}
-    path = out / "train.yaml"
-    path.write_text(toolkit.to_yaml(config), encoding="utf-8")
-    started = time.perf_counter()
-    with open(out / "train.log", "a", encoding="utf-8") as log:
-        done = subprocess.run([str(venv / "bin" / "onmt_train"), "-config", str(path)], stdout=log,
-                              stderr=subprocess.STDOUT, env={**toolkit.thread_env(threads),
-                                                             "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"})
-    if done.returncode != 0:
-        raise RuntimeError(f"onmt_train failed (exit {done.returncode}); see {out / 'train.log'}")
-    return time.perf_counter() - started
+def train(venv: Path, config: dict[str, Any], out: Path, threads: int, patience: int, epochs: int) -> list[float]:
+    """``onmt_train`` one epoch a call under :func:`schedule` until it stops (see the module docstring), resuming
+    from the newest checkpoint; returns the calls' wall seconds."""
+    seconds = []
+    while True:
+        saved = checkpoints(out)
+        step = max(saved, default=0)
+        lr, bad = schedule([p for _, p in validations(_log(out))], config["learning_rate"])
+        if step >= epochs * EPOCH_STEPS or bad >= patience:
+            return seconds
+        epoch = {**config, "train_steps": step + EPOCH_STEPS, "learning_rate": lr, "seed": config["seed"] + step}
+        if saved:
+            epoch.update(train_from=str(saved[step]), reset_optim="keep_states")
+        path = out / "train.yaml"
+        path.write_text(toolkit.to_yaml(epoch), encoding="utf-8")
+        started = time.perf_counter()
+        with open(out / "train.log", "a", encoding="utf-8") as log:
+            done = subprocess.run([str(venv / "bin" / "onmt_train"), "-config", str(path)], stdout=log,
+                                  stderr=subprocess.STDOUT, env={**toolkit.thread_env(threads),
+                                                                 "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"})
+        seconds.append(time.perf_counter() - started)
+        if done.returncode != 0 or step + EPOCH_STEPS not in checkpoints(out):
+            raise RuntimeError(f"onmt_train failed (exit {done.returncode}); see {out / 'train.log'}")
+
+
+def _log(out: Path) -> str:
+    path = out / "train.log"
+    return path.read_text(encoding="utf-8") if path.is_file() else ""
 
 
 def test_ppl(gold_score: float, sentences: int, refs: list[str]) -> float:
@@ -154,10 +181,10 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
     config = train_config(args.arch, paths, out, args)
     sittings = json.loads((out / "sittings.json").read_text()) if (out / "sittings.json").is_file() else []
     if not (out / "trained.json").is_file():
-        sittings.append(round(train(venv, config, out, args.threads), 1))
+        sittings.append(round(sum(train(venv, config, out, args.threads, args.patience, args.epochs)), 1))
         (out / "sittings.json").write_text(json.dumps(sittings))
         (out / "trained.json").write_text("{}")
-    history = validations((out / "train.log").read_text(encoding="utf-8"))
+    history = validations(_log(out))
     saved = [(step, ppl) for step, ppl in history if step in checkpoints(out)]
     if not saved:
         raise RuntimeError(f"no validated checkpoint in {out}; see {out / 'train.log'}")
@@ -167,6 +194,8 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         "arch": args.arch, "toolkit": versions, "config": {k: v for k, v in config.items() if k != "data"},
         "threads": args.threads, "val_ppl": best_ppl, "best_epoch": best_step // EPOCH_STEPS,
         "epochs": max(s for s, _ in history) // EPOCH_STEPS, "val_ppl_by_epoch": [p for _, p in history],
+        "lr_by_epoch": [schedule([p for _, p in history[:i]], config["learning_rate"])[0]
+                        for i in range(len(history))],
         "wall_s": round(sum(sittings), 1), "sittings": len(sittings), "beam": args.beam,
         **score(venv, checkpoints(out)[best_step], test, out, args.threads, args.beam),
         "command": "python benchmarks/peer_quality.py " + " ".join(sys.argv[1:]),

@@ -392,9 +392,10 @@ def test_align_cost_tiny(tmp_path, capsys) -> None:
 
 
 def test_peer_quality_reads_the_toolkits_logs(tmp_path) -> None:
-    """benchmarks/peer_quality.py: each validation belongs to the checkpoint saved next (the early-stopping one
-    too), the per-sentence gold score becomes a per-token perplexity, and the Transformer configuration has the
-    size of examples/configs/transformer-multi30k.toml with no label smoothing."""
+    """benchmarks/peer_quality.py: each validation belongs to the checkpoint saved next, the per-sentence gold score
+    becomes a per-token perplexity, the Transformer configuration has the size of
+    examples/configs/transformer-multi30k.toml with no label smoothing, and the learning rate follows our trainer's
+    plateau schedule."""
     peer_quality = load_script("benchmarks", "peer_quality")
     log = ("Validation perplexity: 9.5\n[x] Saving checkpoint /w/model_step_454.pt\nStep 500/18160; ...\n"
            "Validation perplexity: 7.25\n[x] earlystopper has_stopped!\n[x] Saving checkpoint /w/model_step_908.pt\n"
@@ -408,7 +409,10 @@ def test_peer_quality_reads_the_toolkits_logs(tmp_path) -> None:
     paths = {f"{split}.{lang}": tmp_path / f"{split}.{lang}" for split in ("train", "val") for lang in ("de", "en")}
     config = peer_quality.train_config("transformer", paths, args.work / "transformer", args)
     assert (config["layers"], config["hidden_size"], config["heads"], config["transformer_ff"]) == (3, 256, 4, 1024)
-    assert config["label_smoothing"] == 0.0 and config["early_stopping"] == 2
+    assert config["label_smoothing"] == 0.0 and config["max_grad_norm"] == 5.0
+    # our trainer's plateau schedule: halve after each epoch that sets no new lowest, stop after `patience` in a row
+    assert peer_quality.schedule([], 1.0) == (1.0, 0)
+    assert peer_quality.schedule([9.0, 7.0, 7.5, 6.0, 6.5, 6.2], 1.0) == (0.125, 2)
     assert config["valid_steps"] == config["save_checkpoint_steps"] == 454
     assert config["data"]["valid"]["path_src"] == str(paths["val.de"])
     with pytest.raises(SystemExit):
