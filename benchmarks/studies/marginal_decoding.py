@@ -29,7 +29,7 @@ from pyro_attention.tasks.translation.corpora import build_pair, build_vocabs, l
 from pyro_attention.tasks.translation.translating import BeamSearch, decode_batches
 
 
-def logsumexp_marginal(self: Any, src: Any, h: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+def logsumexp_marginal(self: Any, src: Any, h: torch.Tensor, scores: torch.Tensor, fed: torch.Tensor) -> torch.Tensor:
     """The formula ``_Marginal`` used for the ``tanh`` layer before ``log_mixture_of_softmaxes``."""
     log_prior = decoding._log_prior(src, scores)
     per_alignment = self.net.step_logits(h.unsqueeze(1), src.values).log_softmax(-1)  # (N, S, V)
