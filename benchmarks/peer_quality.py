@@ -22,8 +22,9 @@ kept, the new rate taken; the data order reseeded per epoch), so the schedule is
 run resumes after an interruption by rerunning the command.  The checkpoint with the lowest
 validation perplexity then translates ``test_2016_flickr`` (beam 5, ``onmt_translate``'s defaults otherwise) and is
 scored against the test reference (``onmt_translate -tgt``: the toolkit's gold log-likelihood, per target
-token with ``</s>``).  BLEU is sacreBLEU on the
-lower-cased tokenised reference, both ways our rows report it: ``tokenize="none"`` and the default ``13a``.
+token with ``</s>``).  BLEU is sacreBLEU against the lower-cased tokenised
+reference: ``tokenize="none"`` (``bleu_tok_none``, the figure to set beside our rows' own) and the default ``13a``
+(``bleu``; our rows' ``bleu`` is 13a on detokenised output against the raw reference, close but not the same).
 
 ``--work`` (default ``~/runs/peer-quality``, refused
 inside the repository) holds ``<arch>/`` with the logs, checkpoints and ``result.json``; ``--json`` copies the result.
@@ -164,9 +165,10 @@ def score(venv: Path, model: Path, test: dict[str, Path], out: Path, threads: in
     gold = GOLD_SCORE.findall(done.stdout + done.stderr)
     if not gold:
         raise RuntimeError(f"onmt_translate printed no GOLD SCORE line; see {out / 'translate.log'}")
-    bleu = sacrebleu.corpus_bleu(hyps, [refs], lowercase=True)
+    metric = sacrebleu.metrics.BLEU(lowercase=True)
+    bleu = metric.corpus_score(hyps, [refs])
     return {"test_ppl": test_ppl(float(gold[-1][0]), int(gold[-1][1]), refs), "bleu": round(bleu.score, 2),
-            "bleu_signature": str(bleu.format(signature=True)).split(" = ")[0],
+            "bleu_signature": str(metric.get_signature()),
             "bleu_tok_none": decode_speed.bleu_tok_none(hyps, refs), "test_sentences": len(hyps)}
 
 

@@ -35,3 +35,13 @@ def test_every_row_of_the_json_file_is_a_table_row_of_results_md(name: str) -> N
             missing.append(f"{row['label']} ({row['device']}): val PPL, test PPL, BLEU, BLEU tok none, H(prior) = "
                            f"{', '.join(want)}")
     assert rows and not missing, f"rows of docs/results/{name} in no table of docs/results.md:\n" + "\n".join(missing)
+
+
+def test_the_toolkits_transformer_row_is_the_one_peer_quality_wrote() -> None:
+    """``docs/results/peer-transformer-multi30k.json`` (``benchmarks/peer_quality.py``) stands in the Transformer
+    table with its validation and test perplexity and both BLEU scores."""
+    peer = json.loads((DOCS / "results" / "peer-transformer-multi30k.json").read_text())
+    want = [format(peer["val_ppl"], ".2f"), format(peer["test_ppl"], ".2f"), format(peer["bleu"], ".2f"),
+            format(peer["bleu_tok_none"], ".2f")]
+    rows = [cells for cells in table_cells((DOCS / "results.md").read_text()) if any("OpenNMT" in c for c in cells)]
+    assert any(all(w in cells for w in want) for cells in rows), want
