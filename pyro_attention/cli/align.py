@@ -122,7 +122,7 @@ def add_align(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     add_config_options(al, AlignConfig, ("epochs", "batch_size", "lr", "max_len"))
     # each network's options (an option the chosen network does not read is refused): AlignConfig.from_flags
     add_config_options(al, Seq2SeqSizes, ("embedding", "encoder", "decoder", "attention"))
-    add_config_options(al, TransformerSizes, ("layers", "heads", "feedforward"))
+    add_config_options(al, TransformerSizes, ("layers", "heads", "feedforward", "embedding_values"))
     add_config_options(al, StagedOptions, ("ibm1_epochs", "ibm1_lr", "tension", "max_jump", "table_lr"))
     add_config_options(al, HMMOptions, ("null_prob", "decoder_expert", "table_prior"))
     add_config_options(al, IBM1Options, ("min_cooccurrence",))

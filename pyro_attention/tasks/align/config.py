@@ -170,6 +170,9 @@ class TransformerSizes(NetworkOptions):
     layers: int = option(2, "network transformer: encoder layers, and decoder layers", low=1)
     heads: int = option(4, "network transformer: heads of its soft multi-head attention", low=1)
     feedforward: int = option(256, "network transformer: feed-forward size of every layer", low=1)
+    embedding_values: bool = option(False, "network transformer: the source expert reads the aligned word's "
+                                    "embedding instead of the encoder's output (docs/transformer.md: variational "
+                                    "attention learned to align only so)")
 
     def check(self, config: AlignConfig) -> None:
         check_transformer_width(self.embedding, self.heads)

@@ -374,8 +374,9 @@ ALIGN_NETWORKS: dict[str, AlignNetwork] = {
         Seq2SeqAligner("product", "Seq2Seq, product-of-experts output (decoder expert u_t + source expert v_s)",
                        "product"),
         Seq2SeqAligner("transformer", "TransformerSeq2Seq, its alignment one dedicated attention head, product-of-"
-                       "experts output (--embedding its width, --layers, --heads, --feedforward; its top layer's "
-                       "cross-attention averaged over heads is scored too)", "product", network="transformer",
+                       "experts output (--embedding its width, --layers, --heads, --feedforward, --embedding-values; "
+                       "its top layer's cross-attention averaged over heads is scored too)", "product",
+                       network="transformer",
                        options=families.TransformerSizes),
         LexicalAligner("ibm1", "IBM Model 1: uniform prior, lexical expert with a free (full-rank) table (a NULL word "
                        "with --null-prob)", _ibm1, null_word=True, options=families.IBM1Options),

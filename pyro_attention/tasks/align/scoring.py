@@ -211,8 +211,8 @@ def run_align(config: AlignConfig, log: Callable[[str], None] = print) -> list[A
 
 def _family(network: str, trained: TrainedDirection, config: AlignConfig) -> tuple[str, str]:
     """The rows' model family and note: a NULL word, a decoder's expert, agreement, Dirichlet tables, repeated gold
-    text and cut words are part of the model, ``<network>[-lm][-null][-agree][-dirichletA][-goldK][-srcprefixN]
-    [-tgtprefixN]``."""
+    text, embedding values and cut words are part of the model, ``<network>[-lm][-null][-agree][-dirichletA][-ev]
+    [-goldK][-srcprefixN][-tgtprefixN]``."""
     options = config.options.settings()  # a network's own options; those it does not have are off
     decoder_expert, null_prob = options.get("decoder_expert", 0), options.get("null_prob", 0.0)
     table_prior = options.get("table_prior", 0.0)
@@ -220,10 +220,11 @@ def _family(network: str, trained: TrainedDirection, config: AlignConfig) -> tup
              (trained.null_word, "-null", f"null_prob {null_prob:g}"),
              (options.get("agreement", False), "-agree", "both directions trained by agreement"),
              (table_prior, f"-dirichlet{table_prior:g}", f"tables by EM, Dirichlet({table_prior:g}) posterior mean"),
+             (options.get("embedding_values", False), "-ev", "the source expert on the aligned word's embedding"),
              (config.gold_repeat > 1, f"-gold{config.gold_repeat}", f"gold_repeat {config.gold_repeat}"),
              (config.source_prefix, f"-srcprefix{config.source_prefix}", f"source_prefix {config.source_prefix}"),
              (config.target_prefix, f"-tgtprefix{config.target_prefix}", f"target_prefix {config.target_prefix}")]
-    notes = parts[1:4] + parts[:1] + parts[4:]  # the note names the decoder's expert after the training options
+    notes = parts[1:5] + parts[:1] + parts[5:]  # the note names the decoder's expert after the training options
     return network + "".join(tag for on, tag, _ in parts if on), "; ".join(note for on, _, note in notes if on)
 
 

@@ -454,10 +454,20 @@ def test_align_transformer_scores_its_alignment_head_and_its_cross_attention(tmp
     rows = json.loads(out.read_text())
     assert {"prior", "posterior", "q", "cross-attention"} <= {r["source"] for r in rows}
     assert all(r["model"] == "transformer-variational" and 0 <= r["aer"] <= 100 for r in rows)
+    code = cli.main(["align", "--gold-text", str(tmp_path / "gold.txt"), "--gold-links", str(tmp_path / "gold.p1"),
+                     "--network", "transformer", "--models", "marginal", "--epochs", "1", "--embedding", "8",
+                     "--heads", "2", "--feedforward", "16", "--attention", "8", "--embedding-values", "--out",
+                     str(tmp_path / "runs"), "--json", str(out)])
+    assert code == 0
+    ev = [r for r in json.loads(out.read_text()) if r["model"] == "transformer-ev-marginal"]
+    assert ev and all("the source expert on the aligned word's embedding" in r["note"] for r in ev)
     capsys.readouterr()
     with pytest.raises(SystemExit):
         cli.main(["align", "--network", "transformer", "--encoder", "32"])
     assert "encoder: network 'transformer' does not use it" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["align", "--network", "hmm", "--embedding-values"])
+    assert "embedding-values: network 'hmm' does not use it" in capsys.readouterr().err
 
 
 def test_align_ibm1_from_the_command_line_writes_json_rows(tmp_path, capsys):
