@@ -25,6 +25,7 @@ scored against the test reference (``onmt_translate -tgt``: the toolkit's gold l
 token with ``</s>``).  BLEU is sacreBLEU against the lower-cased tokenised
 reference: ``tokenize="none"`` (``bleu_tok_none``, the figure to set beside our rows' own) and the default ``13a``
 (``bleu``; our rows' ``bleu`` is 13a on detokenised output against the raw reference, close but not the same).
+Speed: ``tokens_per_s``, the median of the toolkit's own target tokens/s over its progress reports.
 
 ``--work`` (default ``~/runs/peer-quality``, refused
 inside the repository) holds ``<arch>/`` with the logs, checkpoints and ``result.json``; ``--json`` copies the result.
@@ -37,6 +38,7 @@ import json
 import math
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -60,6 +62,7 @@ TRANSFORMER: dict[str, Any] = dict(
 ARCHS = {"lstm": toolkit.PEER_CONFIG, "transformer": TRANSFORMER}
 VALID_PPL = re.compile(r"Validation perplexity: ([\d.]+)")
 SAVED = re.compile(r"Saving checkpoint .*_step_(\d+)\.pt")
+REPORT = re.compile(r"Step\s+\d+/\s*\d+;.*?[\d.]+/\s*([\d.]+) tok/s;")
 GOLD_SCORE = re.compile(r"GOLD SCORE: (-?[\d.]+), GOLD PPL: [\d.inf]+ NB SENTENCES: (\d+)")
 
 
@@ -103,6 +106,20 @@ def validations(log: str) -> list[tuple[int, float]]:
     if pending is not None:
         found.append((-1, pending))
     return found
+
+
+def target_tokens_per_s(log: str) -> float | None:
+    """The median of the toolkit's own target tokens/s over its progress reports (each over the steps since the
+    previous one), leaving out each call's first report (start-up)."""
+    rates, first = [], True
+    for line in log.splitlines():
+        if "Starting training" in line:
+            first = True
+        elif (m := REPORT.search(line)) is not None:
+            if not first:
+                rates.append(float(m.group(1)))
+            first = False
+    return statistics.median(rates) if rates else None
 
 
 def checkpoints(out: Path) -> dict[int, Path]:
@@ -199,6 +216,7 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         "lr_by_epoch": [schedule([p for _, p in history[:i]], config["learning_rate"])[0]
                         for i in range(len(history))],
         "wall_s": round(sum(sittings), 1), "sittings": len(sittings), "beam": args.beam,
+        "tokens_per_s": target_tokens_per_s(_log(out)),
         **score(venv, checkpoints(out)[best_step], test, out, args.threads, args.beam),
         "command": "python benchmarks/peer_quality.py " + " ".join(sys.argv[1:]),
     }

@@ -401,6 +401,11 @@ def test_peer_quality_reads_the_toolkits_logs(tmp_path) -> None:
            "Validation perplexity: 7.25\n[x] earlystopper has_stopped!\n[x] Saving checkpoint /w/model_step_908.pt\n"
            "Validation perplexity: 7.5\n")
     assert peer_quality.validations(log) == [(454, 9.5), (908, 7.25), (-1, 7.5)]
+    reports = ("[x] Starting training on CPU\n[x] Step 50/ 908; acc: 1; ppl: 9; xent: 2; lr: 0.0005; sents: 3200; "
+               "bsz: 700/ 800/64; 100/120 tok/s;  30 sec;\n[x] Step 100/ 908; acc: 1; ppl: 9; xent: 2; lr: 0.0005; "
+               "sents: 3200; bsz: 700/ 800/64; 900/1000 tok/s;  60 sec;\n[x] Step 150/ 908; acc: 1; ppl: 9; xent: 2; "
+               "lr: 0.0005; sents: 3200; bsz: 700/ 800/64; 800/1100 tok/s;  90 sec;\n")
+    assert peer_quality.target_tokens_per_s(reports) == 1050.0  # the first report of a call (start-up) left out
     refs = ["a b c", "d"]  # 4 + 2 target tokens with </s>
     assert peer_quality.test_ppl(-3.0, 2, refs) == pytest.approx(math.exp(6.0 / 6))
     with pytest.raises(RuntimeError, match="scored 3 sentences, the reference has 2"):
