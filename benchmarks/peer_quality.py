@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import shutil
 import statistics
@@ -126,16 +127,15 @@ def checkpoints(out: Path) -> dict[int, Path]:
     return {int(p.stem.rsplit("_", 1)[1]): p for p in out.glob("model_step_*.pt")}
 
 
-def train(venv: Path, config: dict[str, Any], out: Path, threads: int, patience: int, epochs: int) -> list[float]:
+def train(venv: Path, config: dict[str, Any], out: Path, threads: int, patience: int, epochs: int) -> None:
     """``onmt_train`` one epoch a call under :func:`schedule` until it stops (see the module docstring), resuming
-    from the newest checkpoint; returns the calls' wall seconds."""
-    seconds = []
+    from the newest checkpoint; each call's wall seconds are added to ``sittings.json`` as it ends."""
     while True:
         saved = checkpoints(out)
         step = max(saved, default=0)
         lr, bad = schedule([p for _, p in validations(_log(out))], config["learning_rate"])
         if step >= epochs * EPOCH_STEPS or bad >= patience:
-            return seconds
+            return
         epoch = {**config, "train_steps": step + EPOCH_STEPS, "learning_rate": lr, "seed": config["seed"] + step}
         if saved:
             epoch.update(train_from=str(saved[step]), reset_optim="keep_states")
@@ -146,9 +146,20 @@ def train(venv: Path, config: dict[str, Any], out: Path, threads: int, patience:
             done = subprocess.run([str(venv / "bin" / "onmt_train"), "-config", str(path)], stdout=log,
                                   stderr=subprocess.STDOUT, env={**toolkit.thread_env(threads),
                                                                  "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"})
-        seconds.append(time.perf_counter() - started)
+        _write_json(out / "sittings.json", _sittings(out) + [round(time.perf_counter() - started, 1)])
         if done.returncode != 0 or step + EPOCH_STEPS not in checkpoints(out):
             raise RuntimeError(f"onmt_train failed (exit {done.returncode}); see {out / 'train.log'}")
+
+
+def _sittings(out: Path) -> list[float]:
+    path = out / "sittings.json"
+    return json.loads(path.read_text()) if path.is_file() else []
+
+
+def _write_json(path: Path, value: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(value), encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def _log(out: Path) -> str:
@@ -198,11 +209,10 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
     if not (work / "peer" / "vocab.src").is_file():
         toolkit.build_peer_vocab(venv, paths, work, args.threads)
     config = train_config(args.arch, paths, out, args)
-    sittings = json.loads((out / "sittings.json").read_text()) if (out / "sittings.json").is_file() else []
     if not (out / "trained.json").is_file():
-        sittings.append(round(sum(train(venv, config, out, args.threads, args.patience, args.epochs)), 1))
-        (out / "sittings.json").write_text(json.dumps(sittings))
+        train(venv, config, out, args.threads, args.patience, args.epochs)
         (out / "trained.json").write_text("{}")
+    sittings = _sittings(out)
     history = validations(_log(out))
     saved = [(step, ppl) for step, ppl in history if step in checkpoints(out)]
     if not saved:
