@@ -157,9 +157,7 @@ def run_peer(args: argparse.Namespace, model: Path, src: Path, refs: list[str], 
                str(out), "-beam_size", str(args.beam), "-batch_size", "64", "-batch_type", "sents", "-gpu", "-1",
                "-report_time"]
     start = time.perf_counter()
-    # OpenNMT-py 3.5.1 pickles its options (argparse.Namespace): torch >= 2.6 loads it only with weights_only off
-    env = {**toolkit.thread_env(threads), "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
-    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    done = subprocess.run(command, capture_output=True, text=True, env=toolkit.peer_env(threads))
     wall = time.perf_counter() - start
     if done.returncode != 0:
         raise RuntimeError(f"onmt_translate failed (exit {done.returncode}):\n{done.stderr[-3000:]}")

@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import re
 import shutil
 import statistics
@@ -45,6 +44,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from pyro_attention.files import write_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import decode_speed  # noqa: E402  (the test files, BLEU with tokenize="none")
@@ -144,9 +145,8 @@ def train(venv: Path, config: dict[str, Any], out: Path, threads: int, patience:
         started = time.perf_counter()
         with open(out / "train.log", "a", encoding="utf-8") as log:
             done = subprocess.run([str(venv / "bin" / "onmt_train"), "-config", str(path)], stdout=log,
-                                  stderr=subprocess.STDOUT, env={**toolkit.thread_env(threads),
-                                                                 "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"})
-        _write_json(out / "sittings.json", _sittings(out) + [round(time.perf_counter() - started, 1)])
+                                  stderr=subprocess.STDOUT, env=toolkit.peer_env(threads))
+        write_text(out / "sittings.json", json.dumps(_sittings(out) + [round(time.perf_counter() - started, 1)]))
         if done.returncode != 0 or step + EPOCH_STEPS not in checkpoints(out):
             raise RuntimeError(f"onmt_train failed (exit {done.returncode}); see {out / 'train.log'}")
 
@@ -154,12 +154,6 @@ def train(venv: Path, config: dict[str, Any], out: Path, threads: int, patience:
 def _sittings(out: Path) -> list[float]:
     path = out / "sittings.json"
     return json.loads(path.read_text()) if path.is_file() else []
-
-
-def _write_json(path: Path, value: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(value), encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _log(out: Path) -> str:
@@ -184,7 +178,7 @@ def score(venv: Path, model: Path, test: dict[str, Path], out: Path, threads: in
                str(test["en"]), "-output", str(hyp), "-beam_size", str(beam), "-batch_size", "64", "-batch_type",
                "sents", "-gpu", "-1"]
     done = subprocess.run(command, capture_output=True, text=True,
-                          env={**toolkit.thread_env(threads), "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"})
+                          env=toolkit.peer_env(threads))
     (out / "translate.log").write_text(done.stdout + done.stderr, encoding="utf-8")
     if done.returncode != 0:
         raise RuntimeError(f"onmt_translate failed (exit {done.returncode}); see {out / 'translate.log'}")
@@ -230,7 +224,7 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         **score(venv, checkpoints(out)[best_step], test, out, args.threads, args.beam),
         "command": "python benchmarks/peer_quality.py " + " ".join(sys.argv[1:]),
     }
-    (out / "result.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    write_text(out / "result.json", json.dumps(result, indent=1) + "\n")
     if args.json is not None:
         shutil.copyfile(out / "result.json", args.json)
     print(json.dumps({k: result[k] for k in ("arch", "val_ppl", "test_ppl", "bleu", "bleu_tok_none", "epochs",

@@ -59,6 +59,12 @@ def thread_env(threads: int) -> dict[str, str]:
     return env
 
 
+def peer_env(threads: int) -> dict[str, str]:
+    """:func:`thread_env` for a peer command that loads a checkpoint: OpenNMT-py 3.5.1 pickles its options
+    (``argparse.Namespace``), which torch >= 2.6 loads only with weights-only loading off."""
+    return {**thread_env(threads), "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
+
+
 # -- the peer --------------------------------------------------------------------------------------------------
 def _peer_python(venv: Path) -> Path:
     return venv / "bin" / "python"
