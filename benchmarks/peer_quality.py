@@ -2,6 +2,7 @@
 
     python benchmarks/peer_quality.py --arch transformer --threads 1   # the Transformer anchor (about an hour a core)
     python benchmarks/peer_quality.py --arch lstm --threads 2          # VISION's LSTM configuration
+    python benchmarks/peer_quality.py --arch transformer --normalization tokens   # the loss as a token mean, like ours
 
 **What runs.**  OpenNMT-py 3.5.1 in its own venv (``--peer-venv``, created as ``benchmarks/toolkit.py`` says), on
 Multi30k's lower-cased tokenised text with whitespace runs collapsed, a word vocabulary of minimum frequency 2 and
@@ -13,7 +14,9 @@ training pairs of at most 50 tokens a side -- the data of our ``multi30k`` rows:
   3 layers each, width 256, 4 heads, feed-forward 1024, dropout 0.1 (attention dropout 0.1), sinusoidal positions,
   Glorot-uniform initialisation, Adam 5e-4.
 
-Both: batches of 64 sentences, gradient norm clipped at 5, **no label smoothing** (it changes the likelihood being
+Both: batches of 64 sentences, the loss summed over a batch's tokens and divided by its sentences (the toolkit's
+default; ``--normalization tokens`` divides by its target tokens instead, the token mean our trainer takes, and
+writes to ``<arch>-tokens/``), gradient norm clipped at 5, **no label smoothing** (it changes the likelihood being
 compared), validation and a checkpoint once per epoch (``ceil(29,000 / 64) = 454`` steps), and our trainer's schedule,
 which the toolkit does not have built in: the learning rate halves after every epoch whose validation perplexity is
 not the lowest yet, and training stops after ``--patience`` such epochs in a row or ``--epochs`` epochs.  Each epoch is
@@ -74,8 +77,8 @@ def train_config(arch: str, paths: dict[str, Path], out: Path, args: argparse.Na
     config["data"]["valid"] = {"path_src": str(paths["val.de"]), "path_tgt": str(paths["val.en"])}
     config.update(
         num_workers=0, report_every=50, valid_steps=EPOCH_STEPS, save_checkpoint_steps=EPOCH_STEPS,
-        keep_checkpoint=-1, max_grad_norm=5.0, label_smoothing=0.0, save_model=str(out / "model"), seed=args.seed,
-        overwrite=False,
+        keep_checkpoint=-1, max_grad_norm=5.0, label_smoothing=0.0, normalization=args.normalization,
+        save_model=str(out / "model"), seed=args.seed, overwrite=False,
     )
     return config
 
@@ -196,7 +199,7 @@ def score(venv: Path, model: Path, test: dict[str, Path], out: Path, threads: in
 
 def main(args: argparse.Namespace) -> dict[str, Any]:
     work, venv = args.work, args.peer_venv
-    out = work / args.arch
+    out = work / (args.arch if args.normalization == "sents" else f"{args.arch}-{args.normalization}")
     out.mkdir(parents=True, exist_ok=True)
     versions = toolkit.ensure_peer_venv(venv)
     paths = toolkit.prepare_data(args.data_dir, work)
@@ -214,7 +217,8 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
     best_step, best_ppl = min(saved, key=lambda s: s[1])
     test = decode_speed.test_files(args.data_dir, work, None)
     result = {
-        "arch": args.arch, "toolkit": versions, "config": {k: v for k, v in config.items() if k != "data"},
+        "arch": args.arch, "normalization": args.normalization, "toolkit": versions,
+        "config": {k: v for k, v in config.items() if k != "data"},
         "threads": args.threads, "val_ppl": best_ppl, "best_epoch": best_step // EPOCH_STEPS,
         "epochs": max(s for s, _ in history) // EPOCH_STEPS, "val_ppl_by_epoch": [p for _, p in history],
         "lr_by_epoch": [schedule([p for _, p in history[:i]], config["learning_rate"])[0]
@@ -236,6 +240,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--arch", choices=tuple(ARCHS), default="transformer", help="the toolkit's model (default "
                    "transformer)")
+    p.add_argument("--normalization", choices=("sents", "tokens"), default="sents", help="divide a batch's summed "
+                   "loss by its sentences (the toolkit's default) or its target tokens (our trainer's mean)")
     p.add_argument("--threads", type=int, default=1, help="OMP / MKL threads of the toolkit (default 1)")
     p.add_argument("--epochs", type=int, default=40, help="at most this many epochs (default 40)")
     p.add_argument("--patience", type=int, default=3, help="validations without improvement before stopping "

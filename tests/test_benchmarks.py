@@ -415,6 +415,9 @@ def test_peer_quality_reads_the_toolkits_logs(tmp_path) -> None:
     config = peer_quality.train_config("transformer", paths, args.work / "transformer", args)
     assert (config["layers"], config["hidden_size"], config["heads"], config["transformer_ff"]) == (3, 256, 4, 1024)
     assert config["label_smoothing"] == 0.0 and config["max_grad_norm"] == 5.0
+    assert config["normalization"] == "sents"  # the toolkit's default; --normalization tokens is our token mean
+    tokens = peer_quality.parse_args(["--work", str(tmp_path / "work"), "--normalization", "tokens"])
+    assert peer_quality.train_config("transformer", paths, args.work, tokens)["normalization"] == "tokens"
     # our trainer's plateau schedule: halve after each epoch that sets no new lowest, stop after `patience` in a row
     assert peer_quality.schedule([], 1.0) == (1.0, 0)
     assert peer_quality.schedule([9.0, 7.0, 7.5, 6.0, 6.5, 6.2], 1.0) == (0.125, 2)
