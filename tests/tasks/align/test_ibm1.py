@@ -440,20 +440,23 @@ def test_align_config_network_errors():
 
 def test_align_transformer_scores_its_alignment_head_and_its_cross_attention(tmp_path, capsys):
     """``align --network transformer``: the Transformer's prior, exact posterior and q, and its top layer's
-    cross-attention averaged over heads (the usual baseline), scored as rows; an LSTM size is refused."""
+    cross-attention averaged over heads (the usual baseline), scored as rows, a soft model's under that name beside
+    its alignment head's weights; an LSTM size is refused."""
     pairs = ["the house is small ||| das haus ist klein", "the cat ||| die katze", "a small cat ||| eine kleine katze",
              "the small house ||| das kleine haus"]
     (tmp_path / "gold.txt").write_text("\n".join(pairs) + "\n")
     (tmp_path / "gold.p1").write_text("1-1 2-2 3-3 4-4\n1-1 2-2\n1-1 2p2 3-3\n1-1 2-2 3-3\n")
     out = tmp_path / "aer.json"
     code = cli.main(["align", "--gold-text", str(tmp_path / "gold.txt"), "--gold-links", str(tmp_path / "gold.p1"),
-                     "--network", "transformer", "--models", "variational", "--epochs", "2", "--embedding", "8",
+                     "--network", "transformer", "--models", "soft", "variational", "--epochs", "2", "--embedding", "8",
                      "--heads", "2", "--feedforward", "16", "--attention", "8", "--out", str(tmp_path / "runs"),
                      "--json", str(out)])
     assert code == 0
     rows = json.loads(out.read_text())
-    assert {"prior", "posterior", "q", "cross-attention"} <= {r["source"] for r in rows}
-    assert all(r["model"] == "transformer-variational" and 0 <= r["aer"] <= 100 for r in rows)
+    variational = [r for r in rows if r["model"] == "transformer-variational"]
+    assert {"prior", "posterior", "q", "cross-attention"} <= {r["source"] for r in variational}
+    assert {r["source"] for r in rows if r["model"] == "transformer-soft"} == {"soft", "cross-attention"}
+    assert all(r["model"] in ("transformer-soft", "transformer-variational") and 0 <= r["aer"] <= 100 for r in rows)
     code = cli.main(["align", "--gold-text", str(tmp_path / "gold.txt"), "--gold-links", str(tmp_path / "gold.p1"),
                      "--network", "transformer", "--models", "marginal", "--epochs", "1", "--embedding", "8",
                      "--heads", "2", "--feedforward", "16", "--attention", "8", "--embedding-values", "--out",
