@@ -403,14 +403,15 @@ def test_shipped_experiment_files_are_valid(name):
 
 
 def test_the_transformer_experiment_file_is_valid():
-    """examples/configs/transformer-multi30k.toml: the paper's five rows and two on embedding values, every one a
+    """examples/configs/transformer-multi30k.toml: the paper's five rows and three on embedding values, every one a
     valid Transformer config."""
     shared, rows = read_experiment(REPO / "examples" / "configs" / "transformer-multi30k.toml")
     assert [r["label"] for r in rows] == ["soft", "marginal", "va-enum", "va-sample", "hard-sample",
-                                          "marginal-embedding-values", "va-enum-embedding-values"]
+                                          "marginal-embedding-values", "va-enum-embedding-values",
+                                          "va-sample-embedding-values"]
     configs = [TranslationConfig(**{**shared, **{k: v for k, v in row.items() if k != "label"}}) for row in rows]
     assert all(c.network == "transformer" and c.attention_type == "scaled" and c.embedding == 256 for c in configs)
-    assert [c.embedding_values for c in configs] == [False] * 5 + [True] * 2
+    assert [c.embedding_values for c in configs] == [False] * 5 + [True] * 3
 
 
 def test_the_gpu_smoke_file_has_every_row_of_table1():
