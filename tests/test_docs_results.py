@@ -1,7 +1,8 @@
 """The Table 1 rows of ``docs/results/*.json`` (what ``pyro-attention experiment --merge`` writes) are the numbers
 ``docs/results.md`` prints: every row of each file stands in a table row of the page with its validation and test
 perplexity, both BLEU scores and its prior entropy, at the precision the page's table gives them.  A row merged
-into a JSON file without its table in the page, or a table left at an older run's numbers, fails here."""
+into a JSON file without its table in the page, or a table left at an older run's numbers, fails here.  The same
+holds for the toolkit's Transformer row and the Transformer's alignment error rates (``docs/results/aer.json``)."""
 
 from __future__ import annotations
 
@@ -45,3 +46,44 @@ def test_the_toolkits_transformer_row_is_the_one_peer_quality_wrote() -> None:
             format(peer["bleu_tok_none"], ".2f")]
     rows = [cells for cells in table_cells((DOCS / "results.md").read_text()) if any("OpenNMT" in c for c in cells)]
     assert any(all(w in cells for w in want) for cells in rows), want
+
+
+#: the Transformer alignment table's rows: (pair, what is read off) -> (aer.json model, source)
+TRANSFORMER_AER = {
+    "soft: top layer's cross-attention (mean over heads)": ("transformer-ev-soft", "cross-attention"),
+    "soft: alignment head's weights": ("transformer-ev-soft", "soft"),
+    "VA-enum: top layer's cross-attention (mean over heads)": ("transformer-ev-variational", "cross-attention"),
+    "VA-enum: prior": ("transformer-ev-variational", "prior"),
+    "VA-enum: guide q": ("transformer-ev-variational", "q"),
+    "VA-enum: exact posterior": ("transformer-ev-variational", "posterior"),
+}
+LINK_SETS = ("intersection", "union", "grow-diag", "grow-diag-final")
+
+
+def test_the_transformer_alignment_table_is_aer_json() -> None:
+    """results.md's "A Transformer's alignments" prints ``docs/results/aer.json``'s rows: per gold set the forward
+    AER, the best of the four link sets (a posterior's threshold links included) and the two directions' mean."""
+    page = (DOCS / "results.md").read_text()
+    section = page[page.index("### A Transformer's alignments"):]
+    rows = json.loads((DOCS / "results" / "aer.json").read_text())
+
+    def aer(corpus: str, model: str, source: str) -> dict[str, float]:
+        return {r["symmetrisation"]: r["aer"] for r in rows
+                if (r["corpus"], r["model"], r["source"]) == (corpus, model, source)}
+
+    checked = 0
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        if not cells or cells[0] not in TRANSFORMER_AER:
+            continue
+        model, source = TRANSFORMER_AER[cells.pop(0)]
+        for corpus, (forward, best, mean) in zip(("enfr", "csen"), (cells[:3], cells[3:]), strict=True):
+            if forward in ("training", ""):
+                continue
+            got, threshold = aer(corpus, model, source), aer(corpus, model, f"{source}-threshold")
+            lowest = min(v for links in (got, threshold) for k, v in links.items() if k in LINK_SETS)
+            assert forward.strip("*") == f"{got['forward']:.2f}", (corpus, model, source)
+            assert best.split(" ")[0].strip("*") == f"{lowest:.2f}", (corpus, model, source)
+            assert mean.strip("*") == (f"{got['posterior-mean']:.2f}" if "posterior-mean" in got else "-")
+            checked += 1
+    assert checked >= len(TRANSFORMER_AER)
