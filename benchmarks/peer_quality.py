@@ -3,6 +3,7 @@
     python benchmarks/peer_quality.py --arch transformer --threads 1   # the Transformer anchor (about an hour a core)
     python benchmarks/peer_quality.py --arch lstm --threads 2          # VISION's LSTM configuration
     python benchmarks/peer_quality.py --arch transformer --normalization tokens   # the loss as a token mean, like ours
+    python benchmarks/peer_quality.py --arch lstm --schedule constant   # one uninterrupted call, the toolkit's way
 
 **What runs.**  OpenNMT-py 3.5.1 in its own venv (``--peer-venv``, created as ``benchmarks/toolkit.py`` says), on
 Multi30k's lower-cased tokenised text with whitespace runs collapsed, a word vocabulary of minimum frequency 2 and
@@ -22,7 +23,9 @@ which the toolkit does not have built in: the learning rate halves after every e
 not the lowest yet, and training stops after ``--patience`` such epochs in a row or ``--epochs`` epochs.  Each epoch is
 one ``onmt_train`` call resuming from the last checkpoint (``train_from``, ``reset_optim keep_states``: Adam's moments
 kept, the new rate taken; the data order reseeded per epoch), so the schedule is read off the validations alone and a
-run resumes after an interruption by rerunning the command.  The checkpoint with the lowest
+run resumes after an interruption by rerunning the command.  ``--schedule constant`` is the toolkit's own way
+instead (``<arch>-constant/``): one call at the constant rate, stopped by its ``early_stopping`` after ``--patience``
+validations without a new best.  The checkpoint with the lowest
 validation perplexity then translates ``test_2016_flickr`` (beam 5, ``onmt_translate``'s defaults otherwise) and is
 scored against the test reference (``onmt_translate -tgt``: the toolkit's gold log-likelihood, per target
 token with ``</s>``).  BLEU is sacreBLEU against the lower-cased tokenised
@@ -45,6 +48,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -131,26 +135,55 @@ def checkpoints(out: Path) -> dict[int, Path]:
     return {int(p.stem.rsplit("_", 1)[1]): p for p in out.glob("model_step_*.pt")}
 
 
-def train(venv: Path, config: dict[str, Any], out: Path, threads: int, patience: int, epochs: int) -> None:
-    """``onmt_train`` one epoch a call under :func:`schedule` until it stops (see the module docstring), resuming
-    from the newest checkpoint; each call's wall seconds are added to ``sittings.json`` as it ends."""
+def plateau_call(config: dict[str, Any], saved: dict[int, Path], history: list[float], epochs: int,
+                 patience: int) -> dict[str, Any]:
+    """The next ``onmt_train`` call under our trainer's schedule: one epoch at :func:`schedule`'s rate, resuming from
+    the newest checkpoint with Adam's moments kept."""
+    step = max(saved, default=0)
+    call = {**config, "train_steps": step + EPOCH_STEPS, "learning_rate": schedule(history, config["learning_rate"])[0],
+            "seed": config["seed"] + step}
+    if saved:
+        call.update(train_from=str(saved[step]), reset_optim="keep_states")
+    return call
+
+
+def constant_call(config: dict[str, Any], saved: dict[int, Path], history: list[float], epochs: int,
+                  patience: int) -> dict[str, Any]:
+    """The toolkit's own way: one call at the constant rate to ``epochs`` epochs, stopped by its ``early_stopping``
+    after ``patience`` validations without a new lowest perplexity; after an interruption, the same call resumed from the newest
+    checkpoint with everything in it."""
+    step = max(saved, default=0)
+    call = {**config, "train_steps": epochs * EPOCH_STEPS, "early_stopping": patience,
+            "early_stopping_criteria": "ppl", "seed": config["seed"] + step}
+    if saved:
+        call.update(train_from=str(saved[step]), reset_optim="none")
+    return call
+
+
+#: ``--schedule``: how the learning rate moves and what a call of ``onmt_train`` covers
+SCHEDULES = {"plateau": plateau_call, "constant": constant_call}
+
+
+def train(venv: Path, config: dict[str, Any], out: Path, threads: int, patience: int, epochs: int,
+          next_call: Callable[..., dict[str, Any]] = plateau_call) -> None:
+    """``onmt_train`` in the calls ``next_call`` makes (see the module docstring) until ``epochs`` epochs or
+    ``patience`` epochs in a row without a new lowest validation perplexity, resuming from the newest checkpoint;
+    each call's wall seconds are added to ``sittings.json`` as it ends."""
     while True:
         saved = checkpoints(out)
         step = max(saved, default=0)
-        lr, bad = schedule([p for _, p in validations(_log(out))], config["learning_rate"])
-        if step >= epochs * EPOCH_STEPS or bad >= patience:
+        history = [p for _, p in validations(_log(out))]
+        if step >= epochs * EPOCH_STEPS or schedule(history, config["learning_rate"])[1] >= patience:
             return
-        epoch = {**config, "train_steps": step + EPOCH_STEPS, "learning_rate": lr, "seed": config["seed"] + step}
-        if saved:
-            epoch.update(train_from=str(saved[step]), reset_optim="keep_states")
         path = out / "train.yaml"
-        path.write_text(toolkit.to_yaml(epoch), encoding="utf-8")
+        path.write_text(toolkit.to_yaml(next_call(config, saved, history, epochs, patience)), encoding="utf-8")
         started = time.perf_counter()
         with open(out / "train.log", "a", encoding="utf-8") as log:
             done = subprocess.run([str(venv / "bin" / "onmt_train"), "-config", str(path)], stdout=log,
                                   stderr=subprocess.STDOUT, env=toolkit.peer_env(threads))
         write_text(out / "sittings.json", json.dumps(_sittings(out) + [round(time.perf_counter() - started, 1)]))
-        if done.returncode != 0 or step + EPOCH_STEPS not in checkpoints(out):
+        stalled = max(checkpoints(out), default=0) <= step and len(validations(_log(out))) <= len(history)
+        if done.returncode != 0 or stalled:  # (an early stop validates without saving)
             raise RuntimeError(f"onmt_train failed (exit {done.returncode}); see {out / 'train.log'}")
 
 
@@ -199,7 +232,8 @@ def score(venv: Path, model: Path, test: dict[str, Path], out: Path, threads: in
 
 def main(args: argparse.Namespace) -> dict[str, Any]:
     work, venv = args.work, args.peer_venv
-    out = work / (args.arch if args.normalization == "sents" else f"{args.arch}-{args.normalization}")
+    variant = [v for v, default in ((args.normalization, "sents"), (args.schedule, "plateau")) if v != default]
+    out = work / "-".join([args.arch, *variant])
     out.mkdir(parents=True, exist_ok=True)
     versions = toolkit.ensure_peer_venv(venv)
     paths = toolkit.prepare_data(args.data_dir, work)
@@ -207,7 +241,7 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         toolkit.build_peer_vocab(venv, paths, work, args.threads)
     config = train_config(args.arch, paths, out, args)
     if not (out / "trained.json").is_file():
-        train(venv, config, out, args.threads, args.patience, args.epochs)
+        train(venv, config, out, args.threads, args.patience, args.epochs, SCHEDULES[args.schedule])
         (out / "trained.json").write_text("{}")
     sittings = _sittings(out)
     history = validations(_log(out))
@@ -217,12 +251,12 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
     best_step, best_ppl = min(saved, key=lambda s: s[1])
     test = decode_speed.test_files(args.data_dir, work, None)
     result = {
-        "arch": args.arch, "normalization": args.normalization, "toolkit": versions,
+        "arch": args.arch, "normalization": args.normalization, "schedule": args.schedule, "toolkit": versions,
         "config": {k: v for k, v in config.items() if k != "data"},
         "threads": args.threads, "val_ppl": best_ppl, "best_epoch": best_step // EPOCH_STEPS,
         "epochs": max(s for s, _ in history) // EPOCH_STEPS, "val_ppl_by_epoch": [p for _, p in history],
         "lr_by_epoch": [schedule([p for _, p in history[:i]], config["learning_rate"])[0]
-                        for i in range(len(history))],
+                        if args.schedule == "plateau" else config["learning_rate"] for i in range(len(history))],
         "wall_s": round(sum(sittings), 1), "sittings": len(sittings), "beam": args.beam,
         "tokens_per_s": target_tokens_per_s(_log(out)),
         **score(venv, checkpoints(out)[best_step], test, out, args.threads, args.beam),
@@ -242,6 +276,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "transformer)")
     p.add_argument("--normalization", choices=("sents", "tokens"), default="sents", help="divide a batch's summed "
                    "loss by its sentences (the toolkit's default) or its target tokens (our trainer's mean)")
+    p.add_argument("--schedule", choices=tuple(SCHEDULES), default="plateau", help="plateau: our trainer's (the "
+                   "rate halved after an epoch without a new best), one call an epoch; constant: one call at a "
+                   "constant rate with the toolkit's early stopping")
     p.add_argument("--threads", type=int, default=1, help="OMP / MKL threads of the toolkit (default 1)")
     p.add_argument("--epochs", type=int, default=40, help="at most this many epochs (default 40)")
     p.add_argument("--patience", type=int, default=3, help="validations without improvement before stopping "

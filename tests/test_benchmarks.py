@@ -418,6 +418,15 @@ def test_peer_quality_reads_the_toolkits_logs(tmp_path) -> None:
     assert config["normalization"] == "sents"  # the toolkit's default; --normalization tokens is our token mean
     tokens = peer_quality.parse_args(["--work", str(tmp_path / "work"), "--normalization", "tokens"])
     assert peer_quality.train_config("transformer", paths, args.work, tokens)["normalization"] == "tokens"
+    # the next onmt_train call: one epoch at the plateau schedule's rate, or one call to the end at a constant rate
+    saved = {454: tmp_path / "model_step_454.pt", 908: tmp_path / "model_step_908.pt"}
+    plateau = peer_quality.plateau_call(config, saved, [9.0, 9.5], 40, 3)
+    assert (plateau["train_steps"], plateau["learning_rate"]) == (1362, config["learning_rate"] / 2)
+    assert (plateau["train_from"], plateau["reset_optim"]) == (str(saved[908]), "keep_states")
+    constant = peer_quality.constant_call(config, saved, [9.0, 9.5], 40, 3)
+    assert (constant["train_steps"], constant["learning_rate"], constant["early_stopping"]) == (40 * 454, 5e-4, 3)
+    assert (constant["train_from"], constant["reset_optim"]) == (str(saved[908]), "none")
+    assert "train_from" not in peer_quality.constant_call(config, {}, [], 40, 3)
     # our trainer's plateau schedule: halve after each epoch that sets no new lowest, stop after `patience` in a row
     assert peer_quality.schedule([], 1.0) == (1.0, 0)
     assert peer_quality.schedule([9.0, 7.0, 7.5, 6.0, 6.5, 6.2], 1.0) == (0.125, 2)
