@@ -150,8 +150,8 @@ def plateau_call(config: dict[str, Any], saved: dict[int, Path], history: list[f
 def constant_call(config: dict[str, Any], saved: dict[int, Path], history: list[float], epochs: int,
                   patience: int) -> dict[str, Any]:
     """The toolkit's own way: one call at the constant rate to ``epochs`` epochs, stopped by its ``early_stopping``
-    after ``patience`` validations without a new lowest perplexity; after an interruption, the same call resumed from the newest
-    checkpoint with everything in it."""
+    after ``patience`` validations without a new lowest perplexity; after an interruption, the same call resumed
+    from the newest checkpoint with everything in it."""
     step = max(saved, default=0)
     call = {**config, "train_steps": epochs * EPOCH_STEPS, "early_stopping": patience,
             "early_stopping_criteria": "ppl", "seed": config["seed"] + step}
