@@ -239,9 +239,9 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
     paths = toolkit.prepare_data(args.data_dir, work)
     if not (work / "peer" / "vocab.src").is_file():
         toolkit.build_peer_vocab(venv, paths, work, args.threads)
-    config = train_config(args.arch, paths, out, args)
+    config, next_call = train_config(args.arch, paths, out, args), SCHEDULES[args.schedule]
     if not (out / "trained.json").is_file():
-        train(venv, config, out, args.threads, args.patience, args.epochs, SCHEDULES[args.schedule])
+        train(venv, config, out, args.threads, args.patience, args.epochs, next_call)
         (out / "trained.json").write_text("{}")
     sittings = _sittings(out)
     history = validations(_log(out))
@@ -255,8 +255,8 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         "config": {k: v for k, v in config.items() if k != "data"},
         "threads": args.threads, "val_ppl": best_ppl, "best_epoch": best_step // EPOCH_STEPS,
         "epochs": max(s for s, _ in history) // EPOCH_STEPS, "val_ppl_by_epoch": [p for _, p in history],
-        "lr_by_epoch": [schedule([p for _, p in history[:i]], config["learning_rate"])[0]
-                        if args.schedule == "plateau" else config["learning_rate"] for i in range(len(history))],
+        "lr_by_epoch": [next_call(config, {}, [p for _, p in history[:i]], args.epochs, args.patience)["learning_rate"]
+                        for i in range(len(history))],
         "wall_s": round(sum(sittings), 1), "sittings": len(sittings), "beam": args.beam,
         "tokens_per_s": target_tokens_per_s(_log(out)),
         **score(venv, checkpoints(out)[best_step], test, out, args.threads, args.beam),
