@@ -178,9 +178,8 @@ def run_align(config: AlignConfig, log: Callable[[str], None] = print) -> list[A
                             family, train_sentences, seconds, note)
 
         for name, probs in forward.items():
-            label = name  # a deterministic pair's prior is its attention weights; other sources keep their names
-            if name == "prior" and ALL_PAIRS[model].deterministic:
-                label = "weights"
+            # a deterministic pair's prior is its attention weights; every other source keeps its name
+            label = "weights" if name == "prior" and ALL_PAIRS[model].deterministic else name
             variants = [(label, argmax_links(probs, trained.null_word),
                          None if backward is None else argmax_links(backward[name], back_null), "")]
             if name in ("posterior", "smoothed"):
