@@ -94,6 +94,7 @@ def fit(
     num_samples: int = 20,
     log_csv: str | os.PathLike | None = None,
     matmul_precision: str | None = None,
+    autocast: torch.dtype | None = None,
     log: Callable[[str], None] | None = None,
 ) -> FitResult:
     """Train ``pair`` by SVI on ``pair.elbo()``.
@@ -112,6 +113,9 @@ def fit(
         bfloat16 products, 1.5-1.7x per step of the exact ``tanh`` translation rows on a CPU with AMX); validation
         keeps the process's (:func:`~pyro_attention.inference.loop.float32_matmul_precision`); ``None``: the
         process's throughout.
+    :param autocast: ``torch.bfloat16``: the training steps under ``torch.autocast`` on the network's device
+        (:func:`~pyro_attention.precision.autocast`: its products in bfloat16, the likelihood and kernels in
+        float32); validation keeps float32; ``None`` (default): float32 throughout.
     :param log: also a line through this function at every epoch's end and every minute
         (:class:`~pyro_attention.inference.loop.ProgressLines`), for a log where no bar shows.
     """
@@ -143,6 +147,8 @@ def fit(
         warmup=DataParallelSVI(pair.model, pair.warmup_guide, optim, elbo, distributed=False) if warmup_steps else None,
         warmup_steps=warmup_steps,
         matmul_precision=matmul_precision,
+        autocast=autocast,
+        device_type=pair.network.device.type,
     )
     result = FitResult()
     callbacks = _fit_callbacks(pair, train, val, result, progress, num_samples, log_csv, log)

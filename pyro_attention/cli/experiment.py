@@ -15,7 +15,8 @@ def _run(args: argparse.Namespace) -> int:
     from pyro_attention.tasks.translation.runner import markdown_table, run_experiment
 
     overrides = {k: v for k, v in (("device", args.device), ("threads", args.threads),
-                                   ("matmul_precision", args.matmul_precision)) if v is not None}
+                                   ("matmul_precision", args.matmul_precision),
+                                   ("autocast", args.autocast)) if v is not None}
     try:
         table = _guarded(args, lambda: run_experiment(
             args.config, args.out, only=args.rows, max_epochs=args.max_epochs, progress=not args.quiet,
@@ -104,6 +105,10 @@ def add_experiment(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
                      help="torch.set_float32_matmul_precision of every row's training steps: highest, high or "
                      "medium (default: the file's, else highest); medium: bfloat16 products, faster on a CPU with "
                      "AMX; evaluation keeps float32")
+    run.add_argument("--autocast", default=None,
+                     help="torch.autocast of every row's training steps: none or bfloat16 (default: the file's, else "
+                     "none); bfloat16: the network's products in bfloat16, the likelihood and kernels in float32; "
+                     "evaluation keeps float32")
     run.add_argument("--quiet", action="store_true", help="no progress bars")
     status = add_command(actions, "status", _status,
                          "where each row stands (epochs, where it resumes, best and last validation PPL, learning "

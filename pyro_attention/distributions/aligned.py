@@ -17,6 +17,7 @@ from torch import Tensor
 from torch.distributions import constraints
 
 from pyro_attention.networks.base import AttentionNetwork, Encoded, gather_context
+from pyro_attention.precision import full_precision
 
 
 class AlignedCategorical(TorchDistribution):
@@ -106,7 +107,7 @@ class OutputCategorical(TorchDistribution):
     has_enumerate_support = False
 
     def __init__(self, raw: Tensor, validate_args: bool | None = None) -> None:
-        self.raw = raw
+        self.raw = full_precision(raw)  # logits computed under torch.autocast are normalised in float32
         self.num_classes = raw.shape[-1]
         super().__init__(raw.shape[:-1], torch.Size(), validate_args=validate_args)
 

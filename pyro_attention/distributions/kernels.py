@@ -37,16 +37,44 @@ term by less than that number: far below the rounding of any gradient they enter
 
 :func:`log_mixture_of_softmaxes` is ``log sum_s w_s softmax(l_s)`` (an exact marginal's next-token distribution in
 decoding) from one ``exp`` per logit and one batched product.
+
+Under ``torch.autocast`` (bfloat16 training, :func:`~pyro_attention.inference.loop.autocast`) the kernels stay
+float32: autocast is off inside them and reduced-precision inputs are cast up (:func:`full_precision`), so only
+the network's own products are rounded, never a normaliser or a log-probability.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
+
+from pyro_attention.precision import full_precision
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _float32(kernel: F) -> F:
+    """``kernel`` with autocast off and its reduced-precision tensor arguments cast up (module docstring)."""
+
+    @functools.wraps(kernel)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        cast = [full_precision(a) if isinstance(a, Tensor) and a.is_floating_point() else a for a in args]
+        kw = {k: full_precision(a) if isinstance(a, Tensor) and a.is_floating_point() else a
+              for k, a in kwargs.items()}
+        devices = {a.device.type for a in (*cast, *kw.values()) if isinstance(a, Tensor)}
+        with contextlib.ExitStack() as stack:
+            for device in devices:
+                stack.enter_context(torch.autocast(device, enabled=False))
+            return kernel(*cast, **kw)
+
+    return wrapped  # type: ignore[return-value]
 
 
 class _ObservedLogSoftmax(torch.autograd.Function):
@@ -134,6 +162,7 @@ def shifted_exp(x: Tensor, shift: Tensor) -> Tensor:
     return (x - shift).clamp_min_(probability_floor(x.dtype)).exp()
 
 
+@_float32
 def log_mixture_of_softmaxes(logits: Tensor, log_weights: Tensor) -> Tensor:
     r"""``log sum_s exp(log_weights[n, s]) softmax(logits[n, s])`` ``(N, V)`` for ``logits`` ``(N, S, V)`` and
     ``log_weights`` ``(N, S)`` (``-inf`` where a component is absent, e.g. a padded source position).
@@ -175,6 +204,7 @@ def _logits(h: Tensor, weight: Tensor, bias: Tensor | None, out: Tensor) -> Tens
     return torch.addmm(bias, h, weight.t(), out=out)
 
 
+@_float32
 def observed_log_softmax(
     hidden: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, rows: int, keep_bytes: int = 0
 ) -> Tensor:
@@ -196,6 +226,7 @@ def observed_log_softmax(
     return _ObservedLogSoftmax.apply(hidden, weight, bias, target.contiguous(), rows, keep_bytes if backward else 0)
 
 
+@_float32
 def product_log_normalizer(u: Tensor, v: Tensor, shifted_v: tuple[Tensor, Tensor] | None = None) -> Tensor:
     r"""``log sum_y exp(u[b, t, y] + v[b, s, y])`` for every ``(b, t, s)``, ``(B, T, S)``: the normalisers of a
     product of experts ``p(y | t, s) \propto exp(u_t[y] + v_s[y])``.

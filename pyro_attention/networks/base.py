@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from pyro_attention.precision import full_precision
+
 
 @dataclass
 class Encoded:
@@ -37,6 +39,10 @@ class Encoded:
     prior_scores: Tensor
     state: Any = None
     batch: Any = None
+
+    def __post_init__(self) -> None:
+        # a network run under torch.autocast hands its values and scores over in float32 (the pairs' precision)
+        self.values, self.prior_scores = full_precision(self.values), full_precision(self.prior_scores)
 
     @property
     def shape(self) -> tuple[int, int, int]:

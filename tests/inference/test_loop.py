@@ -333,3 +333,51 @@ def test_fit_encodes_each_batch_once_per_step(monkeypatch):
     monkeypatch.setattr(RegionQA, "encode", counting)
     result = fit(SoftAttention(net), data, num_epochs=1, batch_size=16, progress=False)
     assert result.steps == 2 and calls["n"] == 2
+
+
+def test_svi_step_runs_under_autocast_and_callbacks_between_do_not():
+    seen: list = []
+
+    class Fake:
+        def step(self, batch):  # noqa: ANN001, ANN202
+            seen.append((torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")))
+            return 1.0
+
+    class Between(Callback):
+        def on_step_end(self, trainer):
+            seen.append(("between", torch.is_autocast_enabled("cpu")))
+
+    step = SVIStep(Fake(), tokens=lambda b: 1, diverged=str, autocast=torch.bfloat16)
+    Trainer(step, lambda epoch: [0], 1, [Between()]).fit()
+    assert seen == [(True, torch.bfloat16), ("between", False)]
+    seen.clear()
+    Trainer(SVIStep(Fake(), tokens=lambda b: 1, diverged=str), lambda epoch: [0], 1).fit()
+    assert seen == [(False, torch.bfloat16)]  # None: float32 (the dtype is torch's default, not in use)
+
+
+def test_fit_under_bfloat16_autocast_tracks_float32_and_validates_in_float32(monkeypatch):
+    """Losses of bfloat16 training are float32 numbers (not bfloat16-rounded) close to float32 training's, and the
+    validation between epochs runs with autocast off."""
+    from pyro_attention.data import make_region_qa
+    from pyro_attention.inference import train as train_module
+    from pyro_attention.models import SoftAttention
+    from pyro_attention.networks import RegionQA
+
+    data = make_region_qa(64, seed=0)
+    validated = []
+    evaluate = train_module.evaluate_nll
+
+    def spy(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        validated.append(torch.is_autocast_enabled("cpu"))
+        return evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(train_module, "evaluate_nll", spy)
+    results = {}
+    for dtype in (None, torch.bfloat16):
+        torch.manual_seed(0)
+        net = RegionQA(data.feature_size, len(data.answers), vocab_size=len(data.vocab), hidden_size=16)
+        results[dtype] = fit(SoftAttention(net), data, data, num_epochs=2, batch_size=16, progress=False,
+                             autocast=dtype)
+    full, half = results[None], results[torch.bfloat16]
+    assert validated == [False] * 4
+    assert half.val_nll == pytest.approx(full.val_nll, rel=0.02) and half.val_nll != full.val_nll

@@ -269,13 +269,14 @@ def _train_row(config: TranslationConfig, folder: Path, max_epochs: int | None, 
         sittings = read_sittings(folder)
         sittings.append({"wall_s": time.perf_counter() - start, "until_epoch": stop.epoch, "until_step": stop.step,
                          "threads": config.threads, "matmul_precision": config.matmul_precision,
-                         "interrupted": stop.signal_name})
+                         "autocast": config.autocast, "interrupted": stop.signal_name})
         write_json(folder / "sittings.json", sittings)
         raise
     sittings = read_sittings(folder)
     steps = result.history["steps"]
     sittings.append({"wall_s": time.perf_counter() - start, "until_epoch": result.epoch, "until_step": result.step,
-                     "threads": config.threads, "matmul_precision": config.matmul_precision})
+                     "threads": config.threads, "matmul_precision": config.matmul_precision,
+                     "autocast": config.autocast})
     write_json(folder / "sittings.json", sittings)
     finished = result.stopped_early or result.epoch >= config.epochs
     if finished:

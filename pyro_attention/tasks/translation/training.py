@@ -29,6 +29,7 @@ from pyro_attention.inference.loop import (
 from pyro_attention.inference.optim import FusedClippedAdam, SubsetOptim
 from pyro_attention.networks import Seq2Seq
 from pyro_attention.pair import AlignmentPair
+from pyro_attention.precision import AUTOCAST_DTYPES
 from pyro_attention.tasks.translation.callbacks import (
     Checkpointing,
     EpochLog,
@@ -302,6 +303,8 @@ def _svi_step(run: TrainingRun, plateau: PlateauDecay) -> SVIStep:
         guide_steps=config.guide_steps,
         guide_steps_for=config.guide_steps_for,
         matmul_precision=config.matmul_precision,
+        autocast=AUTOCAST_DTYPES[config.autocast],
+        device_type=torch.device(config.device).type,
     )
 
 
