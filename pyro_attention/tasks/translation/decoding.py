@@ -15,7 +15,8 @@ hypotheses per sentence and ranks finished ones by ``log p / lp(length)`` with t
 
 The search sees the network only through :class:`IncrementalDecoder`, the step-by-step interface that
 :class:`~pyro_attention.networks.Seq2Seq` provides: the decoder state is opaque here (beam search reorders it with
-``reorder_state``).
+``reorder_state``).  On a CPU the network's linear layers and LSTM cells multiply through oneDNN during a search
+(:func:`~pyro_attention.networks.onednn.onednn_inference`: the same float32 products in another summation order).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from torch import Tensor
 from pyro_attention.data.translation import BOS, EOS, TranslationBatch
 from pyro_attention.distributions.kernels import log_mixture_of_softmaxes, product_log_normalizer, shifted_exp
 from pyro_attention.networks.base import Encoded, mask_scores
+from pyro_attention.networks.onednn import onednn_inference
 from pyro_attention.pair import AlignmentPair, Rule, kmax_mixture
 
 __all__ = ["IncrementalDecoder", "SourceMemory", "greedy", "translate"]
@@ -303,13 +305,14 @@ def translate(
     was_training = net.training
     net.eval()
     try:
-        out: list[list[int]] = []
-        for start in range(0, source.shape[0], batch_size):
-            rows = slice(start, start + batch_size)
-            real = int(source_mask[rows].sum(-1).max())  # trim the padding the whole chunk shares
-            out += _beam(pair, source[rows, :real], source_mask[rows, :real], beam_size, rule, k, limits[rows],
-                         length_penalty)
-        return out
+        with onednn_inference(net):
+            out: list[list[int]] = []
+            for start in range(0, source.shape[0], batch_size):
+                rows = slice(start, start + batch_size)
+                real = int(source_mask[rows].sum(-1).max())  # trim the padding the whole chunk shares
+                out += _beam(pair, source[rows, :real], source_mask[rows, :real], beam_size, rule, k, limits[rows],
+                             length_penalty)
+            return out
     finally:
         net.train(was_training)
 
@@ -402,22 +405,23 @@ def greedy(
     was_training = net.training
     net.eval()
     try:
-        src = net.encode_source(source, source_mask)
-        next_log_probs = _step_rule(pair, rule, src, 1, k)
-        state, fed = net.initial_state(src)
-        y = torch.full((source.shape[0],), BOS, dtype=torch.long)
-        out = [[] for _ in range(source.shape[0])]
-        done = torch.zeros(source.shape[0], dtype=torch.bool)
-        for _ in range(max_len):
-            h, a, state, fed = net.decoder_step(src, y, state, fed)
-            y = next_log_probs(src, h, a, fed).argmax(-1)
-            for i in (~done).nonzero().flatten().tolist():
-                if int(y[i]) == EOS:
-                    done[i] = True
-                else:
-                    out[i].append(int(y[i]))
-            if done.all():
-                break
-        return out
+        with onednn_inference(net):
+            src = net.encode_source(source, source_mask)
+            next_log_probs = _step_rule(pair, rule, src, 1, k)
+            state, fed = net.initial_state(src)
+            y = torch.full((source.shape[0],), BOS, dtype=torch.long)
+            out = [[] for _ in range(source.shape[0])]
+            done = torch.zeros(source.shape[0], dtype=torch.bool)
+            for _ in range(max_len):
+                h, a, state, fed = net.decoder_step(src, y, state, fed)
+                y = next_log_probs(src, h, a, fed).argmax(-1)
+                for i in (~done).nonzero().flatten().tolist():
+                    if int(y[i]) == EOS:
+                        done[i] = True
+                    else:
+                        out[i].append(int(y[i]))
+                if done.all():
+                    break
+            return out
     finally:
         net.train(was_training)
