@@ -17,8 +17,9 @@ also calls ``torch.set_num_threads``.
 * **Ours** (``--ours LABEL=RUN[:RULE]``, any number): :func:`pyro_attention.tasks.translation.translate_lines` on the
   loaded checkpoint (``best.pt`` of a run folder, or a ``.pt``), beam ``--beam``, the rule given (default: the
   pair's), no length penalty, at most ``2 x source length + 10`` tokens; sentences are sorted by length and
-  decoded 64 at a time (batched beam search).  Timed: the ``translate_lines`` call (``time.perf_counter``),
-  after the checkpoint is loaded.
+  decoded 64 at a time (batched beam search), the products through oneDNN
+  (:mod:`pyro_attention.networks.onednn`; ``--torch-products`` also runs each checkpoint with torch's own, labelled
+  ``LABEL/torch``).  Timed: the ``translate_lines`` call (``time.perf_counter``), after the checkpoint is loaded.
 * **The peer** (``--peer-model``: an OpenNMT-py 3.5.1 checkpoint; or ``--train-peer-steps N``: train one first
   with the configuration of ``benchmarks/peer.py``, untimed): ``onmt_translate -beam_size BEAM
   -batch_size 64 -batch_type sents -report_time`` with its other defaults (length penalty ``avg``, at most 250
@@ -111,6 +112,12 @@ def ours_worker(args: argparse.Namespace) -> dict[str, Any]:
     from pyro_attention.tasks.translation import BeamSearch, load_checkpoint, translate_lines
 
     spec = parse_ours(args.ours[0])
+    if args._torch_products:  # torch's own float32 products (its BLAS), as before decoding multiplied through oneDNN
+        import contextlib
+
+        from pyro_attention.tasks.translation import decoding
+
+        decoding.onednn_inference = lambda net: contextlib.nullcontext()
     path = Path(spec["checkpoint"])
     if path.is_dir():
         path = path / "best.pt" if (path / "best.pt").is_file() else path / "last.pt"
@@ -122,15 +129,18 @@ def ours_worker(args: argparse.Namespace) -> dict[str, Any]:
     seconds = time.perf_counter() - start
     # the tokenised output (the same whitespace tokens the peer writes): detokenised lines are scored elsewhere
     Path(args._out).write_text("\n".join(hyps) + "\n", encoding="utf-8")
-    return {"decode_s": seconds, "rule": spec["rule"] or "default", "checkpoint": str(path)}
+    return {"decode_s": seconds, "rule": spec["rule"] or "default", "checkpoint": str(path),
+            "products": "torch" if args._torch_products else "onednn"}
 
 
 def run_ours(args: argparse.Namespace, spec: dict[str, Any], src: Path, refs: list[str], threads: int,
              block: int) -> dict[str, Any]:
-    out = args.work / f"ours-{spec['label']}-t{threads}-b{block}.txt"
+    out = args.work / f"ours-{spec['label'].replace('/', '-')}-t{threads}-b{block}.txt"
     spec_text = f"{spec['label']}={spec['checkpoint']}" + (f":{spec['rule']}" if spec["rule"] else "")
     command = [sys.executable, __file__, "--_worker", "--ours", spec_text, "--threads", str(threads),
                "--beam", str(args.beam), "--_src", str(src), "--_out", str(out), "--work", str(args.work)]
+    if spec.get("torch_products"):
+        command.append("--_torch-products")
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, env=toolkit.thread_env(threads), cwd=ROOT)
     wall = time.perf_counter() - start
@@ -224,7 +234,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--work", type=Path, default=Path("~/runs/decode-speed"), help="scratch folder outside the "
                    "repository (default ~/runs/decode-speed)")
     p.add_argument("--json", type=Path, default=None, help="output JSON (default <work>/decode-speed.json)")
+    p.add_argument("--torch-products", action="store_true", help="also decode every --ours checkpoint with torch's "
+                   "own float32 products instead of oneDNN's (labelled LABEL/torch): the speed before decoding "
+                   "multiplied through oneDNN")
     p.add_argument("--_worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--_torch-products", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--_src", default=None, help=argparse.SUPPRESS)
     p.add_argument("--_out", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -250,6 +264,8 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
     files = test_files(args.data_dir, args.work, args.limit)
     refs = files["en"].read_text(encoding="utf-8").splitlines()
     specs = [parse_ours(s) for s in args.ours]
+    if args.torch_products:
+        specs += [{**s, "label": f"{s['label']}/torch", "torch_products": True} for s in specs]
     model = args.peer_model
     if model is None and args.train_peer_steps:
         toolkit.ensure_peer_venv(args.peer_venv)

@@ -227,11 +227,13 @@ def test_decode_speed_tiny(tmp_path, capsys) -> None:
         with gzip.open(tok / f"test_2016_flickr.lc.norm.tok.{lang}.gz", "wt", encoding="utf-8") as f:
             f.write(text)
     args = decode_speed.parse_args(["--ours", f"m={run}:kmax", "--data-dir", str(tmp_path / "data"), "--work",
-                                    str(tmp_path / "work"), "--blocks", "1", "--beam", "2"])
+                                    str(tmp_path / "work"), "--blocks", "1", "--beam", "2", "--torch-products"])
     result = decode_speed.main(args)
-    (only,) = result["runs"]
-    assert only["sentences"] == 2 and only["decode_s"] > 0 and only["rule"] == "kmax"
-    assert result["summary"]["m@1"]["sentences_per_s"] > 0
+    onednn, torch_products = result["runs"]
+    assert onednn["sentences"] == 2 and onednn["decode_s"] > 0 and onednn["rule"] == "kmax"
+    assert (onednn["products"], torch_products["products"], torch_products["side"]) == ("onednn", "torch", "m/torch")
+    assert onednn["bleu_tok_none"] == torch_products["bleu_tok_none"]
+    assert result["summary"]["m@1"]["sentences_per_s"] > 0 and result["summary"]["m/torch@1"]["sentences_per_s"] > 0
     assert "| m | kmax | 1 |" in capsys.readouterr().out
     assert json.loads(args.json.read_text())["beam"] == 2
     with pytest.raises(SystemExit):
