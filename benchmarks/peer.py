@@ -4,6 +4,7 @@
     python benchmarks/peer.py --threads 2 --json ~/runs/peer-bench/peer-2threads.json
     python benchmarks/peer.py --steps 5 --warmup 2 --blocks 1      # a smoke run (both sides work)
     python benchmarks/peer.py --ours-only --attention-type mlp     # only our side
+    python benchmarks/peer.py --threads 2 --autocast bfloat16      # our steps under bfloat16 autocast
 
 A benchmark, not a test: it measures and asserts nothing about times.  Run it on a quiet machine; the thread
 count is part of every result (two torch threads on two shared cores collapse when anything else runs).
@@ -27,7 +28,8 @@ least twice in the (filtered) training side.
 direction) ``, decoder=512, attention=256, layers=1, dropout=0.3, lr=1e-3, batch_size=64`` ``)`` and
 ``attention_type=--attention-type`` (default ``"general"``, Luong's bilinear score, the peer's) when
 ``TranslationConfig`` has that key -- otherwise the network's default MLP attention is used and the JSON says
-so.  Then what :func:`pyro_attention.tasks.translation.train` does before its loop: ``load_corpora``,
+so; ``autocast=--autocast`` (default ``"none"``: float32; ``"bfloat16"``: every step under
+:func:`pyro_attention.precision.autocast`, as the trainer runs it).  Then what :func:`pyro_attention.tasks.translation.train` does before its loop: ``load_corpora``,
 ``build_vocabs``, ``make_batches`` (length-bucketed batches of 64 sentences), ``pyro.clear_param_store()``,
 ``pyro.set_rng_seed``, ``build_pair``, ``pyro.module`` for every module of the pair, ``network.train()``,
 ``FusedClippedAdam({"lr": 1e-3, "clip_norm": 5.0})`` (Pyro's ClippedAdam update, per-parameter clipping, in one
@@ -122,7 +124,7 @@ def ours_config(args: argparse.Namespace, seed: int) -> tuple[Any, str, bool]:
     """Our ``TranslationConfig``, the attention it uses, and whether ``attention_type`` could be passed."""
     from pyro_attention.tasks.translation import TranslationConfig
 
-    values = dict(OURS_CONFIG, data_dir=str(args.data_dir), threads=args.threads, seed=seed)
+    values = dict(OURS_CONFIG, data_dir=str(args.data_dir), threads=args.threads, seed=seed, autocast=args.autocast)
     known = "attention_type" in TranslationConfig.keys()
     if known:
         values["attention_type"] = args.attention_type
@@ -141,6 +143,7 @@ def ours_worker(args: argparse.Namespace) -> dict[str, Any]:
     from pyro_attention import __version__
     from pyro_attention.inference.distributed import DataParallelSVI
     from pyro_attention.inference.optim import FusedClippedAdam
+    from pyro_attention.precision import AUTOCAST_DTYPES, autocast
     from pyro_attention.tasks.translation import build_pair, build_vocabs, load_corpora, make_batches
 
     torch.set_num_threads(args.threads)
@@ -170,7 +173,8 @@ def ours_worker(args: argparse.Namespace) -> dict[str, Any]:
         if i == args.warmup:
             cpu0, wall0 = _own_cpu(), time.perf_counter()
         t = time.perf_counter()
-        loss = svi.step(batch)
+        with autocast(AUTOCAST_DTYPES[config.autocast]):  # as the trainer's step (SVIStep) runs it
+            loss = svi.step(batch)
         step_s.append(time.perf_counter() - t)
         losses.append(loss / tokens[i])
         if i == 0:
@@ -207,7 +211,7 @@ def run_ours(args: argparse.Namespace, block: int) -> dict[str, Any]:
     """Our side in a subprocess (``--_worker ours``), its tree's memory sampled as the peer's is."""
     command = [sys.executable, str(Path(__file__).resolve()), "--_worker", "ours", "--_seed", str(1 + block),
                "--data-dir", str(args.data_dir), "--steps", str(args.steps), "--warmup", str(args.warmup),
-               "--threads", str(args.threads), "--attention-type", args.attention_type]
+               "--threads", str(args.threads), "--attention-type", args.attention_type, "--autocast", args.autocast]
     load = os.getloadavg()
     started, started_epoch = time.perf_counter(), time.time()
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
@@ -321,6 +325,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     only.add_argument("--peer-only", action="store_true", help="measure only the peer")
     p.add_argument("--attention-type", choices=("mlp", "general", "dot"), default="general",
                    help="our prior's score (TranslationConfig.attention_type; default general, the peer's)")
+    p.add_argument("--autocast", choices=("none", "bfloat16"), default="none",
+                   help="our training steps under torch.autocast (TranslationConfig.autocast; default none: float32)")
     p.add_argument("--_worker", choices=("ours",), default=None, help=argparse.SUPPRESS)
     p.add_argument("--_seed", type=int, default=1, help=argparse.SUPPRESS)
     args = p.parse_args(argv)

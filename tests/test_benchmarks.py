@@ -436,3 +436,17 @@ def test_peer_quality_reads_the_toolkits_logs(tmp_path) -> None:
     assert config["data"]["valid"]["path_src"] == str(paths["val.de"])
     with pytest.raises(SystemExit):
         peer_quality.parse_args(["--work", str(peer_quality.decode_speed.ROOT / "runs")])
+
+
+def test_peer_benchmark_trains_our_side_under_autocast() -> None:
+    """benchmarks/peer.py's worker takes our steps under bfloat16 autocast when asked, on the real corpus."""
+    from tests.support.paths import SHARED_DATA
+
+    if not (SHARED_DATA / "multi30k" / "tok").is_dir():
+        pytest.skip(f"needs Multi30k under {SHARED_DATA}")
+    peer = load_script("benchmarks", "peer")
+    args = peer.parse_args(["--_worker", "ours", "--steps", "1", "--warmup", "1", "--autocast", "bfloat16",
+                            "--data-dir", str(SHARED_DATA)])
+    run = peer.ours_worker(args)
+    assert run["config"]["autocast"] == "bfloat16" and math.isfinite(run["mean_xent"]) and run["tgt_tokens"] > 0
+    assert run["info"]["parameters_updated"] > 0
