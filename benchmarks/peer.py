@@ -29,7 +29,8 @@ direction) ``, decoder=512, attention=256, layers=1, dropout=0.3, lr=1e-3, batch
 ``attention_type=--attention-type`` (default ``"general"``, Luong's bilinear score, the peer's) when
 ``TranslationConfig`` has that key -- otherwise the network's default MLP attention is used and the JSON says
 so; ``autocast=--autocast`` (default ``"none"``: float32; ``"bfloat16"``: every step under
-:func:`pyro_attention.precision.autocast`, as the trainer runs it).  Then what :func:`pyro_attention.tasks.translation.train` does before its loop: ``load_corpora``,
+:func:`pyro_attention.precision.autocast`, as the trainer runs it).  Then what
+:func:`pyro_attention.tasks.translation.train` does before its loop: ``load_corpora``,
 ``build_vocabs``, ``make_batches`` (length-bucketed batches of 64 sentences), ``pyro.clear_param_store()``,
 ``pyro.set_rng_seed``, ``build_pair``, ``pyro.module`` for every module of the pair, ``network.train()``,
 ``FusedClippedAdam({"lr": 1e-3, "clip_norm": 5.0})`` (Pyro's ClippedAdam update, per-parameter clipping, in one

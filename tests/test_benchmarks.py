@@ -205,7 +205,7 @@ def test_run_transformer_section_tiny(tmp_path, capsys, run_with_memory) -> None
 def test_micro_tiny(capsys) -> None:
     micro = load_script("benchmarks/studies", "micro")
     result = micro.main(micro.make_parser().parse_args(["--tiny", "--repeats", "2"]))
-    assert set(result) == {"log_prob", "optimiser", "matmul"}
+    assert set(result) == {"log_prob", "optimiser", "matmul", "decoding"}
     assert all(t > 0 for section in result.values() for t in section.values())
     assert "FusedClippedAdam" in capsys.readouterr().out
 

@@ -11,7 +11,10 @@ Each line is the median of ``--repeats`` timed calls after one untimed call, the
 * **the optimiser step** over the parameters of ``Seq2Seq`` at the toolkit's size (embeddings 256, BiLSTM 2 x 256,
   decoder 512, vocabularies 7,859 / 5,921; the inference network's parameters excluded, as in a soft-attention
   step): Pyro's ``ClippedAdam`` against :class:`~pyro_attention.inference.optim.FusedClippedAdam`;
-* **the output layer's product** ``(N x 512) (512 x V)`` in float32 and bfloat16 (``torch.mm``).
+* **the output layer's product** ``(N x 512) (512 x V)`` in float32 and bfloat16 (``torch.mm``);
+* **a decoding step's products** at ``--beam-rows`` rows (default 320: 64 sentences x beam 5), under ``no_grad``:
+  the output layer ``nn.Linear(512, V)`` and the decoder's ``nn.LSTMCell(768, 512)`` against their oneDNN twins
+  (:mod:`pyro_attention.networks.onednn`, what beam search multiplies with).
 
 It measures; it asserts nothing.
 """
@@ -26,9 +29,11 @@ from collections.abc import Callable
 import pyro
 import torch
 from pyro.optim import ClippedAdam
+from torch import nn
 
 from pyro_attention.inference.optim import FusedClippedAdam
 from pyro_attention.networks import Seq2Seq
+from pyro_attention.networks.onednn import OneDNNLinear, OneDNNLSTMCell
 
 
 def _median(fns: dict[str, Callable[[], None]], repeats: int) -> dict[str, float]:
@@ -90,6 +95,15 @@ def matmul_variants(N: int, H: int, V: int) -> dict[str, Callable[[], None]]:
     return {"float32 mm": lambda: torch.mm(a, b), "bfloat16 mm": lambda: torch.mm(a16, b16)}
 
 
+def decoding_variants(N: int, E: int, H: int, V: int) -> dict[str, Callable[[], None]]:
+    torch.manual_seed(0)
+    linear, cell = nn.Linear(H, V), nn.LSTMCell(E + H, H)
+    twin_linear, twin_cell = OneDNNLinear(linear), OneDNNLSTMCell(cell)
+    x, inp, state = torch.randn(N, H), torch.randn(N, E + H), (torch.randn(N, H), torch.randn(N, H))
+    return {"nn.Linear (output)": lambda: linear(x), "oneDNN twin (output)": lambda: twin_linear(x),
+            "nn.LSTMCell": lambda: cell(inp, state), "oneDNN twin (LSTM cell)": lambda: twin_cell(inp, state)}
+
+
 def main(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     torch.set_num_threads(args.threads)
     sizes = dict(Vs=60, V=50, E=8, enc=8, dec=16, att=8) if args.tiny else dict(
@@ -105,11 +119,14 @@ def main(args: argparse.Namespace) -> dict[str, dict[str, float]]:
                 timed[name].append(seconds)
     result["optimiser"] = {k: statistics.median(v) for k, v in timed.items()}
     result["matmul"] = _median(matmul_variants(N, sizes["dec"], sizes["V"]), args.repeats)
+    with torch.no_grad():
+        result["decoding"] = _median(decoding_variants(7 if args.tiny else args.beam_rows, sizes["E"], sizes["dec"],
+                                                       sizes["V"]), args.repeats)
     print(f"benchmarks/studies/micro.py: {torch.get_num_threads()} thread(s), torch {torch.__version__}, N={N}, "
           f"V={sizes['V']}, median of {args.repeats}")
     for section, times in result.items():
         for name, seconds in times.items():
-            print(f"  {section:10s} {name:26s} {seconds * 1000:8.1f} ms")
+            print(f"  {section:10s} {name:26s} {seconds * 1000:8.2f} ms")
     return result
 
 
@@ -118,6 +135,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--rows", type=int, default=909, help="N: target tokens of a batch")
+    parser.add_argument("--beam-rows", type=int, default=320, help="rows of a decoding step (sentences x beam)")
     parser.add_argument("--tiny", action="store_true", help="tiny sizes (for the test)")
     return parser
 
