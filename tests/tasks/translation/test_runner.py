@@ -237,19 +237,26 @@ def test_a_paused_row_is_evaluated_as_it_is_and_then_resumes(tmp_path, capsys):
 def test_only_some_rows_and_the_cli(tmp_path, capsys):
     path = _write(tmp_path)
     assert cli.main(["experiment", "run", "--config", str(path), "--out", str(tmp_path / "r"), "--rows", "soft",
-                     "--no-bleu", "--quiet", "--device", "cpu", "--threads", "1", "--matmul-precision", "medium"]) == 0
+                     "--no-bleu", "--quiet", "--device", "cpu", "--threads", "1", "--matmul-precision", "medium",
+                     "--autocast", "bfloat16"]) == 0
     printed = capsys.readouterr().out
     assert "| soft | soft |" in printed and "marginal-product" not in printed
     row = json.loads((tmp_path / "r" / "soft" / "result.json").read_text())
     assert row["device"] == "cpu" and row["threads"] == 1
     sittings = json.loads((tmp_path / "r" / "soft" / "sittings.json").read_text())
-    assert [s["matmul_precision"] for s in sittings] == ["medium"]  # each sitting says how it multiplied
+    assert [(s["matmul_precision"], s["autocast"]) for s in sittings] == [("medium", "bfloat16")]  # how it multiplied
     assert torch.get_float32_matmul_precision() == "highest"  # the process's, restored
+    assert not torch.is_autocast_enabled("cpu")
     with pytest.raises(SystemExit) as e:
         cli.main(["experiment", "run", "--config", str(path), "--out", str(tmp_path / "r2"), "--rows", "soft",
                   "--no-bleu", "--quiet", "--matmul-precision", "bf16"])
     assert e.value.code == 1
     assert "matmul_precision must be one of highest, high, medium; got 'bf16'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        cli.main(["experiment", "run", "--config", str(path), "--out", str(tmp_path / "r3"), "--rows", "soft",
+                  "--no-bleu", "--quiet", "--autocast", "bf16"])
+    assert e.value.code == 1
+    assert "autocast must be one of none, bfloat16; got 'bf16'" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:
         cli.main(["experiment", "run", "--config", str(path), "--out", str(tmp_path / "r"), "--rows", "hard"])
     assert e.value.code == 2  # an error of the call, as train --config's
