@@ -53,6 +53,7 @@ from torch import Tensor, nn
 
 from pyro_attention.checks import weight_differences
 from pyro_attention.networks.base import AttentionNetwork, Encoded, expected_context, mask_scores
+from pyro_attention.precision import full_precision
 
 if TYPE_CHECKING:
     from pyro_attention.inference.estimators import Estimator
@@ -196,7 +197,8 @@ class AlignmentPair:
 
     def inference_scores(self, enc: Encoded) -> Tensor:
         """The inference network's scores ``(B, T, S)`` (unmasked), the prior's at padded targets."""
-        return torch.where(enc.target_mask.unsqueeze(-1), self.network.posterior_scores(enc), enc.prior_scores)
+        scores = full_precision(self.network.posterior_scores(enc))  # float32 also under torch.autocast
+        return torch.where(enc.target_mask.unsqueeze(-1), scores, enc.prior_scores)
 
     def posterior_logits(self, enc: Encoded) -> Tensor:
         """Inference-network logits ``(B, T, S)``: ``-inf`` at padded sources, the prior's at padded targets."""

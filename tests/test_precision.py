@@ -58,7 +58,7 @@ def test_kernels_run_in_float32_under_autocast():
         torch.testing.assert_close(a, e, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("model", ["soft", "marginal"])
+@pytest.mark.parametrize("model", ["soft", "marginal", "variational"])
 def test_a_translation_step_under_autocast_is_close_to_float32(model):
     """One ELBO of a Seq2Seq pair on a synthetic batch, under autocast and not: the loss moves by < 2 %, every
     gradient is finite and float32."""
