@@ -2,7 +2,8 @@
 
 :func:`autocast` runs a block (the training steps: :class:`~pyro_attention.inference.loop.SVIStep`) under
 ``torch.autocast``: the network's products (``linear``, ``mm``, ``bmm``, LSTM layers, ...) then run in bfloat16,
-its weights cast once per block -- on a CPU with AVX512-BF16 or AMX about twice as fast as float32.  Everything a
+its weights cast once per block: 2.0-2.3x as many tokens per second as float32 on a CPU with AVX512-BF16
+(docs/performance.md), slower on a CPU without bfloat16 instructions.  Everything a
 network hands to a pair comes back to float32 by :func:`full_precision` (the :class:`~pyro_attention.networks.base.
 Encoded` record, the output distribution), and the enumeration kernels (:mod:`~pyro_attention.distributions.kernels`)
 run with autocast off, so the likelihood, the KL terms and the normalisers are computed at full precision from

