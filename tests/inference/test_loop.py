@@ -23,6 +23,7 @@ from pyro_attention.inference.loop import (
     stop_requests,
 )
 from pyro_attention.inference.optim import FusedClippedAdam
+from tests.support.autocast import bfloat16_products
 from tests.support.loop_snapshot import BEFORE, snapshot
 
 
@@ -340,19 +341,19 @@ def test_svi_step_runs_under_autocast_and_callbacks_between_do_not():
 
     class Fake:
         def step(self, batch):  # noqa: ANN001, ANN202
-            seen.append((torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")))
+            seen.append(bfloat16_products())
             return 1.0
 
     class Between(Callback):
         def on_step_end(self, trainer):
-            seen.append(("between", torch.is_autocast_enabled("cpu")))
+            seen.append(("between", bfloat16_products()))
 
     step = SVIStep(Fake(), tokens=lambda b: 1, diverged=str, autocast=torch.bfloat16)
     Trainer(step, lambda epoch: [0], 1, [Between()]).fit()
-    assert seen == [(True, torch.bfloat16), ("between", False)]
+    assert seen == [True, ("between", False)]
     seen.clear()
     Trainer(SVIStep(Fake(), tokens=lambda b: 1, diverged=str), lambda epoch: [0], 1).fit()
-    assert seen == [(False, torch.bfloat16)]  # None: float32 (the dtype is torch's default, not in use)
+    assert seen == [False]  # None: float32
 
 
 def test_fit_under_bfloat16_autocast_tracks_float32_and_validates_in_float32(monkeypatch):
@@ -368,7 +369,7 @@ def test_fit_under_bfloat16_autocast_tracks_float32_and_validates_in_float32(mon
     evaluate = train_module.evaluate_nll
 
     def spy(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        validated.append(torch.is_autocast_enabled("cpu"))
+        validated.append(bfloat16_products())
         return evaluate(*args, **kwargs)
 
     monkeypatch.setattr(train_module, "evaluate_nll", spy)
