@@ -43,7 +43,7 @@ from tqdm.auto import tqdm
 
 from pyro_attention.files import writing
 from pyro_attention.inference.optim import set_lr
-from pyro_attention.precision import autocast
+from pyro_attention.precision import autocast, check_autocast
 
 #: ``step(trainer, batch) -> (loss per token, tokens)``
 StepFn = Callable[["Trainer", Any], tuple[float, int]]
@@ -217,7 +217,7 @@ class SVIStep:
         self.warmup, self.warmup_steps, self.shard = warmup, warmup_steps, shard
         self.guide_only, self.guide_steps, self.guide_steps_for = guide_only, guide_steps, guide_steps_for
         self.matmul_precision = matmul_precision
-        self.autocast, self.device_type = autocast, device_type
+        self.autocast, self.device_type = check_autocast(autocast), device_type
 
     def __call__(self, trainer: Trainer, batch: Any) -> tuple[float, int]:
         tokens = self.tokens(batch)

@@ -36,6 +36,7 @@ from pyro_attention.inference.loop import (
 )
 from pyro_attention.inference.optim import FusedClippedAdam, check_lr
 from pyro_attention.pair import AlignmentPair
+from pyro_attention.precision import check_autocast
 
 
 @dataclass
@@ -129,6 +130,7 @@ def fit(
         lr = check_lr(lr)
         if matmul_precision is not None:
             check_matmul_precision(matmul_precision)
+        check_autocast(autocast)
         rates = {prefix: check_lr(rate, f"param_lr[{prefix!r}]") for prefix, rate in (param_lr or {}).items()}
     except ValueError as e:
         raise ValueError(f"fit: {e}") from None

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
-__all__ = ["AUTOCAST_DTYPES", "REDUCED_PRECISION", "autocast", "full_precision"]
+__all__ = ["AUTOCAST_DTYPES", "REDUCED_PRECISION", "autocast", "check_autocast", "full_precision"]
 
 #: the dtypes ``torch.autocast`` computes in, cast up by :func:`full_precision`
 REDUCED_PRECISION = (torch.bfloat16, torch.float16)
@@ -31,6 +31,14 @@ def full_precision(t: Tensor) -> Tensor:
     """``t`` in float32 where it is bfloat16 or float16 (computed under ``torch.autocast``), else ``t`` itself
     (float32 and float64 pass unchanged)."""
     return t.float() if t.dtype in REDUCED_PRECISION else t
+
+
+def check_autocast(dtype: torch.dtype | None, name: str = "autocast") -> torch.dtype | None:
+    """``dtype`` when it is ``None`` or one of :data:`REDUCED_PRECISION`, else a ``ValueError`` naming ``name`` and
+    the value (a config's ``"bfloat16"`` is the name; :data:`AUTOCAST_DTYPES` maps it to the dtype)."""
+    if dtype is not None and dtype not in REDUCED_PRECISION:
+        raise ValueError(f"{name} must be None, torch.bfloat16 or torch.float16, got {dtype!r}")
+    return dtype
 
 
 @contextlib.contextmanager

@@ -381,4 +381,8 @@ def test_fit_under_bfloat16_autocast_tracks_float32_and_validates_in_float32(mon
                              autocast=dtype)
     full, half = results[None], results[torch.bfloat16]
     assert validated == [False] * 4
+    with pytest.raises(ValueError, match="fit: autocast must be None, torch.bfloat16 or torch.float16, got 'bfloat16'"):
+        fit(SoftAttention(net), data, autocast="bfloat16", progress=False)
+    with pytest.raises(ValueError, match="autocast must be None, torch.bfloat16 or torch.float16, got torch.float64"):
+        SVIStep(object(), tokens=lambda b: 1, diverged=str, autocast=torch.float64)
     assert half.val_nll == pytest.approx(full.val_nll, rel=0.02) and half.val_nll != full.val_nll
