@@ -28,14 +28,14 @@ least twice in the (filtered) training side.
 direction) ``, decoder=512, attention=256, layers=1, dropout=0.3, lr=1e-3, batch_size=64`` ``)`` and
 ``attention_type=--attention-type`` (default ``"general"``, Luong's bilinear score, the peer's) when
 ``TranslationConfig`` has that key -- otherwise the network's default MLP attention is used and the JSON says
-so; ``autocast=--autocast`` (default ``"none"``: float32; ``"bfloat16"``: every step under
-:func:`pyro_attention.precision.autocast`, as the trainer runs it).  Then what
+so; ``autocast=--autocast`` (default ``"none"``: float32; ``"bfloat16"``: the model and guide calls under
+``torch.autocast``, as the trainer runs them).  Then what
 :func:`pyro_attention.tasks.translation.train` does before its loop: ``load_corpora``,
 ``build_vocabs``, ``make_batches`` (length-bucketed batches of 64 sentences), ``pyro.clear_param_store()``,
 ``pyro.set_rng_seed``, ``build_pair``, ``pyro.module`` for every module of the pair, ``network.train()``,
 ``FusedClippedAdam({"lr": 1e-3, "clip_norm": 5.0})`` (Pyro's ClippedAdam update, per-parameter clipping, in one
 fused pass; the trainer's) and
-``DataParallelSVI(pair.model, pair.guide, optim, pair.elbo())``.  A step is ``svi.step(batch)`` on one
+``DataParallelSVI(pair.model, pair.guide, optim, pair.elbo(), autocast=...)``.  A step is ``svi.step(batch)`` on one
 prepared batch (forward, ELBO, backward, optimiser update, gradients reset); the batch order is
 ``torch.randperm`` with a generator seeded ``seed * 1_000_003`` (the trainer's order of epoch 0).
 
@@ -144,7 +144,7 @@ def ours_worker(args: argparse.Namespace) -> dict[str, Any]:
     from pyro_attention import __version__
     from pyro_attention.inference.distributed import DataParallelSVI
     from pyro_attention.inference.optim import FusedClippedAdam
-    from pyro_attention.precision import AUTOCAST_DTYPES, autocast
+    from pyro_attention.precision import AUTOCAST_DTYPES
     from pyro_attention.tasks.translation import build_pair, build_vocabs, load_corpora, make_batches
 
     torch.set_num_threads(args.threads)
@@ -159,7 +159,7 @@ def ours_worker(args: argparse.Namespace) -> dict[str, Any]:
         pyro.module(name, module)
     network.train()
     optim = FusedClippedAdam({"lr": config.lr, "clip_norm": config.clip_norm})  # the trainer's optimiser
-    svi = DataParallelSVI(pair.model, pair.guide, optim, pair.elbo())
+    svi = DataParallelSVI(pair.model, pair.guide, optim, pair.elbo(), autocast=AUTOCAST_DTYPES[config.autocast])
     # the trainer's batch order of epoch 0 (translation.epoch_generator(seed, 0))
     order = torch.randperm(len(batches), generator=torch.Generator().manual_seed(config.seed * 1_000_003)).tolist()
     total = args.warmup + args.steps
@@ -174,8 +174,7 @@ def ours_worker(args: argparse.Namespace) -> dict[str, Any]:
         if i == args.warmup:
             cpu0, wall0 = _own_cpu(), time.perf_counter()
         t = time.perf_counter()
-        with autocast(AUTOCAST_DTYPES[config.autocast]):  # as the trainer's step (SVIStep) runs it
-            loss = svi.step(batch)
+        loss = svi.step(batch)
         step_s.append(time.perf_counter() - t)
         losses.append(loss / tokens[i])
         if i == 0:

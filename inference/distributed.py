@@ -32,6 +32,8 @@ import torch
 import torch.distributed as dist
 from pyro import poutine
 
+from pyro_attention.precision import autocast_calls
+
 
 def world() -> tuple[int, int]:
     """``(rank, world_size)`` of this process; ``(0, 1)`` outside a process group."""
@@ -136,6 +138,9 @@ class DataParallelSVI:
     :param optim: a :class:`pyro.optim.PyroOptim` (e.g. ``ClippedAdam``).
     :param loss: a Pyro ELBO with ``loss_and_grads``.
     :param distributed: reduce over the process group (when there is one); ``False``: this process alone.
+    :param autocast: ``torch.bfloat16``: every call of ``model`` and ``guide`` runs under ``torch.autocast(device_type,
+        torch.bfloat16)`` (:func:`~pyro_attention.precision.autocast_calls`), the ELBO's contraction and the backward
+        pass outside it; ``None``: float32 throughout.
 
     Every parameter must be in Pyro's param store on every process before the first step (register the
     pair's modules with ``pyro.module`` first), so that all processes reduce the same list in the same order.
@@ -147,7 +152,16 @@ class DataParallelSVI:
         (:func:`sums_over_examples`): its shards' gradients would not add up to the global batch's.
     """
 
-    def __init__(self, model: Callable, guide: Callable, optim: Any, loss: Any, distributed: bool = True) -> None:
+    def __init__(
+        self,
+        model: Callable,
+        guide: Callable,
+        optim: Any,
+        loss: Any,
+        distributed: bool = True,
+        autocast: torch.dtype | None = None,
+        device_type: str = "cpu",
+    ) -> None:
         world_size = world()[1] if distributed else 1
         if world_size > 1 and not sums_over_examples(loss):
             raise ValueError(
@@ -155,7 +169,9 @@ class DataParallelSVI:
                 f"gradients of {world_size} processes' shards would not add up to the global batch's; train it in "
                 f"one process (or use per-token weights: AlignmentRWS(per_token=True), the default)"
             )
-        self.model, self.guide, self.optim, self.loss = model, guide, optim, loss
+        self.model = autocast_calls(model, autocast, device_type)
+        self.guide = autocast_calls(guide, autocast, device_type)
+        self.optim, self.loss = optim, loss
         self.distributed = distributed
 
     def step(self, batch: Any) -> float:

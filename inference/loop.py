@@ -43,7 +43,6 @@ from tqdm.auto import tqdm
 
 from pyro_attention.files import writing
 from pyro_attention.inference.optim import set_lr
-from pyro_attention.precision import autocast, check_autocast
 
 #: ``step(trainer, batch) -> (loss per token, tokens)``
 StepFn = Callable[["Trainer", Any], tuple[float, int]]
@@ -192,8 +191,6 @@ class SVIStep:
         or ``"medium"``; ``None``: the process's own), restored after each: the training steps may multiply in a
         lower precision while validation and evaluation, which run between them, keep the process's
         (:func:`float32_matmul_precision`).
-    :param autocast: ``torch.bfloat16``: the steps run under ``torch.autocast(device_type, torch.bfloat16)``
-        (:func:`~pyro_attention.precision.autocast`); ``None``: float32 throughout.
     """
 
     def __init__(
@@ -208,8 +205,6 @@ class SVIStep:
         guide_steps: int = 0,
         guide_steps_for: int = 0,
         matmul_precision: str | None = None,
-        autocast: torch.dtype | None = None,
-        device_type: str = "cpu",
     ) -> None:
         if matmul_precision is not None:
             check_matmul_precision(matmul_precision)
@@ -217,12 +212,11 @@ class SVIStep:
         self.warmup, self.warmup_steps, self.shard = warmup, warmup_steps, shard
         self.guide_only, self.guide_steps, self.guide_steps_for = guide_only, guide_steps, guide_steps_for
         self.matmul_precision = matmul_precision
-        self.autocast, self.device_type = check_autocast(autocast), device_type
 
     def __call__(self, trainer: Trainer, batch: Any) -> tuple[float, int]:
         tokens = self.tokens(batch)
         part = batch if self.shard is None else self.shard(batch)
-        with float32_matmul_precision(self.matmul_precision), autocast(self.autocast, self.device_type):
+        with float32_matmul_precision(self.matmul_precision):
             if self.guide_only is not None and (not self.guide_steps_for or trainer.step < self.guide_steps_for):
                 for _ in range(self.guide_steps):
                     self.guide_only.step(part)

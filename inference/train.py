@@ -12,6 +12,7 @@ clears it and registers the pair's network afresh, so training several pairs one
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Callable, Iterable, Iterator
@@ -114,9 +115,9 @@ def fit(
         bfloat16 products, 1.5-1.7x per step of the exact ``tanh`` translation rows on a CPU with AMX); validation
         keeps the process's (:func:`~pyro_attention.inference.loop.float32_matmul_precision`); ``None``: the
         process's throughout.
-    :param autocast: ``torch.bfloat16``: the training steps under ``torch.autocast`` on the network's device
-        (:func:`~pyro_attention.precision.autocast`: its products in bfloat16, the likelihood and kernels in
-        float32); validation keeps float32; ``None`` (default): float32 throughout.
+    :param autocast: ``torch.bfloat16``: the training steps' model and guide calls under ``torch.autocast`` on the
+        network's device (:func:`~pyro_attention.precision.autocast_calls`: its products in bfloat16, the likelihood,
+        the kernels and the ELBO in float32); validation keeps float32; ``None`` (default): float32 throughout.
     :param log: also a line through this function at every epoch's end and every minute
         (:class:`~pyro_attention.inference.loop.ProgressLines`), for a log where no bar shows.
     """
@@ -141,16 +142,16 @@ def fit(
     generator = torch.Generator().manual_seed(seed)
     optim = FusedClippedAdam(adam_args(lr, rates, clip_norm))
     elbo = pair.elbo()
+    svi = functools.partial(DataParallelSVI, optim=optim, loss=elbo, distributed=False, autocast=autocast,
+                            device_type=pair.network.device.type)
     step = SVIStep(
-        DataParallelSVI(pair.model, pair.guide, optim, elbo, distributed=False),
+        svi(pair.model, pair.guide),
         tokens=lambda batch: _num_tokens(pair, batch),
         diverged=lambda loss, trainer: (f"fit: training diverged: non-finite loss {loss} at step {trainer.step} "
                                         f"(epoch {trainer.epoch + 1}); lower lr (it is {lr:g})"),
-        warmup=DataParallelSVI(pair.model, pair.warmup_guide, optim, elbo, distributed=False) if warmup_steps else None,
+        warmup=svi(pair.model, pair.warmup_guide) if warmup_steps else None,
         warmup_steps=warmup_steps,
         matmul_precision=matmul_precision,
-        autocast=autocast,
-        device_type=pair.network.device.type,
     )
     result = FitResult()
     callbacks = _fit_callbacks(pair, train, val, result, progress, num_samples, log_csv, log)

@@ -1,24 +1,31 @@
 """Training in bfloat16 where the network multiplies, float32 where a distribution is built.
 
-:func:`autocast` runs a block (the training steps: :class:`~pyro_attention.inference.loop.SVIStep`) under
-``torch.autocast``: the network's products (``linear``, ``mm``, ``bmm``, LSTM layers, ...) then run in bfloat16,
-its weights cast once per block: 2.0-2.3x as many tokens per second as float32 on a CPU with AVX512-BF16
-(docs/performance.md), slower on a CPU without bfloat16 instructions.  Everything a
-network hands to a pair comes back to float32 by :func:`full_precision` (the :class:`~pyro_attention.networks.base.
-Encoded` record, the output distribution), and the enumeration kernels (:mod:`~pyro_attention.distributions.kernels`)
-run with autocast off, so the likelihood, the KL terms and the normalisers are computed at full precision from
-products rounded to bfloat16.
+:func:`autocast_calls` wraps a pair's model and guide (:class:`~pyro_attention.inference.distributed.DataParallelSVI`
+does so given ``autocast=``) so that each call runs under ``torch.autocast``: the network's products (``linear``,
+``mm``, ``bmm``, LSTM layers, ...) then run in bfloat16, 2.0-2.3x as many tokens per second as float32 on a CPU with
+AVX512-BF16 (docs/performance.md), slower on a CPU without bfloat16 instructions.  Everything a network hands to a
+pair comes back to float32 by :func:`full_precision` (the :class:`~pyro_attention.networks.base.Encoded` record, the
+output distribution), and the enumeration kernels (:mod:`~pyro_attention.distributions.kernels`) run with autocast
+off.  The ELBO's own work (the sites' log-densities, their sum and the enumerated contraction, the backward pass)
+runs after the calls return, outside autocast: the likelihood, the KL terms and the normalisers are computed at full
+precision from products rounded to bfloat16.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import torch
 from torch import Tensor
 
-__all__ = ["AUTOCAST_DTYPES", "REDUCED_PRECISION", "autocast", "check_autocast", "full_precision"]
+__all__ = [
+    "AUTOCAST_DTYPES", "REDUCED_PRECISION", "autocast", "autocast_calls", "check_autocast", "full_precision",
+]
+
+F = TypeVar("F", bound=Callable)
 
 #: the dtypes ``torch.autocast`` computes in, cast up by :func:`full_precision`
 REDUCED_PRECISION = (torch.bfloat16, torch.float16)
@@ -43,10 +50,26 @@ def check_autocast(dtype: torch.dtype | None, name: str = "autocast") -> torch.d
 
 @contextlib.contextmanager
 def autocast(dtype: torch.dtype | None, device_type: str = "cpu") -> Iterator[None]:
-    """Run the block under ``torch.autocast(device_type, dtype=dtype)`` (module docstring); ``None`` changes
-    nothing."""
+    """Run the block under ``torch.autocast(device_type, dtype=dtype)``; ``None`` changes nothing."""
     if dtype is None:
         yield
         return
     with torch.autocast(device_type, dtype=dtype):
         yield
+
+
+def autocast_calls(fn: F, dtype: torch.dtype | None, device_type: str = "cpu") -> F:
+    """``fn`` with every call run under :func:`autocast` ``(dtype, device_type)``; ``fn`` itself for ``None``.
+
+    A pair's model and guide wrapped so: what they compute runs in ``dtype``, what Pyro's ELBO does with their
+    traces afterwards does not (module docstring)."""
+    check_autocast(dtype)
+    if dtype is None:
+        return fn
+
+    @functools.wraps(fn)
+    def under_autocast(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - fn's own signature
+        with autocast(dtype, device_type):
+            return fn(*args, **kwargs)
+
+    return under_autocast  # type: ignore[return-value]

@@ -10,7 +10,7 @@ from pyro_attention.distributions.kernels import (
     product_log_normalizer,
 )
 from pyro_attention.networks.base import Encoded
-from pyro_attention.precision import autocast, full_precision
+from pyro_attention.precision import autocast, autocast_calls, full_precision
 from tests.support.autocast import bfloat16_products
 
 
@@ -26,6 +26,18 @@ def test_autocast_context():
     assert not bfloat16_products()
     with autocast(None):
         assert not bfloat16_products()
+
+
+def test_autocast_calls_wraps_each_call():
+    def product(x):  # noqa: ANN001, ANN202
+        """a product"""
+        return bfloat16_products()
+
+    wrapped = autocast_calls(product, torch.bfloat16)
+    assert wrapped(1) and not bfloat16_products() and wrapped.__doc__ == "a product"
+    assert autocast_calls(product, None) is product
+    with pytest.raises(ValueError, match="got torch.float64"):
+        autocast_calls(product, torch.float64)
 
 
 def test_encoded_and_the_output_distribution_are_float32_under_autocast():
@@ -59,17 +71,11 @@ def test_kernels_run_in_float32_under_autocast():
         torch.testing.assert_close(a, e, rtol=1e-6, atol=1e-6)
 
 
-#: on the floor versions (torch 2.1, pyro-ppl 1.8.6) the enumerated ELBO's contraction runs under autocast and its
-#: loss comes out bfloat16 (the step, not just the network, is autocast); checked on torch 2.13 / pyro-ppl 1.9
-OLD_ENUM = pytest.mark.skipif(tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) < (2, 13),
-                              reason="torch < 2.13: the enumerated loss is contracted in bfloat16 under autocast")
-
-
-@pytest.mark.parametrize("model", ["soft", pytest.param("marginal", marks=OLD_ENUM),
-                                   pytest.param("variational", marks=OLD_ENUM)])
+@pytest.mark.parametrize("model", ["soft", "marginal", "variational"])
 def test_a_translation_step_under_autocast_is_close_to_float32(model):
-    """One ELBO of a Seq2Seq pair on a synthetic batch, under autocast and not: the loss moves by < 2 %, every
-    gradient is finite and float32."""
+    """One ELBO of a Seq2Seq pair on a synthetic batch, its model and guide under autocast and not: the loss is
+    float32 (the enumerated contraction too: it runs outside autocast) and moves by < 2 %, every gradient is finite
+    and float32."""
     from pyro_attention.tasks.translation import TranslationConfig
     from pyro_attention.tasks.translation.corpora import build_pair, build_vocabs, load_corpora, make_batches
 
@@ -82,11 +88,36 @@ def test_a_translation_step_under_autocast_is_close_to_float32(model):
     elbo = pair.elbo()
     losses: dict = {}
     for dtype in (None, torch.bfloat16):
-        with autocast(dtype):
-            losses[dtype] = elbo.differentiable_loss(pair.model, pair.guide, batch)
+        model, guide = autocast_calls(pair.model, dtype), autocast_calls(pair.guide, dtype)
+        losses[dtype] = elbo.differentiable_loss(model, guide, batch)
         assert losses[dtype].dtype == torch.float32
         grads = torch.autograd.grad(losses[dtype], [p for p in pair.network.parameters() if p.requires_grad],
                                     allow_unused=True)
         assert all(g is None or (g.dtype == torch.float32 and bool(g.isfinite().all())) for g in grads)
     full, half = losses[None].detach().item(), losses[torch.bfloat16].detach().item()
     assert half == pytest.approx(full, rel=0.02) and half != full
+
+
+def test_a_sampled_alignment_computes_its_output_logits_inside_the_model():
+    """Without a table (one sampled alignment per token) the output logits are computed when the distribution is
+    built, under the model's autocast, not when Pyro's ELBO later asks for ``log_prob``."""
+    from pyro_attention.distributions import AlignedCategorical
+
+    calls: list = []
+
+    class Net:
+        num_classes = 7
+
+        def output_logits(self, enc, context):  # noqa: ANN001, ANN202
+            calls.append(bfloat16_products())
+            return torch.zeros(context.shape[:-1] + (7,))
+
+    values, mask = torch.randn(2, 3, 4), torch.ones(2, 3, dtype=torch.bool)
+    target = torch.randint(0, 7, (2, 5))
+    enc = Encoded(values, mask, target, torch.ones(2, 5, dtype=torch.bool), torch.randn(2, 5, 3))
+    with autocast(torch.bfloat16):
+        d = AlignedCategorical(torch.randint(0, 3, (2, 5)), Net(), enc)
+    lp = d.log_prob(target)
+    assert calls == [True] and lp.dtype == torch.float32
+    torch.testing.assert_close(lp, torch.full((2, 5), -torch.log(torch.tensor(7.0)).item()))
+    assert d.expand((4, 2, 5)).log_prob(target).shape == (4, 2, 5) and calls == [True]

@@ -6,7 +6,10 @@ Under enumeration the alignment ``z`` arrives as a tensor of source positions sh
 ``log p(y_t = observed | x, z_t = s)`` of shape ``(B, T, S)`` (the enumeration kernel's,
 :func:`~pyro_attention.distributions.enumeration.observed_table`) and reads ``log_prob`` of the observed value
 from it with one ``gather``.  Any other value (and :meth:`~AlignedCategorical.sample`, used by ``Predictive`` and
-generation) falls back to the full logits: the network's output layer at the contexts the alignment picks.
+generation) falls back to the full logits: the network's output layer at the contexts the alignment picks.  Without
+a table (one sampled alignment per token) those logits are computed when the distribution is built, inside the
+model, where the network's products belong (under the model's ``torch.autocast`` when it trains in bfloat16,
+:mod:`~pyro_attention.precision`), not later when Pyro's ELBO asks for ``log_prob``.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ class AlignedCategorical(TorchDistribution):
         self.network, self.enc = network, enc
         self.table = table
         self.values = enc.values if values is None else values
+        self.full = self._output() if table is None else None
         batch_shape = index.shape if table is None else torch.broadcast_shapes(index.shape, table.shape[:-1])
         super().__init__(batch_shape, torch.Size(), validate_args=validate_args)
 
@@ -73,12 +77,16 @@ class AlignedCategorical(TorchDistribution):
         new = self._get_checked_instance(AlignedCategorical, _instance)
         new.index = self.index.expand(batch_shape)
         new.network, new.enc, new.table, new.values = self.network, self.enc, self.table, self.values
+        new.full = None if self.full is None else self.full.expand(batch_shape)
         super(AlignedCategorical, new).__init__(batch_shape, torch.Size(), validate_args=False)
         new._validate_args = self._validate_args
         return new
 
-    def _full(self) -> Categorical:
+    def _output(self) -> OutputCategorical:
         return OutputCategorical(self.network.output_logits(self.enc, gather_context(self.values, self.index)))
+
+    def _full(self) -> Categorical:
+        return self._output() if self.full is None else self.full
 
     def log_prob(self, value: Tensor) -> Tensor:
         if self.table is None:

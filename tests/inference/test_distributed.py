@@ -32,6 +32,7 @@ from pyro_attention.inference.distributed import (
 )
 from pyro_attention.pair import AlignmentPair
 from pyro_attention.registry import ALL_PAIRS, PAIR_ESTIMATORS, make_pair
+from tests.support.autocast import bfloat16_products
 from tests.support.toy_network import ToyBatch, ToyNetwork, make_toy_batch
 
 TINY = [
@@ -272,3 +273,33 @@ def test_whole_trace_weights_are_refused_under_data_parallel(monkeypatch, elbo):
     DataParallelSVI(None, None, None, elbo, distributed=False)  # this process alone, as asked
     with pytest.raises(ValueError, match=f"{type(elbo).__name__}.*whole batch.*2 processes"):
         DataParallelSVI(None, None, None, elbo)
+
+
+def test_model_and_guide_run_under_autocast_and_the_elbo_outside():
+    """``autocast=torch.bfloat16``: the model and guide calls multiply in bfloat16; what the loss does with them
+    afterwards (Pyro's contraction, the backward pass) and the optimiser do not."""
+    seen: list = []
+
+    class Loss:
+        def loss_and_grads(self, model, guide, batch):  # noqa: ANN001, ANN202
+            guide(batch)
+            model(batch)
+            seen.append(("loss", bfloat16_products()))
+            return 1.0
+
+    def optim(params):  # noqa: ANN001, ANN202
+        seen.append(("optim", bfloat16_products()))
+
+    def model(batch):  # noqa: ANN001, ANN202
+        seen.append(("model", bfloat16_products()))
+
+    def guide(batch):  # noqa: ANN001, ANN202
+        seen.append(("guide", bfloat16_products()))
+
+    DataParallelSVI(model, guide, optim, Loss(), distributed=False, autocast=torch.bfloat16).step([0])
+    assert seen == [("guide", True), ("model", True), ("loss", False), ("optim", False)]
+    seen.clear()
+    DataParallelSVI(model, guide, optim, Loss(), distributed=False).step([0])  # None: float32
+    assert seen == [("guide", False), ("model", False), ("loss", False), ("optim", False)]
+    with pytest.raises(ValueError, match="autocast must be None, torch.bfloat16 or torch.float16, got torch.float64"):
+        DataParallelSVI(model, guide, optim, Loss(), autocast=torch.float64)

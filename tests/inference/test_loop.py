@@ -336,26 +336,6 @@ def test_fit_encodes_each_batch_once_per_step(monkeypatch):
     assert result.steps == 2 and calls["n"] == 2
 
 
-def test_svi_step_runs_under_autocast_and_callbacks_between_do_not():
-    seen: list = []
-
-    class Fake:
-        def step(self, batch):  # noqa: ANN001, ANN202
-            seen.append(bfloat16_products())
-            return 1.0
-
-    class Between(Callback):
-        def on_step_end(self, trainer):
-            seen.append(("between", bfloat16_products()))
-
-    step = SVIStep(Fake(), tokens=lambda b: 1, diverged=str, autocast=torch.bfloat16)
-    Trainer(step, lambda epoch: [0], 1, [Between()]).fit()
-    assert seen == [True, ("between", False)]
-    seen.clear()
-    Trainer(SVIStep(Fake(), tokens=lambda b: 1, diverged=str), lambda epoch: [0], 1).fit()
-    assert seen == [False]  # None: float32
-
-
 def test_fit_under_bfloat16_autocast_tracks_float32_and_validates_in_float32(monkeypatch):
     """Losses of bfloat16 training are float32 numbers (not bfloat16-rounded) close to float32 training's, and the
     validation between epochs runs with autocast off."""
@@ -383,6 +363,4 @@ def test_fit_under_bfloat16_autocast_tracks_float32_and_validates_in_float32(mon
     assert validated == [False] * 4
     with pytest.raises(ValueError, match="fit: autocast must be None, torch.bfloat16 or torch.float16, got 'bfloat16'"):
         fit(SoftAttention(net), data, autocast="bfloat16", progress=False)
-    with pytest.raises(ValueError, match="autocast must be None, torch.bfloat16 or torch.float16, got torch.float64"):
-        SVIStep(object(), tokens=lambda b: 1, diverged=str, autocast=torch.float64)
     assert half.val_nll == pytest.approx(full.val_nll, rel=0.02) and half.val_nll != full.val_nll

@@ -76,9 +76,9 @@ def train(
 
     Every epoch: the length-bucketed batches in an order drawn from ``(seed, epoch)``, one
     ``SVI(pair.model, pair.guide, FusedClippedAdam, pair.elbo()).step`` each (``pair.warmup_guide`` for the first
-    ``warmup_steps``); then validation perplexity; the learning rate is multiplied by ``lr_decay`` when it did not
-    improve on the best; ``last.pt`` is written, and ``best.pt`` when it improved; training stops early after
-    ``patience`` epochs in a row without improvement.
+    ``warmup_steps``; model and guide under ``config.autocast``); then validation perplexity; the learning rate is
+    multiplied by ``lr_decay`` when it did not improve on the best; ``last.pt`` is written, and ``best.pt`` when it
+    improved; training stops early after ``patience`` epochs in a row without improvement.
 
     :param resume: continue from ``last.pt`` in the output folder, restoring network, optimiser, RNG states,
         counters and history; the checkpoint must have the same model, estimator, sizes and vocabularies.
@@ -289,23 +289,27 @@ def _svi_step(run: TrainingRun, plateau: PlateauDecay) -> SVIStep:
     """One SVI step on this process's shard of a batch (the warm-up guide first), per token of the global batch."""
     config, elbo, pair = run.config, run.pair.elbo(), run.pair
     return SVIStep(
-        DataParallelSVI(pair.model, pair.guide, run.optim, elbo),
+        _svi(run, pair.guide, run.optim, elbo),
         tokens=lambda batch: int(batch.target_mask.sum()),  # of the global batch: every process shards the same one
         diverged=lambda loss, t: (
             f"training diverged: non-finite loss {loss} at step {t.step + 1} (epoch {t.epoch + 1}) with lr "
             f"{plateau.lr:g}; lower --lr (or --clip-norm) and start again with --overwrite, or --resume from "
             f"{run.last_path} with the lower --lr"
         ),
-        warmup=DataParallelSVI(pair.model, pair.warmup_guide, run.optim, elbo) if config.warmup_steps else None,
+        warmup=_svi(run, pair.warmup_guide, run.optim, elbo) if config.warmup_steps else None,
         warmup_steps=config.warmup_steps,
         shard=lambda batch: shard(batch, run.rank, run.world_size),
         guide_only=_guide_only(run, elbo),
         guide_steps=config.guide_steps,
         guide_steps_for=config.guide_steps_for,
         matmul_precision=config.matmul_precision,
-        autocast=AUTOCAST_DTYPES[config.autocast],
-        device_type=torch.device(config.device).type,
     )
+
+
+def _svi(run: TrainingRun, guide: Any, optim: Any, elbo: Any) -> DataParallelSVI:
+    """The SVI of the pair's model with ``guide``, the model and guide under the config's ``autocast``."""
+    return DataParallelSVI(run.pair.model, guide, optim, elbo, autocast=AUTOCAST_DTYPES[run.config.autocast],
+                           device_type=torch.device(run.config.device).type)
 
 
 def _guide_only(run: TrainingRun, elbo: Any) -> DataParallelSVI | None:
@@ -317,4 +321,4 @@ def _guide_only(run: TrainingRun, elbo: Any) -> DataParallelSVI | None:
         raise ValueError(f"guide_steps: {type(run.pair).__name__} has no parameters of its guide's own to train alone "
                          "(pair.guide_parameters() is empty; the variational pair's are its network's "
                          "inference_parameters())")
-    return DataParallelSVI(run.pair.model, run.pair.guide, SubsetOptim(run.optim, own), elbo)
+    return _svi(run, run.pair.guide, SubsetOptim(run.optim, own), elbo)
