@@ -107,8 +107,8 @@ def add_experiment(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
                      "AMX; evaluation keeps float32")
     run.add_argument("--autocast", default=None,
                      help="torch.autocast of every row's training steps: none or bfloat16 (default: the file's, else "
-                     "none); bfloat16: the network's products in bfloat16, the likelihood, kernels and ELBO in float32; "
-                     "evaluation keeps float32")
+                     "none); bfloat16: the network's products in bfloat16, the likelihood, kernels and ELBO in "
+                     "float32; evaluation keeps float32")
     run.add_argument("--quiet", action="store_true", help="no progress bars")
     status = add_command(actions, "status", _status,
                          "where each row stands (epochs, where it resumes, best and last validation PPL, learning "

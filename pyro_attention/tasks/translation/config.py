@@ -101,8 +101,9 @@ class TranslationConfig(OptimConfig, ModelOptions, CorpusOptions):
     (torch threads; 0 leaves torch's choice), ``matmul_precision`` (``torch.set_float32_matmul_precision`` while
     training steps run: ``"highest"``, ``"high"`` or ``"medium"``, bfloat16 products; validation, evaluation and
     decoding keep float32), ``autocast`` (``"bfloat16"``: the model and guide of the training steps under
-    ``torch.autocast``, :mod:`pyro_attention.precision`; evaluation keeps float32), ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``,
-    ``"mps"``: where the network, its optimiser state and the batches live; checkpoints are stored device-free, so
+    ``torch.autocast``, :mod:`pyro_attention.precision`; evaluation keeps float32), ``device`` (``"cpu"``,
+    ``"cuda"``, ``"cuda:N"``, ``"mps"``: where the network, its optimiser state and the batches live; checkpoints
+    are stored device-free, so
     a run trained on a GPU resumes or evaluates on a CPU and back; several processes under torchrun each take
     ``cuda:LOCAL_RANK``)
     and ``out`` (default ``runs/<model>-<estimator>``).  ``init_from`` starts a fresh run from another run's network
@@ -131,7 +132,8 @@ class TranslationConfig(OptimConfig, ModelOptions, CorpusOptions):
     autocast: str = option(
         "none", "torch.autocast of the training steps' model and guide: none (default) or bfloat16 (the "
         "network's products in bfloat16, 2.0-2.3x faster steps measured on a CPU with AVX512-BF16; the likelihood, KL "
-        "terms, enumeration kernels and ELBO stay float32); validation, evaluation and decoding keep float32", choices=tuple(AUTOCAST_DTYPES))
+        "terms, enumeration kernels and ELBO stay float32); validation, evaluation and decoding keep float32",
+        choices=tuple(AUTOCAST_DTYPES))
     device: str = option("cpu", "cpu (default), cuda, cuda:N or mps: where the network trains")
     out: str | None = option(None, "output folder (default runs/<model>-<estimator>)")
     init_from: str | None = option(None, "a checkpoint (best.pt, last.pt or its run folder) whose network weights "
