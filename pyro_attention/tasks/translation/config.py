@@ -103,10 +103,9 @@ class TranslationConfig(OptimConfig, ModelOptions, CorpusOptions):
     decoding keep float32), ``autocast`` (``"bfloat16"``: the model and guide of the training steps under
     ``torch.autocast``, :mod:`pyro_attention.precision`; evaluation keeps float32), ``device`` (``"cpu"``,
     ``"cuda"``, ``"cuda:N"``, ``"mps"``: where the network, its optimiser state and the batches live; checkpoints
-    are stored device-free, so
-    a run trained on a GPU resumes or evaluates on a CPU and back; several processes under torchrun each take
-    ``cuda:LOCAL_RANK``)
-    and ``out`` (default ``runs/<model>-<estimator>``).  ``init_from`` starts a fresh run from another run's network
+    are stored device-free, so a run trained on a GPU resumes or evaluates on a CPU and back; several processes
+    under torchrun each take ``cuda:LOCAL_RANK``) and ``out`` (default ``runs/<model>-<estimator>``). ``init_from``
+    starts a fresh run from another run's network
     weights (those of the same name and shape; :func:`~pyro_attention.tasks.translation.checkpoints.warm_start`);
     a resumed run ignores it.
     """
