@@ -104,10 +104,9 @@ class TranslationConfig(OptimConfig, ModelOptions, CorpusOptions):
     ``torch.autocast``, :mod:`pyro_attention.precision`; evaluation keeps float32), ``device`` (``"cpu"``,
     ``"cuda"``, ``"cuda:N"``, ``"mps"``: where the network, its optimiser state and the batches live; checkpoints
     are stored device-free, so a run trained on a GPU resumes or evaluates on a CPU and back; several processes
-    under torchrun each take ``cuda:LOCAL_RANK``) and ``out`` (default ``runs/<model>-<estimator>``). ``init_from``
-    starts a fresh run from another run's network
-    weights (those of the same name and shape; :func:`~pyro_attention.tasks.translation.checkpoints.warm_start`);
-    a resumed run ignores it.
+    under torchrun each take ``cuda:LOCAL_RANK``) and ``out`` (default ``runs/<model>-<estimator>``).  ``init_from``
+    starts a fresh run from another run's network weights (those of the same name and shape;
+    :func:`~pyro_attention.tasks.translation.checkpoints.warm_start`); a resumed run ignores it.
     """
 
     # data: CorpusOptions; model: ModelOptions; optimisation: OptimConfig's epochs, batch_size, lr, seed and these
