@@ -41,6 +41,7 @@ a ``ValueError`` that says why:
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Callable
 from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -427,6 +428,13 @@ def kmax_mixture(
     if renormalise:
         top = top.log_softmax(-1)
     return (top.unsqueeze(-1) + log_probs(index)).logsumexp(-2)
+
+
+def kmax_log_prior(log_prior: Tensor, k: int) -> Tensor:
+    """``log_prior`` ``(..., S)`` restricted to its ``k`` most probable positions (:func:`kmax_mixture`'s) and
+    renormalised over them, ``-inf`` elsewhere: the renormalised K-max mixture is the exact marginal under it."""
+    top, index = log_prior.topk(min(k, log_prior.shape[-1]), dim=-1)
+    return torch.full_like(log_prior, -math.inf).scatter_(-1, index, top.log_softmax(-1))
 
 
 def _site_probs(fn: Any) -> Tensor | None:

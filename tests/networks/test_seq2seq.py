@@ -311,6 +311,40 @@ def test_toolkit_batched_beam_equals_one_sentence_at_a_time(rule):
 # The exact marginal of the product-of-experts layer in decoding: source experts once per sentence, two products
 
 
+def test_kmax_mixture_is_the_marginal_under_the_kmax_prior(float64):
+    """The renormalised K-max mixture equals the exact mixture over all positions under :func:`kmax_log_prior`
+    (padded positions, ``-inf``, and ``k`` beyond the real ones included)."""
+    from pyro_attention.pair import kmax_log_prior, kmax_mixture
+
+    g = torch.Generator().manual_seed(0)
+    log_prior = torch.randn(4, 6, generator=g).log_softmax(-1)
+    log_prior[1, 3:] = -math.inf  # 3 real positions
+    log_prior = log_prior.log_softmax(-1)
+    table = torch.randn(4, 6, 9, generator=g).log_softmax(-1)  # log p(y | s)
+    for k in (1, 2, 4, 6):
+        restricted = kmax_log_prior(log_prior, k)
+        assert (restricted > -math.inf).sum(-1).tolist() == [k, min(k, 3), k, k]
+        assert torch.allclose(restricted.logsumexp(-1), torch.zeros(4, dtype=torch.float64), atol=1e-12)
+        mixture = kmax_mixture(log_prior, k, lambda index: table.gather(1, index[..., None].expand(-1, -1, 9)),
+                               renormalise=True)
+        assert torch.allclose(mixture, (restricted[..., None] + table).logsumexp(1), atol=1e-12)
+
+
+def test_product_marginal_select_moves_the_kept_sentences_forward_in_place():
+    from pyro_attention.tasks.translation import decoding
+
+    v = torch.randn(5, 3, 7)
+    cache = decoding._ProductMarginal(v.clone(), rows=2)
+    expected = decoding._ProductMarginal(v.clone(), rows=2)
+    buffer = cache.E.data_ptr()
+    kept = cache.select(torch.tensor([1, 3, 4]))
+    assert kept.E.data_ptr() == buffer and kept.E.is_contiguous() and kept.E.shape == (3, 3, 7)
+    assert torch.equal(kept.v, v[[1, 3, 4]]) and torch.equal(kept.E, expected.E[[1, 3, 4]])
+    assert torch.equal(kept.n, expected.n[[1, 3, 4]])
+    with pytest.raises(ValueError, match=r"sentences must increase, got \[2, 1\]"):
+        kept.select(torch.tensor([2, 1]))
+
+
 @pytest.mark.parametrize("toolkit", [False, True])
 def test_product_marginal_next_log_probs_equal_the_general_path(float64, toolkit):
     """``_ProductMarginal`` gives the same ``log p(y_t | x, y_<t)`` as ``step_logits`` at every source value and a

@@ -22,6 +22,7 @@ The search sees the network only through :class:`IncrementalDecoder`, the step-b
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -33,7 +34,7 @@ from pyro_attention.data.translation import BOS, EOS, TranslationBatch
 from pyro_attention.distributions.kernels import log_mixture_of_softmaxes, product_log_normalizer, shifted_exp
 from pyro_attention.networks.base import Encoded, mask_scores
 from pyro_attention.networks.onednn import onednn_inference
-from pyro_attention.pair import AlignmentPair, Rule, kmax_mixture
+from pyro_attention.pair import AlignmentPair, Rule, kmax_log_prior, kmax_mixture
 
 __all__ = ["IncrementalDecoder", "SourceMemory", "greedy", "translate"]
 
@@ -136,7 +137,8 @@ class _ProductMarginal:
     times the dtype's smallest normal number (``3.2e-38`` in float32) relative to the best token of that alignment
     (terms :func:`~pyro_attention.distributions.kernels.shifted_exp` raises to that, which keeps subnormal numbers
     out of the products) gets about the floor value instead of a lower one; such a token is never among the best
-    continuations.  K-max reads ``u + v_s`` at its ``K`` alignments from the kept ``v`` (:meth:`logits_at`).
+    continuations.  K-max is the same sum under the prior restricted to its ``K`` best positions
+    (:func:`~pyro_attention.pair.kmax_log_prior`).
     """
 
     def __init__(self, v: Tensor, rows: int, shifted: tuple[Tensor, Tensor] | None = None) -> None:
@@ -147,13 +149,19 @@ class _ProductMarginal:
         self.n, self.E = shifted  # (B, S, 1), (B, S, V)
 
     def select(self, sentences: Tensor) -> _ProductMarginal:
-        """The cache of sentences ``sentences`` ``(B',)`` long only (beam search drops those that are done)."""
-        return _ProductMarginal(self.v[sentences], self.rows, (self.n[sentences], self.E[sentences]))
-
-    def logits_at(self, u: Tensor, index: Tensor) -> Tensor:
-        """``u + v_s`` at the source positions ``index`` ``(N, K)`` of each row: ``(N, K, V)`` (K-max)."""
-        sentence = torch.arange(self.v.shape[0], device=index.device).repeat_interleave(self.rows).unsqueeze(1)
-        return u.unsqueeze(1) + self.v[sentence, index]
+        """The cache of sentences ``sentences`` ``(B',)`` long, increasing, only (beam search drops those that are
+        done), made in place: each kept sentence's rows move forward in the same buffers, which then end at ``B'``.
+        A new ``(B', S, V)`` copy would cost as much as several steps (fresh pages for tens of megabytes); this
+        cache is not to be used afterwards."""
+        kept = sentences.tolist()
+        if any(later <= earlier for earlier, later in itertools.pairwise(kept)):
+            raise ValueError(f"_ProductMarginal.select: sentences must increase, got {kept}")
+        for j, i in enumerate(kept):
+            if i != j:
+                for t in (self.v, self.n, self.E):
+                    t[j].copy_(t[i])
+        m = len(kept)
+        return _ProductMarginal(self.v[:m], self.rows, (self.n[:m], self.E[:m]))
 
     def __call__(self, u: Tensor, log_prior: Tensor) -> Tensor:
         """``u`` ``(N, V)`` or ``(N, 1)`` (zeros), ``log_prior`` ``(N, S)`` -> ``log p(y_t | x, y_<t)`` ``(N, V)``."""
@@ -164,7 +172,7 @@ class _ProductMarginal:
         M = w.amax(-1, keepdim=True)
         weights = shifted_exp(w, M).masked_fill_(w == -math.inf, 0.0)  # padded sources stay out exactly
         mix = torch.bmm(weights, self.E)  # (B, R, V)
-        return (u + M + mix.clamp_min(torch.finfo(mix.dtype).tiny).log()).view(-1, V)
+        return mix.clamp_min_(torch.finfo(mix.dtype).tiny).log_().add_(u + M).view(-1, V)  # u + M + log mix
 
 
 class _StepRule:
@@ -234,18 +242,20 @@ class _Marginal(_StepRule):
 
 
 class _KMax(_Marginal):
-    """The same sum over the ``k`` most probable alignments, renormalised (Deng et al. 2018)."""
+    """The same sum over the ``k`` most probable alignments, renormalised (Deng et al. 2018): with a product of
+    experts, :class:`_ProductMarginal` under the prior restricted to them (:func:`~pyro_attention.pair.
+    kmax_log_prior`: two products over the ``S`` positions cost less than ``K`` softmaxes over ``V``)."""
 
     def __call__(self, src: SourceMemory, h: Tensor, scores: Tensor, fed: Tensor) -> Tensor:
-        u = None if self.product is None else self.net.query_experts(h)
+        log_prior = _log_prior(src, scores)
+        if self.product is not None:
+            return self.product(self.net.query_experts(h), kmax_log_prior(log_prior, self.k))
 
         def log_probs(index: Tensor) -> Tensor:  # (N, K) -> (N, K, V)
-            if u is not None:
-                return self.product.logits_at(u, index).log_softmax(-1)
             values = src.values.gather(1, index.unsqueeze(-1).expand(-1, -1, src.values.shape[-1]))  # (N, K, D)
             return self.net.step_logits(h.unsqueeze(1), values).log_softmax(-1)
 
-        return kmax_mixture(_log_prior(src, scores), self.k, log_probs, renormalise=True)
+        return kmax_mixture(log_prior, self.k, log_probs, renormalise=True)
 
 
 #: how one step of decoding computes each rule
