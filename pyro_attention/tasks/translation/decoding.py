@@ -21,10 +21,11 @@ The search sees the network only through :class:`IncrementalDecoder`, the step-b
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -310,19 +311,27 @@ def translate(
             f"need beam_size >= 1, max_len >= 1, k >= 1, batch_size >= 1; got {beam_size}, {shortest}, {k}, "
             f"{batch_size}"
         )
+    out: list[list[int]] = []
+    with _searching(pair, source, source_mask):
+        for start in range(0, source.shape[0], batch_size):
+            rows = slice(start, start + batch_size)
+            real = int(source_mask[rows].sum(-1).max())  # trim the padding the whole chunk shares
+            out += _beam(pair, source[rows, :real], source_mask[rows, :real], beam_size, rule, k, limits[rows],
+                         length_penalty)
+    return out
+
+
+@contextlib.contextmanager
+def _searching(pair: AlignmentPair, source: Tensor, source_mask: Tensor) -> Iterator[IncrementalDecoder]:
+    """The pair's network for a search over ``source``: the source checked, the network in eval mode (restored
+    after) and multiplying through oneDNN (:func:`~pyro_attention.networks.onednn.onednn_inference`)."""
     net = pair.network  # an IncrementalDecoder and an nn.Module (train / eval)
     _check_source(net, source, source_mask)
     was_training = net.training
     net.eval()
     try:
         with onednn_inference(net):
-            out: list[list[int]] = []
-            for start in range(0, source.shape[0], batch_size):
-                rows = slice(start, start + batch_size)
-                real = int(source_mask[rows].sum(-1).max())  # trim the padding the whole chunk shares
-                out += _beam(pair, source[rows, :real], source_mask[rows, :real], beam_size, rule, k, limits[rows],
-                             length_penalty)
-            return out
+            yield net
     finally:
         net.train(was_training)
 
@@ -410,28 +419,21 @@ def greedy(
     rule = pair.rule(rule, decoding=True)
     if max_len < 1 or k < 1:
         raise ValueError(f"need max_len >= 1, k >= 1; got {max_len}, {k}")
-    net = pair.network  # an IncrementalDecoder and an nn.Module (train / eval)
-    _check_source(net, source, source_mask)
-    was_training = net.training
-    net.eval()
-    try:
-        with onednn_inference(net):
-            src = net.encode_source(source, source_mask)
-            next_log_probs = _step_rule(pair, rule, src, 1, k)
-            state, fed = net.initial_state(src)
-            y = torch.full((source.shape[0],), BOS, dtype=torch.long)
-            out = [[] for _ in range(source.shape[0])]
-            done = torch.zeros(source.shape[0], dtype=torch.bool)
-            for _ in range(max_len):
-                h, a, state, fed = net.decoder_step(src, y, state, fed)
-                y = next_log_probs(src, h, a, fed).argmax(-1)
-                for i in (~done).nonzero().flatten().tolist():
-                    if int(y[i]) == EOS:
-                        done[i] = True
-                    else:
-                        out[i].append(int(y[i]))
-                if done.all():
-                    break
-            return out
-    finally:
-        net.train(was_training)
+    out: list[list[int]] = [[] for _ in range(source.shape[0])]
+    with _searching(pair, source, source_mask) as net:
+        src = net.encode_source(source, source_mask)
+        next_log_probs = _step_rule(pair, rule, src, 1, k)
+        state, fed = net.initial_state(src)
+        y = torch.full((source.shape[0],), BOS, dtype=torch.long)
+        done = torch.zeros(source.shape[0], dtype=torch.bool)
+        for _ in range(max_len):
+            h, a, state, fed = net.decoder_step(src, y, state, fed)
+            y = next_log_probs(src, h, a, fed).argmax(-1)
+            for i in (~done).nonzero().flatten().tolist():
+                if int(y[i]) == EOS:
+                    done[i] = True
+                else:
+                    out[i].append(int(y[i]))
+            if done.all():
+                break
+    return out
