@@ -4,8 +4,9 @@
 A decoder step is matrix products of a few hundred rows with fixed weights (the LSTM cell's gates, the attentional
 layer, the ``V``-way output layer).  torch computes a float32 ``nn.Linear`` on a CPU with the BLAS it was built with
 (MKL), which packs the weight anew at every call and, on CPUs it does not tune for, runs far below the core's rate.
-oneDNN (``torch._C._nn.mkldnn_linear``, the kernel behind ``torch.utils.mkldnn``) multiplies by a weight reordered
-once per block: the same float32 products (float32 inputs, float32 accumulation), summed in another order, so each
+oneDNN (``torch.ops.mkldnn._linear_pointwise``, the kernel torch's own compiler calls for a CPU's linear layers)
+multiplies by a weight reordered once per block (``torch.ops.mkldnn._reorder_linear_weight``), taking and giving
+ordinary tensors: the same float32 products (float32 inputs, float32 accumulation), summed in another order, so each
 logit moves by float32 rounding only (``tests/networks/test_onednn.py``).  The LSTM cell's twin computes
 ``[x; h] W^T + (b_ih + b_hh)`` as one product, then torch's gate equations.
 
@@ -24,14 +25,15 @@ from torch import Tensor, nn
 __all__ = ["OneDNNLSTMCell", "OneDNNLinear", "onednn_inference"]
 
 
-def _mkldnn(t: Tensor) -> Tensor:
-    return t.detach().contiguous().to_mkldnn()
+def _packed(weight: Tensor) -> Tensor:
+    """``weight`` ``(out, in)`` reordered once into oneDNN's layout for :func:`_linear`."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous())
 
 
-def _linear(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
-    """``x @ W^T + b`` for ``x`` ``(..., K)`` through oneDNN (``weight``, ``bias``: oneDNN tensors)."""
+def _linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """``x @ W^T + b`` for ``x`` ``(..., K)`` through oneDNN (``weight``: :func:`_packed`'s)."""
     shape = x.shape
-    y = torch._C._nn.mkldnn_linear(x.reshape(-1, shape[-1]).contiguous().to_mkldnn(), weight, bias).to_dense()
+    y = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, shape[-1]).contiguous(), weight, bias, "none", [], "")
     return y.view(*shape[:-1], y.shape[-1])
 
 
@@ -43,8 +45,8 @@ class OneDNNLinear(nn.Module):
         super().__init__()
         self.weight, self.bias = linear.weight, linear.bias
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        bias = linear.bias if linear.bias is not None else linear.weight.new_zeros(linear.out_features)
-        self._weight, self._bias = _mkldnn(linear.weight), _mkldnn(bias)
+        self._weight = _packed(linear.weight)
+        self._bias = None if linear.bias is None else linear.bias.detach()
 
     def forward(self, x: Tensor) -> Tensor:
         return _linear(x, self._weight, self._bias)
@@ -59,11 +61,8 @@ class OneDNNLSTMCell(nn.Module):
         self.input_size, self.hidden_size = cell.input_size, cell.hidden_size
         self.weight_ih, self.weight_hh = cell.weight_ih, cell.weight_hh
         weight = torch.cat([cell.weight_ih.detach(), cell.weight_hh.detach()], dim=1)
-        bias = weight.new_zeros(weight.shape[0])
-        for b in (cell.bias_ih, cell.bias_hh):
-            if b is not None:
-                bias = bias + b.detach()
-        self._weight, self._bias = _mkldnn(weight), _mkldnn(bias)
+        biases = [b.detach() for b in (cell.bias_ih, cell.bias_hh) if b is not None]
+        self._weight, self._bias = _packed(weight), sum(biases[1:], biases[0]) if biases else None
 
     def forward(self, x: Tensor, state: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
         if state is None:
@@ -80,10 +79,12 @@ _TWINS: dict[type[nn.Module], type[nn.Module]] = {nn.Linear: OneDNNLinear, nn.LS
 
 
 def usable(module: nn.Module) -> bool:
-    """Whether :func:`onednn_inference` applies to ``module``: oneDNN in this torch, no gradient wanted, and every
-    parameter a float32 CPU tensor."""
+    """Whether :func:`onednn_inference` applies to ``module``: oneDNN's linear kernels in this torch, no gradient
+    wanted, and every parameter a float32 CPU tensor."""
     params = list(module.parameters())
-    return (torch.backends.mkldnn.is_available() and not torch.is_grad_enabled() and bool(params)
+    kernels = torch.backends.mkldnn.is_available() and all(
+        hasattr(torch.ops.mkldnn, op) for op in ("_linear_pointwise", "_reorder_linear_weight"))
+    return (kernels and not torch.is_grad_enabled() and bool(params)
             and all(p.device.type == "cpu" and p.dtype == torch.float32 for p in params))
 
 
