@@ -158,8 +158,10 @@ def shifted_exp(x: Tensor, shift: Tensor) -> Tensor:
     """``exp(max(x - shift, floor))`` with ``floor`` :func:`probability_floor`: ``exp(x - shift)`` where that is at
     least ``e`` times the dtype's smallest normal number, that number elsewhere (where ``exp`` would give a
     subnormal number or nearly one).  No entry is subnormal, so the products that take it stay on the CPU's fast
-    path (module docstring); each entry moves by less than ``e * tiny``; differentiable."""
-    return (x - shift).clamp_min_(probability_floor(x.dtype)).exp()
+    path (module docstring); each entry moves by less than ``e * tiny``; differentiable (without a gradient to
+    keep, as in decoding, the exponential is taken in place: one tensor the size of ``x`` instead of two)."""
+    y = (x - shift).clamp_min_(probability_floor(x.dtype))
+    return y.exp() if y.requires_grad else y.exp_()
 
 
 @_float32

@@ -186,7 +186,7 @@ class _StepRule:
 
     def __call__(self, src: SourceMemory, h: Tensor, scores: Tensor, fed: Tensor) -> Tensor:
         """``h`` ``(N, H)``, the prior's scores ``(N, S)`` (unmasked) and the fed vector of one decoder step on the
-        ``N`` rows of ``src`` -> ``(N, V)``."""
+        ``N`` rows of ``src`` -> ``(N, V)``, a new tensor (the search adds its hypotheses' scores to it in place)."""
         raise NotImplementedError
 
     def select(self, sentences: Tensor) -> _StepRule:
@@ -361,7 +361,7 @@ def _beam(
         h, a, state, fed = net.decoder_step(src, tokens[:, -1], state, fed)
         log_probs = next_log_probs(src, h, a, fed)  # (L * beam, V)
         L, V = len(live), log_probs.shape[-1]
-        total = (scores.unsqueeze(-1) + log_probs.view(L, beam, V)).view(L, beam * V)
+        total = log_probs.view(L, beam, V).add_(scores.unsqueeze(-1)).view(L, beam * V)  # the rule's own tensor
         top, flat = total.topk(min(beam, beam * V), dim=-1)  # (L, beam)
         going, kept_scores, kept_rows, kept_words = [], [], [], []
         for i, (tops, flats) in enumerate(zip(top.tolist(), flat.tolist(), strict=True)):
