@@ -7,6 +7,7 @@ holds for the toolkit's Transformer row and the Transformer's alignment error ra
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -85,3 +86,20 @@ def test_the_transformer_alignment_table_is_aer_json() -> None:
             assert mean.strip("*") == (f"{got['posterior-mean']:.2f}" if "posterior-mean" in got else "-")
             checked += 1
     assert checked == 2 * len(TRANSFORMER_AER)  # every row, both gold sets
+
+
+def test_the_exact_rows_time_to_quality_table_is_the_json_file() -> None:
+    """performance.md's table of the exact rows under autocast prints ``docs/results/time-to-quality.json``'s
+    ``"exact rows"``: per run its best validation perplexity, the minutes to its best epoch, its test perplexity and
+    its BLEU with ``tokenize="none"``."""
+    page = (DOCS / "performance.md").read_text()
+    section = page[page.index("### The exact rows under autocast"):page.index("## Decoding speed")]
+    numbers = {n for line in section.splitlines() if line.startswith("|") for n in re.findall(r"\d+\.\d+", line)}
+    runs = json.loads((DOCS / "results" / "time-to-quality.json").read_text())["exact rows"]
+    finished = [(row, label, run) for row, by_label in runs.items() for label, run in by_label.items() if "best" in run]
+    assert len(finished) >= 3
+    for row, label, run in finished:
+        best = run["best"]
+        want = [format(best["val_ppl"], ".2f"), format(run["seconds_to_best_epoch"] / 60, ".1f"),
+                format(best["test_ppl"], ".2f"), format(best["bleu_tok_none"], ".2f")]
+        assert all(w in numbers for w in want), (row, label, want)
