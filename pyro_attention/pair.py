@@ -433,6 +433,8 @@ def kmax_mixture(
 def kmax_log_prior(log_prior: Tensor, k: int) -> Tensor:
     """``log_prior`` ``(..., S)`` restricted to its ``k`` most probable positions (:func:`kmax_mixture`'s) and
     renormalised over them, ``-inf`` elsewhere: the renormalised K-max mixture is the exact marginal under it."""
+    if k < 1:
+        raise ValueError(f"kmax_log_prior: k must be >= 1, got {k}")
     top, index = log_prior.topk(min(k, log_prior.shape[-1]), dim=-1)
     return torch.full_like(log_prior, -math.inf).scatter_(-1, index, top.log_softmax(-1))
 

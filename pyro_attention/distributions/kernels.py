@@ -38,7 +38,7 @@ term by less than that number: far below the rounding of any gradient they enter
 :func:`log_mixture_of_softmaxes` is ``log sum_s w_s softmax(l_s)`` (an exact marginal's next-token distribution in
 decoding) from one ``exp`` per logit and one batched product.
 
-Under ``torch.autocast`` (bfloat16 training, :func:`~pyro_attention.precision.autocast`) the kernels stay
+Under ``torch.autocast`` (bfloat16 training, :func:`~pyro_attention.precision.autocast_calls`) the kernels stay
 float32: autocast is off inside them and reduced-precision inputs are cast up (:func:`full_precision`), so only
 the network's own products are rounded, never a normaliser or a log-probability.
 """

@@ -328,6 +328,8 @@ def test_kmax_mixture_is_the_marginal_under_the_kmax_prior(float64):
         mixture = kmax_mixture(log_prior, k, lambda index: table.gather(1, index[..., None].expand(-1, -1, 9)),
                                renormalise=True)
         assert torch.allclose(mixture, (restricted[..., None] + table).logsumexp(1), atol=1e-12)
+    with pytest.raises(ValueError, match="kmax_log_prior: k must be >= 1, got 0"):
+        kmax_log_prior(log_prior, 0)
 
 
 def test_product_marginal_select_moves_the_kept_sentences_forward_in_place():
