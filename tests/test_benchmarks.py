@@ -3,6 +3,7 @@ JSON, markdown block and plots."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 from types import ModuleType
@@ -256,6 +257,24 @@ def test_align_priors_tiny(tmp_path) -> None:
     assert "aer_prior" not in rows["ibm1"] and "aer_smoothed" in rows["hmm"] and "aer_smoothed" not in rows["neural"]
     assert all(0 <= r["aer_posterior"] <= 100 for r in rows.values())
     assert all(math.isfinite(r["loss_last_epoch"]) for p, r in rows.items() if p != "ibm1")
+
+
+def test_align_recipe_tiny(tmp_path) -> None:
+    """benchmarks/studies/align_recipe.py runs ``align --src --tgt --out`` with a variant's flags on a text and
+    scores its gold pairs' links; a variant without ``=`` is refused by name."""
+    align_recipe = load_script("benchmarks/studies", "align_recipe")
+    pairs = [("das haus", "the house"), ("die katze", "the cat"), ("eine kleine katze", "a small cat"),
+             ("das kleine haus", "the small house")] * 3
+    (tmp_path / "t.src").write_text("".join(s + "\n" for s, _ in pairs))
+    (tmp_path / "t.tgt").write_text("".join(t + "\n" for _, t in pairs))
+    gold = [{(0, 0), (1, 1)}, {(0, 0), (1, 1)}, {(0, 0), (1, 1), (2, 2)}, {(0, 0), (1, 1), (2, 2)}]
+    text = align_recipe.Text("toy", tmp_path / "t.src", tmp_path / "t.tgt", gold)
+    label, flags = align_recipe.parse_variant("one epoch=--epochs 1 --ibm1-epochs 1")
+    assert (label, flags) == ("one epoch", ["--epochs", "1", "--ibm1-epochs", "1"])
+    row = align_recipe.score_variant(text, flags, tmp_path)
+    assert 0 <= row["aer"] <= 100 and 0 <= row["precision"] <= 100 and 0 <= row["recall"] <= 100
+    with pytest.raises(argparse.ArgumentTypeError, match="LABEL=FLAGS"):
+        align_recipe.parse_variant("--epochs 1")
 
 
 def test_prior_pull_tiny(tmp_path, capsys) -> None:

@@ -20,7 +20,7 @@ PPL_DECIMALS = {"table1-multi30k.json": 2, "table1-iwslt14.json": 1, "transforme
 
 def table_cells(page: str) -> list[list[str]]:
     """The cells of every markdown table row of ``page``, without the ``~`` (a bound) and ``**`` (bold) marks."""
-    return [[c.strip().strip("*").lstrip("~").split(" ")[0] for c in line.split("|")]
+    return [[c.replace("*", "").strip().lstrip("~").split(" ")[0] for c in line.split("|")]
             for line in page.splitlines() if line.startswith("|")]
 
 
@@ -103,3 +103,41 @@ def test_the_exact_rows_time_to_quality_table_is_the_json_file() -> None:
         want = [format(best["val_ppl"], ".2f"), format(run["seconds_to_best_epoch"] / 60, ".1f"),
                 format(best["test_ppl"], ".2f"), format(best["bleu_tok_none"], ".2f")]
         assert all(w in numbers for w in want), (row, label, want)
+
+
+def test_the_align_recipe_table_is_the_json_file() -> None:
+    """results.md's table of the recipe's variants prints ``docs/results/align-recipe.json`` (four flags, then the
+    five texts' AERs), and ``RECIPE`` is the variant with the lowest AER on the held-out text (``deen``)."""
+    from pyro_attention.tasks.align.links import RECIPE
+
+    rows = json.loads((DOCS / "results" / "align-recipe.json").read_text())["rows"]
+    page = (DOCS / "results.md").read_text()
+    tables = [cells[1:10] for cells in table_cells(page)]
+    flags = ("--ibm1-epochs", "--epochs", "--table-prior", "--null-prob")
+    texts = ("deen", "enfr", "enfr-cut", "csen", "csen-cut")
+    printed = 0
+    for variant in dict.fromkeys(r["variant"] for r in rows):
+        words = variant.split()
+        given = dict(zip(words[::2], words[1::2], strict=True))
+        if set(given) != set(flags):
+            continue  # --lr / --batch-size: quoted in the text under the table
+        aer = {r["text"]: r["aer"] for r in rows if r["variant"] == variant}
+        want = [given[f] for f in flags] + [format(aer[t], ".2f") for t in texts]
+        assert want in tables, f"{variant}: no row {' | '.join(want)} in docs/results.md"
+        printed += 1
+    assert printed >= 10
+    chosen = min((r for r in rows if r["text"] == "deen"), key=lambda r: r["aer"])["variant"]
+    assert chosen == " ".join(f"--{k.replace('_', '-')} {RECIPE[k]:g}"
+                              for k in ("ibm1_epochs", "epochs", "table_prior", "null_prob")), \
+        "RECIPE is not the variant with the lowest AER on the held-out de-en gold"
+
+
+def test_the_identical_text_table_is_the_json_file() -> None:
+    """results.md's table of the default command against eflomal prints ``docs/results/align-identical-text.json``:
+    our AER and eflomal's range of best link sets, per gold set."""
+    runs = json.loads((DOCS / "results" / "align-identical-text.json").read_text())
+    tables = table_cells((DOCS / "results.md").read_text())
+    for name, result in runs.items():
+        eflomal = sorted(r["aer"] for r in result["eflomal"]["runs"])
+        want = [format(result["pyro-attention"]["aer"], ".2f"), f"{eflomal[0]:.2f}–{eflomal[-1]:.2f}"]
+        assert any(all(w in cells for w in want) for cells in tables), f"{name}: {want} in no table of results.md"
