@@ -116,17 +116,17 @@ def test_the_align_recipe_table_is_the_json_file() -> None:
     flags = ("--ibm1-epochs", "--epochs", "--table-prior", "--null-prob")
     texts = ("deen", "enfr", "enfr-cut", "csen", "csen-cut")
     printed = 0
-    for variant in dict.fromkeys(r["variant"] for r in rows):
+    for variant in dict.fromkeys(r["flags"] for r in rows):
         words = variant.split()
         given = dict(zip(words[::2], words[1::2], strict=True))
         if set(given) != set(flags):
             continue  # --lr / --batch-size: quoted in the text under the table
-        aer = {r["text"]: r["aer"] for r in rows if r["variant"] == variant}
+        aer = {r["text"]: r["aer"] for r in rows if r["flags"] == variant}
         want = [given[f] for f in flags] + [format(aer[t], ".2f") for t in texts]
         assert want in tables, f"{variant}: no row {' | '.join(want)} in docs/results.md"
         printed += 1
     assert printed >= 10
-    chosen = min((r for r in rows if r["text"] == "deen"), key=lambda r: r["aer"])["variant"]
+    chosen = min((r for r in rows if r["text"] == "deen"), key=lambda r: r["aer"])["flags"]
     assert chosen == " ".join(f"--{k.replace('_', '-')} {RECIPE[k]:g}"
                               for k in ("ibm1_epochs", "epochs", "table_prior", "null_prob")), \
         "RECIPE is not the variant with the lowest AER on the held-out de-en gold"
