@@ -41,7 +41,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyro
@@ -99,6 +99,9 @@ class JointBitext:
     target: list[list[int]]
     reverse_source: list[list[int]]
     reverse_target: list[list[int]]
+    #: each bucket's collated batches, by its sentence indices (the buckets are the same every epoch)
+    _collated: dict[tuple[int, ...], tuple[TranslationBatch, TranslationBatch]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         sizes = {len(self.source), len(self.target), len(self.reverse_source), len(self.reverse_target)}
@@ -109,9 +112,17 @@ class JointBitext:
 
     def batches(self, batch_size: int, shuffle: bool = False,
                 generator: torch.Generator | None = None) -> list[tuple[TranslationBatch, TranslationBatch]]:
-        return [(collate([(self.source[i], self.target[i]) for i in idx]),
-                 collate([(self.reverse_source[i], self.reverse_target[i]) for i in idx]))
-                for idx in bucket_indices(self.source, self.target, batch_size, shuffle, generator)]
+        """The ``(forward, reverse)`` batches of :func:`~pyro_attention.data.text.bucket_indices`' buckets, in an
+        order shuffled by ``generator`` when ``shuffle``.  The buckets are the same every epoch, so each is collated
+        once and kept (the batches are read, never written, by training)."""
+        out = []
+        for idx in bucket_indices(self.source, self.target, batch_size, shuffle, generator):
+            key = tuple(idx)
+            if key not in self._collated:
+                self._collated[key] = (collate([(self.source[i], self.target[i]) for i in idx]),
+                                       collate([(self.reverse_source[i], self.reverse_target[i]) for i in idx]))
+            out.append(self._collated[key])
+        return out
 
 
 def agreement_loss(forward: Any, reverse: Any, batches: tuple[TranslationBatch, TranslationBatch],

@@ -80,6 +80,24 @@ def test_agreement_refuses_mismatched_directions():
         JointBitext(SOURCE, TARGET, TARGET[:2], SOURCE)
 
 
+def test_joint_bitext_collates_each_bucket_once():
+    """Every epoch draws the same buckets in a new order: each bucket is collated once, its batches kept and equal
+    to a fresh collation of its pairs."""
+    from pyro_attention.data.translation import collate
+
+    data = _joint(True)
+    data = JointBitext(data.source * 4, data.target * 4, data.reverse_source * 4, data.reverse_target * 4)
+    generator = torch.Generator().manual_seed(0)
+    epochs = [data.batches(2, shuffle=True, generator=generator) for _ in range(4)]
+    assert len(data._collated) == len(epochs[0]) == 6
+    assert len({tuple(id(b) for b, _ in epoch) for epoch in epochs}) > 1  # the order changes
+    assert all({id(b) for b, _ in epoch} == {id(b) for b, _ in epochs[0]} for epoch in epochs)  # the batches do not
+    for idx, (fb, rb) in data._collated.items():
+        fresh = collate([(data.source[i], data.target[i]) for i in idx])
+        assert torch.equal(fb.source, fresh.source) and torch.equal(fb.target, fresh.target)
+        assert torch.equal(rb.source, collate([(data.reverse_source[i], data.reverse_target[i]) for i in idx]).source)
+
+
 def test_training_by_agreement_fits_both_directions():
     torch.manual_seed(0)
     data = _joint(True)
