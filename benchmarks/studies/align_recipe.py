@@ -48,10 +48,6 @@ class Text:
     gold: list[Any]
 
 
-def _cut(line: str, n: int) -> str:
-    return " ".join(w[:n] if n else w for w in line.split())
-
-
 def deen_text(folder: Path, data_dir: Path, extra_size: int) -> Text:
     """The 100 German-English Europarl gold pairs, then ``extra_size`` Multi30k training pairs, lower-cased."""
     from pyro_attention.data.alignments import read_pharaoh
@@ -62,7 +58,7 @@ def deen_text(folder: Path, data_dir: Path, extra_size: int) -> Text:
         lines = (gold_dir / gold_file).read_text(encoding="utf-8").lstrip("\ufeff").splitlines()
         with gzip.open(multi30k / extra_file, "rt", encoding="utf-8") as extra:
             lines += [line for _, line in zip(range(extra_size), extra, strict=False)]
-        sides.append([_cut(line, 0).lower() for line in lines])
+        sides.append([" ".join(line.split()).lower() for line in lines])
     src, tgt = folder / "deen.src", folder / "deen.tgt"
     for path, lines in ((src, sides[0]), (tgt, sides[1])):
         path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
