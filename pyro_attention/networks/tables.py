@@ -26,7 +26,8 @@ stores every co-occurring pair and is exact.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from itertools import chain
 
 import numpy as np
@@ -139,6 +140,7 @@ class SparseTable(nn.Module):
         self.rest = nn.Parameter(torch.zeros(source_vocab))
         self._cached: tuple[tuple, Tensor] | None = None
         self._last_lookup: tuple[Tensor, Tensor, tuple[Tensor, Tensor]] | None = None
+        self._kept: dict[tuple[int, int], tuple[Tensor, Tensor, Tensor, Tensor]] | None = None
 
     @property
     def num_entries(self) -> int:
@@ -166,13 +168,35 @@ class SparseTable(nn.Module):
             self._cached = (version, out)
         return out
 
+    @contextmanager
+    def kept_lookups(self) -> Iterator[None]:
+        """Within the ``with`` block each batch's lookup (:meth:`_lookup`) is kept and reused whenever the same id
+        tensors come again: training for several epochs on batches collated once
+        (:class:`~pyro_attention.tasks.align.agreement.JointBitext`) searches each batch once instead of once an
+        epoch.  It holds 5 bytes per ``(t, s)`` cell of every batch seen, until the block ends."""
+        outer = self._kept
+        if outer is None:
+            self._kept = {}
+        try:
+            yield
+        finally:
+            self._kept = outer
+
     def _lookup(self, source: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
         """``(index, stored)`` ``(B, T, S)`` of the pairs ``(source[b, s], target[b, t])``: the entry's position and
-        whether it is stored (the last batch's answer is kept: EM reads it, then counts at it)."""
+        whether it is stored (the last batch's answer is kept: EM reads it, then counts at it; every batch's within
+        :meth:`kept_lookups`)."""
         last = self._last_lookup
         if last is not None and last[0] is source and last[1] is target:
             return last[2]
-        found = self._search(source, target)
+        kept = None if self._kept is None else self._kept.get((id(source), id(target)))
+        if kept is not None:
+            found = (kept[2].long(), kept[3])
+        else:
+            found = self._search(source, target)
+            if self._kept is not None:  # the tensors held too: their identity cannot be reused while kept
+                compact = found[0].int() if self.num_entries < 2**31 else found[0]
+                self._kept[(id(source), id(target))] = (source, target, compact, found[1])
         self._last_lookup = (source, target, found)  # holding the tensors: their identity cannot be reused
         return found
 

@@ -4,6 +4,7 @@ pruning, memory and bad input."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections import Counter
 
@@ -207,6 +208,57 @@ def test_agreement_with_dirichlet_tables_trains_the_sparse_tables_as_the_dense_o
     gold = [{(s, t) for t in range(len(y)) for s in range(len(x)) if s == t * len(x) // len(y)}
             for x, y in zip(source, target, strict=True)]
     assert alignment_error_rate(sparse_links, gold) == alignment_error_rate(dense_links, gold)
+
+
+def test_kept_lookups_search_each_batch_once_and_answer_as_a_fresh_search(monkeypatch):
+    """Within ``kept_lookups`` a batch seen before (the same id tensors) is not searched again, and its answer is a
+    fresh search's; outside, nothing is kept."""
+    source, target = _corpus(3, n=10)
+    table = Bitext(source, target).table(V_SRC, V_TGT)
+    batches = [collate(list(zip(source[i: i + 4], target[i: i + 4], strict=True))) for i in range(0, 10, 4)]
+    searches = []
+    search = SparseTable._search
+    monkeypatch.setattr(SparseTable, "_search", lambda self, s, t: searches.append(1) or search(self, s, t))
+    with table.kept_lookups():
+        for _ in range(3):
+            for b in batches:
+                index, stored = table._lookup(b.source, b.target)
+                fresh_index, fresh_stored = search(table, b.source, b.target)
+                assert index.dtype == torch.long and torch.equal(stored, fresh_stored)
+                assert torch.equal(index[stored], fresh_index[stored])
+    assert len(searches) == len(batches)
+    assert table._kept is None
+    for b in batches:
+        table._lookup(b.source, b.target)
+        table._lookup(b.source, b.target)  # the last batch's answer is reused as before
+    assert len(searches) == 2 * len(batches)
+
+
+def test_fit_agreement_searches_each_fixed_batch_once_and_trains_the_same_tables(monkeypatch, float64):
+    """Several epochs on batches collated once: each sparse table searches each batch once (per direction), and the
+    tables, chains and losses are those of a fit that searches every time."""
+    source, target = _corpus(1, n=16)
+    data = JointBitext([with_null_word(s) for s in source], target, [with_null_word(t) for t in target], source)
+    searches = []
+    search = SparseTable._search
+    monkeypatch.setattr(SparseTable, "_search", lambda self, s, t: searches.append(1) or search(self, s, t))
+    trained = []
+    for keep in (True, False):
+        if not keep:
+            monkeypatch.setattr(SparseTable, "kept_lookups", lambda self: contextlib.nullcontext())
+        searches.clear()
+        forward = _hmm(data.source, data.target, V_SRC, V_TGT, True)
+        reverse = _hmm(data.reverse_source, data.reverse_target, V_TGT, V_SRC, True)
+        result = fit_agreement(forward, reverse, data, num_epochs=3, batch_size=4, lr=0.05, seed=0,
+                               agreement=True, table_prior=0.01)
+        trained.append((forward, reverse, result.losses, len(searches)))
+    (fk, rk, losses_k, searches_k), (ff, rf, losses_f, searches_f) = trained
+    num_batches = len(data.batches(4))
+    assert (searches_k, searches_f) == (2 * num_batches, 2 * 3 * num_batches)
+    assert losses_k == losses_f
+    for a, b in ((fk, ff), (rk, rf)):
+        assert torch.equal(a.lexical.table.logits, b.lexical.table.logits)
+        assert torch.equal(a.transition.theta, b.transition.theta)
 
 
 # -- 3. pruning ---------------------------------------------------------------------------------------------------

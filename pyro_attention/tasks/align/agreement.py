@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +54,7 @@ from pyro_attention.data.translation import TranslationBatch, collate
 from pyro_attention.inference import FitResult, FusedClippedAdam
 from pyro_attention.inference.loop import Callback, ProgressBar, ProgressLines, SVIStep, Trainer, bar_shows
 from pyro_attention.inference.optim import check_lr
+from pyro_attention.networks.tables import SparseTable
 
 __all__ = ["DirichletTables", "JointBitext", "agreement_loss", "agreement_weights", "fit_agreement", "free_lexical"]
 
@@ -244,14 +246,18 @@ def fit_agreement(forward: Any, reverse: Any, data: JointBitext, *, num_epochs: 
     frozen = [] if tables is None else [t for t in tables.parameters() if t.requires_grad]
     for table in frozen:  # set in closed form: no gradient, nothing for the optimiser
         table.requires_grad_(False)
+    callbacks = [RecordFit(result, data), ProgressBar("both directions", disable=None if progress else True,
+                                                      leave=False)]
+    callbacks += [] if tables is None else [tables]
+    callbacks += [] if log is None else [ProgressLines(log, "both directions",
+                                                       every=math.inf if bar_shows(progress) else 60.0)]
     try:
-        trainer = Trainer(step, lambda _: iter(data.batches(batch_size, shuffle=True, generator=generator)),
-                          num_epochs, [RecordFit(result, data), ProgressBar("both directions", disable=None if progress
-                                                                           else True, leave=False)]
-                          + ([] if tables is None else [tables])
-                          + ([] if log is None else [ProgressLines(log, "both directions",
-                                                                   every=math.inf if bar_shows(progress) else 60.0)])
-                          ).fit()
+        with ExitStack() as kept:
+            if num_epochs > 1:  # the same batches every epoch: each sparse table searches each batch once
+                for table in (m for n in (forward, reverse) for m in n.modules() if isinstance(m, SparseTable)):
+                    kept.enter_context(table.kept_lookups())
+            trainer = Trainer(step, lambda _: iter(data.batches(batch_size, shuffle=True, generator=generator)),
+                              num_epochs, callbacks).fit()
     finally:
         for table in frozen:
             table.requires_grad_(True)
