@@ -241,10 +241,8 @@ class SparseTable(nn.Module):
     def add_counts(self, counts: Tensor, source: Tensor, target: Tensor, weights: Tensor) -> None:
         """Add ``weights`` ``(B, T, S)`` (zero where padded) to the counts of ``(source[b, s], target[b, t])``."""
         index, stored = self._lookup(source, target)
-        weights = weights.detach().to(torch.float64)
-        counts[: self.num_entries].index_add_(0, index[stored], weights[stored])
-        rows = source.unsqueeze(1).expand_as(index)
-        counts[self.num_entries:].index_add_(0, rows[~stored], weights[~stored])
+        at = torch.where(stored, index, self.num_entries + source.unsqueeze(1))  # a pair's entry, else its row's rest
+        counts.index_add_(0, at.flatten(), weights.detach().to(torch.float64).flatten())
 
     def set_from_counts(self, counts: Tensor, alpha: float) -> None:
         """``t(y | x) = (c(x, y) + alpha) / (c(x) + V alpha)``: the posterior mean under a ``Dirichlet(alpha)``
