@@ -241,12 +241,14 @@ def _hmm_by_brute_force(emit, theta, lam):
     return total, marg
 
 
-@pytest.mark.parametrize("tension", [None, 2.0])
-def test_hmm_network_is_the_hmm_by_brute_force(tension):
+@pytest.mark.parametrize("tension, spread", [(None, 1.0), (2.0, 1.0), (60.0, 25.0)])
+def test_hmm_network_is_the_hmm_by_brute_force(tension, spread):
     """The marginal pair's exact log-likelihood of HMMNetwork is the inhomogeneous HMM's,
     log sum_z p(z_1) prod_t p(z_t | z_{t-1}) t(y_t | x_{z_t}) over all S^T alignment sequences with
     p(z_t = s | z_{t-1} = s') ∝ exp(theta[clip(s - s')] - lambda |t/m - s/n|); its per-token exact posterior is the
-    filtered one (the last word's equals the smoothed one) and smoothed_posterior is p(z_t | x, y) at every t."""
+    filtered one (the last word's equals the smoothed one) and smoothed_posterior is p(z_t | x, y) at every t.
+    Also with jump scores ``spread`` times as far apart and a steep diagonal (scores 60-80 apart: a factor e^-80
+    between transition weights, which float32 holds only as products of normalised factors)."""
 
     from pyro_attention.inference import alignment_posterior, log_likelihood
     from pyro_attention.networks.lexical import HMMNetwork
@@ -255,7 +257,7 @@ def test_hmm_network_is_the_hmm_by_brute_force(tension):
     net = HMMNetwork(9, 8, tension=tension, max_jump=2)
     torch.nn.init.normal_(net.lexical.src_embed.weight)
     with torch.no_grad():
-        net.transition.theta.copy_(torch.randn(5))
+        net.transition.theta.copy_(torch.randn(5) * spread)
     batch = collate([([4, 5, 6], [4, 7, 5]), ([8, 4], [5, 6])])
     pair = make_pair("marginal", net)
     ll = log_likelihood(pair, batch).per_example
