@@ -261,7 +261,8 @@ def test_align_priors_tiny(tmp_path) -> None:
 
 def test_align_recipe_tiny(tmp_path) -> None:
     """benchmarks/studies/align_recipe.py runs ``align --src --tgt --out`` with a variant's flags on a text and
-    scores its gold pairs' links; a variant without ``=`` is refused by name."""
+    scores its gold pairs' links; the paired bootstrap's standard error is zero where the difference is the same in
+    every draw; a variant without ``=`` is refused by name."""
     align_recipe = load_script("benchmarks/studies", "align_recipe")
     pairs = [("das haus", "the house"), ("die katze", "the cat"), ("eine kleine katze", "a small cat"),
              ("das kleine haus", "the small house")] * 3
@@ -271,8 +272,14 @@ def test_align_recipe_tiny(tmp_path) -> None:
     text = align_recipe.Text("toy", tmp_path / "t.src", tmp_path / "t.tgt", gold)
     label, flags = align_recipe.parse_variant("one epoch=--epochs 1 --ibm1-epochs 1")
     assert (label, flags) == ("one epoch", ["--epochs", "1", "--ibm1-epochs", "1"])
-    row = align_recipe.score_variant(text, flags, tmp_path)
-    assert 0 <= row["aer"] <= 100 and 0 <= row["precision"] <= 100 and 0 <= row["recall"] <= 100
+    links = align_recipe.align_variant(text, flags, tmp_path)
+    row = align_recipe.score(links, gold)
+    assert len(links) == len(gold) and 0 <= row["aer"] <= 100 and 0 <= row["precision"] <= 100
+    assert align_recipe.paired_bootstrap_se(links, links, gold, draws=20) == 0.0  # the same links: no difference
+    shifted = [{(s + 1, t) for s, t in g} for g in gold]  # every link wrong: AER 100 against AER 0
+    assert align_recipe.paired_bootstrap_se(gold, shifted, gold, draws=20) == 0.0
+    one_wrong = [gold[0] | {(1, 0)}, *gold[1:]]  # one extra link in one pair: the difference depends on the draw
+    assert align_recipe.paired_bootstrap_se(gold, one_wrong, gold, draws=50) > 0.0
     with pytest.raises(argparse.ArgumentTypeError, match="LABEL=FLAGS"):
         align_recipe.parse_variant("--epochs 1")
 

@@ -12,7 +12,9 @@ Europarl pairs of Bicici (2011), sure links only -- the held-out set the recipe'
 Hansards (NAACL 2003) and ``csen`` the Czech-English pairs of Marecek (2016), scored after the choice; ``-cut``
 their words cut to 4 characters (both sides for Hansards, the Czech side for cs-en, as in docs/results.md).  Each
 variant is one ``align --src --tgt --out`` process with the variant's flags after the recipe's (the flags given win),
-one torch thread unless ``--threads``; its links of the gold pairs are scored (AER, precision, recall in %).
+one torch thread unless ``--threads``; its links of the gold pairs are scored (AER, precision, recall in %), and
+each later variant's AER minus the first's gets a standard error from a paired bootstrap over the gold pairs
+(``--bootstrap`` draws): whether the gold set resolves the difference.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import random
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -79,15 +83,31 @@ def make_text(name: str, folder: Path, data_dir: Path, extra_size: int) -> Text:
     return Text(name, src, tgt, gold)
 
 
-def score_variant(text: Text, flags: Sequence[str], folder: Path, threads: int = 1) -> dict[str, float]:
-    """One ``align --src --tgt --out`` process with ``flags``; AER, precision and recall of its gold pairs' links."""
+def align_variant(text: Text, flags: Sequence[str], folder: Path, threads: int = 1) -> list[set[tuple[int, int]]]:
+    """One ``align --src --tgt --out`` process with ``flags``: the links of the gold pairs."""
     links = folder / "links.txt"
     command = [sys.executable, "-m", "pyro_attention.cli", "align", "--src", str(text.src), "--tgt", str(text.tgt),
                "--out", str(links), "--threads", str(threads), *flags]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"{shlex.join(command)} failed:\n{done.stderr[-2000:]}")
-    return score(read_links(links, len(text.gold)), text.gold)
+    return read_links(links, len(text.gold))
+
+
+def paired_bootstrap_se(first: Sequence[Any], other: Sequence[Any], gold: Sequence[Any], draws: int = 1000,
+                        seed: int = 0) -> float:
+    """The standard error, in AER points, of ``other``'s AER minus ``first``'s on ``gold``: the sentence pairs
+    resampled with replacement ``draws`` times, both link sets alike (a paired bootstrap)."""
+    from pyro_attention.aer import alignment_error_rate
+
+    rng = random.Random(seed)
+    diffs = []
+    for _ in range(draws):
+        pick = [rng.randrange(len(gold)) for _ in gold]
+        sample = [gold[i] for i in pick]
+        diffs.append(100 * (alignment_error_rate([other[i] for i in pick], sample).aer
+                            - alignment_error_rate([first[i] for i in pick], sample).aer))
+    return statistics.stdev(diffs)
 
 
 def parse_variant(spec: str) -> tuple[str, list[str]]:
@@ -106,6 +126,8 @@ def make_parser() -> argparse.ArgumentParser:
                         help='LABEL=FLAGS, align flags after the recipe\'s (default: "recipe=", the recipe alone)')
     parser.add_argument("--extra-size", type=int, default=29000, help="Multi30k pairs after the gold pairs")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of each align process")
+    parser.add_argument("--bootstrap", type=int, default=1000,
+                        help="draws of the paired bootstrap of each variant's AER minus the first's (0: none)")
     parser.add_argument("--json", help="write the rows here")
     return parser
 
@@ -117,12 +139,19 @@ def main(args: argparse.Namespace) -> list[dict[str, Any]]:
         folder = Path(tmp)
         for name in args.texts:
             text = make_text(name, folder, args.data_dir, args.extra_size)
+            first = None
             for label, flags in variants:
-                row = {"text": name, "variant": label, "flags": shlex.join(flags),
-                       **score_variant(text, flags, folder, args.threads)}
+                links = align_variant(text, flags, folder, args.threads)
+                row = {"text": name, "variant": label, "flags": shlex.join(flags), **score(links, text.gold)}
+                against = ""
+                if first is None:
+                    first = (row["aer"], links)
+                elif args.bootstrap:
+                    row["se_against_first"] = paired_bootstrap_se(first[1], links, text.gold, args.bootstrap)
+                    against = f"  {row['aer'] - first[0]:+.2f} +- {row['se_against_first']:.2f} against the first"
                 rows.append(row)
                 print(f"{name:9s} {label:24s} AER {row['aer']:6.2f}  P {row['precision']:5.1f}  "
-                      f"R {row['recall']:5.1f}", flush=True)
+                      f"R {row['recall']:5.1f}{against}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
     return rows
