@@ -107,16 +107,17 @@ def test_the_exact_rows_time_to_quality_table_is_the_json_file() -> None:
 
 def test_the_table_of_variants_after_the_recipe_is_the_json_file() -> None:
     """results.md's table of the variants run after the recipe's choice prints
-    ``docs/results/align-recipe-after.json``: each variant's flags, then the five texts' AERs."""
+    ``docs/results/align-recipe-after.json``: the recipe, then each variant's flags, and the five texts' AERs."""
     rows = json.loads((DOCS / "results" / "align-recipe-after.json").read_text())["rows"]
     tables = [cells[1:7] for cells in table_cells((DOCS / "results.md").read_text())]
     texts = ("deen", "enfr", "enfr-cut", "csen", "csen-cut")
     variants = list(dict.fromkeys(r["flags"] for r in rows))
+    assert variants[0] == "" and len(variants) == 6  # the recipe itself, then five variants
     for variant in variants:
         aer = {r["text"]: r["aer"] for r in rows if r["flags"] == variant}
-        want = [f"`{variant}`".split(" ")[0]] + [format(aer[t], ".2f") for t in texts]  # a cell's first word
-        assert want in tables, f"{variant}: no row {' | '.join(want)} in docs/results.md"
-    assert len(variants) == 5
+        first = f"`{variant}`".split(" ")[0] if variant else "the"  # a cell's first word ("the recipe")
+        want = [first] + [format(aer[t], ".2f") for t in texts]
+        assert want in tables, f"{variant or 'the recipe'}: no row {' | '.join(want)} in docs/results.md"
 
 
 def test_the_align_recipe_table_is_the_json_file() -> None:
