@@ -37,11 +37,14 @@ from torch import Tensor, nn
 from pyro_attention.data.translation import EOS
 from pyro_attention.networks.base import ExpertLogits
 
-__all__ = ["PASS_PAIRS", "SparseTable", "cooccurrences"]
+__all__ = ["KEPT_BYTES", "PASS_PAIRS", "SparseTable", "cooccurrences"]
 
 
 #: the most word pairs (repeats included) one pass of :func:`cooccurrences` collects: its memory bound
 PASS_PAIRS = 2**25
+
+#: the most bytes of lookups one table keeps within :meth:`SparseTable.kept_lookups` (256 MiB)
+KEPT_BYTES = 2**28
 
 
 def cooccurrences(source: Sequence[Sequence[int]], target: Sequence[Sequence[int]], target_vocab: int,
@@ -141,6 +144,7 @@ class SparseTable(nn.Module):
         self._cached: tuple[tuple, Tensor] | None = None
         self._last_lookup: tuple[Tensor, Tensor, tuple[Tensor, Tensor]] | None = None
         self._kept: dict[tuple[int, int], tuple[Tensor, Tensor, Tensor, Tensor]] | None = None
+        self._kept_room = 0  # bytes the kept lookups may still take
 
     @property
     def num_entries(self) -> int:
@@ -169,18 +173,20 @@ class SparseTable(nn.Module):
         return out
 
     @contextmanager
-    def kept_lookups(self) -> Iterator[None]:
+    def kept_lookups(self, max_bytes: int = KEPT_BYTES) -> Iterator[None]:
         """Within the ``with`` block each batch's lookup (:meth:`_lookup`) is kept and reused whenever the same id
         tensors come again: training for several epochs on batches collated once
         (:class:`~pyro_attention.tasks.align.agreement.JointBitext`) searches each batch once instead of once an
-        epoch.  It holds 5 bytes per ``(t, s)`` cell of every batch seen, until the block ends."""
-        outer = self._kept
-        if outer is None:
-            self._kept = {}
+        epoch.  A kept batch holds 5 bytes per ``(t, s)`` cell until the block ends; once ``max_bytes`` are held,
+        later batches are searched every time, so memory stays bounded on a huge corpus."""
+        if self._kept is not None:  # nested: the outer block keeps them
+            yield
+            return
+        self._kept, self._kept_room = {}, max_bytes
         try:
             yield
         finally:
-            self._kept = outer
+            self._kept, self._kept_room = None, 0
 
     def _lookup(self, source: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
         """``(index, stored)`` ``(B, T, S)`` of the pairs ``(source[b, s], target[b, t])``: the entry's position and
@@ -194,9 +200,11 @@ class SparseTable(nn.Module):
             found = (kept[2].long(), kept[3])
         else:
             found = self._search(source, target)
-            if self._kept is not None:  # the tensors held too: their identity cannot be reused while kept
-                compact = found[0].int() if self.num_entries < 2**31 else found[0]
+            compact = found[0].int() if self.num_entries < 2**31 else found[0]
+            size = compact.numel() * compact.element_size() + found[1].numel()
+            if self._kept is not None and size <= self._kept_room:  # the tensors held too: ids cannot be reused
                 self._kept[(id(source), id(target))] = (source, target, compact, found[1])
+                self._kept_room -= size
         self._last_lookup = (source, target, found)  # holding the tensors: their identity cannot be reused
         return found
 

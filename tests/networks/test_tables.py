@@ -212,7 +212,7 @@ def test_agreement_with_dirichlet_tables_trains_the_sparse_tables_as_the_dense_o
 
 def test_kept_lookups_search_each_batch_once_and_answer_as_a_fresh_search(monkeypatch):
     """Within ``kept_lookups`` a batch seen before (the same id tensors) is not searched again, and its answer is a
-    fresh search's; outside, nothing is kept."""
+    fresh search's; outside, nothing is kept; past ``max_bytes`` a batch is searched every time."""
     source, target = _corpus(3, n=10)
     table = Bitext(source, target).table(V_SRC, V_TGT)
     batches = [collate(list(zip(source[i: i + 4], target[i: i + 4], strict=True))) for i in range(0, 10, 4)]
@@ -228,10 +228,18 @@ def test_kept_lookups_search_each_batch_once_and_answer_as_a_fresh_search(monkey
                 assert torch.equal(index[stored], fresh_index[stored])
     assert len(searches) == len(batches)
     assert table._kept is None
+    searches.clear()
+    one = batches[0].source.numel() * batches[0].target.shape[1] * 5  # the first batch's lookup: 5 bytes a cell
+    with table.kept_lookups(max_bytes=one):  # room for the first batch only: the others are searched every time
+        for _ in range(3):
+            for b in batches:
+                table._lookup(b.source, b.target)
+    assert len(searches) == 1 + 3 * (len(batches) - 1)
+    searches.clear()
     for b in batches:
         table._lookup(b.source, b.target)
-        table._lookup(b.source, b.target)  # the last batch's answer is reused as before
-    assert len(searches) == 2 * len(batches)
+        table._lookup(b.source, b.target)  # outside: only the last batch's answer is reused, as before
+    assert len(searches) == len(batches)
 
 
 def test_fit_agreement_searches_each_fixed_batch_once_and_trains_the_same_tables(monkeypatch, float64):
