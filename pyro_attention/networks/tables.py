@@ -200,13 +200,18 @@ class SparseTable(nn.Module):
             found = (kept[2].long(), kept[3])
         else:
             found = self._search(source, target)
-            compact = found[0].int() if self.num_entries < 2**31 else found[0]
-            size = compact.numel() * compact.element_size() + found[1].numel()
-            if self._kept is not None and size <= self._kept_room:  # the tensors held too: ids cannot be reused
-                self._kept[(id(source), id(target))] = (source, target, compact, found[1])
-                self._kept_room -= size
+            if self._kept is not None:
+                self._keep(source, target, found)
         self._last_lookup = (source, target, found)  # holding the tensors: their identity cannot be reused
         return found
+
+    def _keep(self, source: Tensor, target: Tensor, found: tuple[Tensor, Tensor]) -> None:
+        """Keep a batch's lookup (int32 positions where they fit) while :meth:`kept_lookups` has room for it."""
+        compact = found[0].int() if self.num_entries < 2**31 else found[0]
+        size = compact.numel() * compact.element_size() + found[1].numel()
+        if size <= self._kept_room:  # the tensors held too: their identity cannot be reused while kept
+            self._kept[(id(source), id(target))] = (source, target, compact, found[1])
+            self._kept_room -= size
 
     def _search(self, source: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
         query = source.unsqueeze(1) * self.target_vocab + target.unsqueeze(2)
