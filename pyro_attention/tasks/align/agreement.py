@@ -104,6 +104,8 @@ class JointBitext:
     #: each bucket's collated batches, by its sentence indices (the buckets are the same every epoch)
     _collated: dict[tuple[int, ...], tuple[TranslationBatch, TranslationBatch]] = field(
         default_factory=dict, init=False, repr=False, compare=False)
+    #: the batch size of the buckets in ``_collated``
+    _collated_size: int = field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         sizes = {len(self.source), len(self.target), len(self.reverse_source), len(self.reverse_target)}
@@ -116,7 +118,11 @@ class JointBitext:
                 generator: torch.Generator | None = None) -> list[tuple[TranslationBatch, TranslationBatch]]:
         """The ``(forward, reverse)`` batches of :func:`~pyro_attention.data.text.bucket_indices`' buckets, in an
         order shuffled by ``generator`` when ``shuffle``.  The buckets are the same every epoch, so each is collated
-        once and kept (the batches are read, never written, by training)."""
+        once and kept (the batches are read, never written, by training) until batches of another size are asked
+        for (IBM Model 1's stage, then the HMM's)."""
+        if batch_size != self._collated_size:  # another stage: the old buckets are not drawn again
+            self._collated.clear()
+            self._collated_size = batch_size
         out = []
         for idx in bucket_indices(self.source, self.target, batch_size, shuffle, generator):
             key = tuple(idx)

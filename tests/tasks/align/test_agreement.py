@@ -82,7 +82,7 @@ def test_agreement_refuses_mismatched_directions():
 
 def test_joint_bitext_collates_each_bucket_once():
     """Every epoch draws the same buckets in a new order: each bucket is collated once, its batches kept and equal
-    to a fresh collation of its pairs."""
+    to a fresh collation of its pairs; batches of another size replace them."""
     from pyro_attention.data.translation import collate
 
     data = _joint(True)
@@ -96,6 +96,8 @@ def test_joint_bitext_collates_each_bucket_once():
         fresh = collate([(data.source[i], data.target[i]) for i in idx])
         assert torch.equal(fb.source, fresh.source) and torch.equal(fb.target, fresh.target)
         assert torch.equal(rb.source, collate([(data.reverse_source[i], data.reverse_target[i]) for i in idx]).source)
+    data.batches(3)  # another batch size (the next stage): only its buckets are kept
+    assert len(data._collated) == 4 and all(len(idx) <= 3 for idx in data._collated)
 
 
 def test_training_by_agreement_fits_both_directions():
