@@ -282,6 +282,8 @@ def test_align_recipe_tiny(tmp_path) -> None:
     assert align_recipe.paired_bootstrap_se(gold, one_wrong, gold, draws=50) > 0.0
     with pytest.raises(argparse.ArgumentTypeError, match="LABEL=FLAGS"):
         align_recipe.parse_variant("--epochs 1")
+    with pytest.raises(argparse.ArgumentTypeError, match="--bootstrap: 0 \\(none\\) or at least 2 draws, got -1"):
+        align_recipe.bootstrap_draws("-1")
 
 
 def test_prior_pull_tiny(tmp_path, capsys) -> None:

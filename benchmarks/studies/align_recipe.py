@@ -118,6 +118,14 @@ def parse_variant(spec: str) -> tuple[str, list[str]]:
     return label, shlex.split(flags)
 
 
+def bootstrap_draws(value: str) -> int:
+    """``--bootstrap``: 0 (none) or at least 2 draws (a standard error needs two)."""
+    draws = int(value)
+    if draws != 0 and draws < 2:
+        raise argparse.ArgumentTypeError(f"--bootstrap: 0 (none) or at least 2 draws, got {value}")
+    return draws
+
+
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", type=Path, required=True, help="the data folder")
@@ -126,7 +134,7 @@ def make_parser() -> argparse.ArgumentParser:
                         help='LABEL=FLAGS, align flags after the recipe\'s (default: "recipe=", the recipe alone)')
     parser.add_argument("--extra-size", type=int, default=29000, help="Multi30k pairs after the gold pairs")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of each align process")
-    parser.add_argument("--bootstrap", type=int, default=1000,
+    parser.add_argument("--bootstrap", type=bootstrap_draws, default=1000,
                         help="draws of the paired bootstrap of each variant's AER minus the first's (0: none)")
     parser.add_argument("--json", help="write the rows here")
     return parser
