@@ -77,7 +77,8 @@ class TextLinks:
         return "".join(" ".join(f"{i}-{j}" for i, j in sorted(pair)) + "\n" for pair in self.links)
 
 
-#: the most ``B T S^2`` cells a linking batch may hold (an HMM's forward pass keeps ``B S^2`` per target word)
+#: the most cells a linking batch may hold: ``B T S max(S, T)`` (an HMM's forward pass keeps ``B S^2`` per target word,
+#: the reverse one ``B T^2`` per source word)
 CELLS = 2**24
 
 
@@ -87,46 +88,51 @@ def _batches(src_ids: list[list[int]], tgt_ids: list[list[int]], largest: int) -
     chunk: list[int] = []
     longest_t = longest_s = 0
     for i in order:
-        t, s = len(tgt_ids[i]) + 1, len(src_ids[i]) + 1
-        if chunk and (len(chunk) + 1) * max(t, longest_t) * max(s, longest_s) ** 2 > CELLS or len(chunk) == largest:
+        t, s = max(len(tgt_ids[i]) + 1, longest_t), max(len(src_ids[i]) + 1, longest_s)
+        if chunk and ((len(chunk) + 1) * t * s * max(s, t) > CELLS or len(chunk) == largest):
             yield chunk
-            chunk, longest_t, longest_s = [], 0, 0
+            chunk, t, s = [], len(tgt_ids[i]) + 1, len(src_ids[i]) + 1
         chunk.append(i)
-        longest_t, longest_s = max(t, longest_t), max(s, longest_s)
+        longest_t, longest_s = t, s
     if chunk:
         yield chunk
 
 
-def _posteriors(trained: Trained, source: list[list[str]], target: list[list[str]],
-                batch_size: int) -> Iterator[tuple[int, torch.Tensor]]:
-    """``(index, p(z_t = s | x, y))`` per sentence pair: ``(T, S)`` over the real words (the NULL word's column
-    and ``</s>``'s row dropped), by the network's exact posterior, in batches of similar lengths."""
+def _posteriors(trained: Trained, src_ids: list[list[int]], tgt_ids: list[list[int]],
+                chunk: list[int]) -> list[torch.Tensor]:
+    """``p(z_t = s | x, y)`` of each pair of ``chunk``: ``(T, S)`` over the real words (the NULL word's column and
+    ``</s>``'s row dropped), by the network's exact posterior in one batch; copies, so the batch's padded tensor is
+    not kept."""
     from pyro_attention.networks.lexical import with_null_word
 
-    network = trained.pair.network
-    network.eval()
     null = int(trained.null_word)
-    src_ids = [trained.src_vocab.encode(s) for s in source]
-    tgt_ids = [trained.tgt_vocab.encode(t) for t in target]
-    with torch.no_grad():
-        for chunk in _batches(src_ids, tgt_ids, batch_size):
-            batch = collate([(with_null_word(src_ids[i]) if null else src_ids[i], tgt_ids[i]) for i in chunk])
-            posterior = network.likelihood_terms(batch)[2]
-            for row, i in enumerate(chunk):
-                yield i, posterior[row, : len(target[i]), null: null + len(source[i])]
+    batch = collate([(with_null_word(src_ids[i]) if null else src_ids[i], tgt_ids[i]) for i in chunk])
+    posterior = trained.pair.network.likelihood_terms(batch)[2]
+    return [posterior[row, : len(tgt_ids[i]), null: null + len(src_ids[i])].clone() for row, i in enumerate(chunk)]
 
 
 def text_links(forward: Trained, reverse: Trained | None, source: list[list[str]], target: list[list[str]],
                threshold: float = LINK_THRESHOLD, batch_size: int = 1024) -> list[set[tuple[int, int]]]:
     """``(source, target)`` links of every pair: where the mean of the forward posterior and the reverse one
-    (transposed) reaches ``threshold``; without ``reverse``, the forward posterior alone."""
-    matrices: list[torch.Tensor | None] = [None] * len(source)
-    for i, p in _posteriors(forward, source, target, batch_size):
-        matrices[i] = p
+    (transposed) reaches ``threshold``; without ``reverse``, the forward posterior alone.  Pairs are linked a batch
+    at a time (both directions of the same pairs), so memory holds one batch's posteriors, not the text's."""
+    src_ids, tgt_ids = [forward.src_vocab.encode(s) for s in source], [forward.tgt_vocab.encode(t) for t in target]
     if reverse is not None:
-        for i, p in _posteriors(reverse, target, source, batch_size):
-            matrices[i] = combine_posteriors(matrices[i], p, "posterior-mean")
-    return [links_from_probs(m, threshold) for m in matrices]
+        rev_src = [reverse.src_vocab.encode(t) for t in target]
+        rev_tgt = [reverse.tgt_vocab.encode(s) for s in source]
+    links: list[set[tuple[int, int]]] = [set()] * len(source)
+    for trained in (forward, reverse):
+        if trained is not None:
+            trained.pair.network.eval()
+    with torch.no_grad():
+        for chunk in _batches(src_ids, tgt_ids, batch_size):
+            matrices = _posteriors(forward, src_ids, tgt_ids, chunk)
+            if reverse is not None:
+                matrices = [combine_posteriors(f, r, "posterior-mean")
+                            for f, r in zip(matrices, _posteriors(reverse, rev_src, rev_tgt, chunk), strict=True)]
+            for i, m in zip(chunk, matrices, strict=True):
+                links[i] = links_from_probs(m, threshold)
+    return links
 
 
 def align_text(config: AlignConfig, src: str | Path, tgt: str | Path, threshold: float = LINK_THRESHOLD,

@@ -48,3 +48,57 @@ def test_given_flags_win_over_the_recipe_and_other_networks_drop_its_options(tmp
     assert not hasattr(config.options, "table_prior")  # the recipe's HMM options are left out for IBM Model 1
     hmm = recipe_config({"network": "seq2seq", "epochs": 5}, set(), out=str(tmp_path))
     assert hmm.network == "hmm" and hmm.options.table_prior == RECIPE["table_prior"] and hmm.options.agreement
+
+
+def _trained(tmp_path):
+    from pyro_attention.data.text import read_parallel
+    from pyro_attention.tasks.align.corpus import GoldCorpus
+    from pyro_attention.tasks.align.networks import ALIGN_NETWORKS
+
+    src, tgt = _text(tmp_path, WORDS + [("the small green cat", "die kleine grüne katze")], repeat=3)
+    config = recipe_config({"ibm1_epochs": 2, "epochs": 1, "batch_size": 8}, {"ibm1_epochs", "epochs", "batch_size"},
+                           out=str(tmp_path))
+    text = read_parallel(src, tgt)
+    corpus = GoldCorpus(text.source, text.target, None, [], [], "test")
+    forward, reverse = ALIGN_NETWORKS["hmm"].train_jointly(corpus, config, "marginal", lambda _: None)
+    return forward, reverse, text
+
+
+def test_links_are_the_mean_posterior_of_each_pair_whatever_the_batches(tmp_path):
+    import torch
+
+    from pyro_attention.networks.lexical import with_null_word
+    from pyro_attention.tasks.align.links import LINK_THRESHOLD, text_links
+
+    forward, reverse, text = _trained(tmp_path)
+
+    def alone(trained, source, target):  # one pair in its own batch, the NULL column and </s> row dropped
+        from pyro_attention.data.translation import collate
+
+        ids = trained.src_vocab.encode(source)
+        batch = collate([(with_null_word(ids), trained.tgt_vocab.encode(target))])
+        with torch.no_grad():
+            return trained.pair.network.likelihood_terms(batch)[2][0, : len(target), 1: 1 + len(source)]
+
+    expected = []
+    for s, t in zip(text.source, text.target, strict=True):
+        mean = (alone(forward, s, t) + alone(reverse, t, s).T) / 2
+        expected.append({(int(i), int(j)) for j, i in (mean >= LINK_THRESHOLD).nonzero().tolist()})
+    assert any(expected)
+    assert text_links(forward, reverse, text.source, text.target) == expected
+    assert text_links(forward, reverse, text.source, text.target, batch_size=1) == expected
+    assert text_links(forward, reverse, text.source, text.target, batch_size=3) == expected
+
+
+def test_linking_batches_bound_both_directions_cells(monkeypatch):
+    from pyro_attention.tasks.align import links
+
+    monkeypatch.setattr(links, "CELLS", 2_000)
+    src = [[4] * n for n in (1, 3, 9, 2, 12, 5, 7)]
+    tgt = [[5] * n for n in (8, 2, 3, 11, 4, 6, 1)]
+    chunks = list(links._batches(src, tgt, largest=4))
+    assert sorted(i for c in chunks for i in c) == list(range(7))
+    for chunk in chunks:
+        t = max(len(tgt[i]) + 1 for i in chunk)
+        s = max(len(src[i]) + 1 for i in chunk)
+        assert len(chunk) <= 4 and (len(chunk) == 1 or len(chunk) * t * s * max(s, t) <= 2_000)
