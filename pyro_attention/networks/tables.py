@@ -251,10 +251,15 @@ class SparseTable(nn.Module):
         """Zero expected counts: one per stored pair, then one per row for its rest."""
         return torch.zeros(self.num_entries + self.source_vocab, dtype=torch.float64, device=self.keys.device)
 
+    def positions(self, source: Tensor, target: Tensor) -> Tensor:
+        """Where the pairs ``(source[b, s], target[b, t])`` count ``(B, T, S)``: the stored pair's entry, else
+        ``num_entries + source[b, s]``, its row's rest (the layout of :meth:`new_counts`)."""
+        index, stored = self._lookup(source, target)
+        return torch.where(stored, index, self.num_entries + source.unsqueeze(1))
+
     def add_counts(self, counts: Tensor, source: Tensor, target: Tensor, weights: Tensor) -> None:
         """Add ``weights`` ``(B, T, S)`` (zero where padded) to the counts of ``(source[b, s], target[b, t])``."""
-        index, stored = self._lookup(source, target)
-        at = torch.where(stored, index, self.num_entries + source.unsqueeze(1))  # a pair's entry, else its row's rest
+        at = self.positions(source, target)
         counts.index_add_(0, at.flatten(), weights.detach().to(torch.float64).flatten())
 
     def set_from_counts(self, counts: Tensor, alpha: float) -> None:

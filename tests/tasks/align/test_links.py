@@ -9,7 +9,7 @@ WORDS = [("the house", "das haus"), ("the cat", "die katze"), ("a small cat", "e
          ("the small house", "das kleine haus"), ("a cat", "eine katze"), ("the green house", "das grüne haus")]
 
 
-def _text(tmp_path, pairs=WORDS, repeat=4):
+def write_bitext(tmp_path, pairs=WORDS, repeat=4):
     src, tgt = tmp_path / "text.en", tmp_path / "text.de"
     src.write_text("".join(f"{s}\n" for s, _ in pairs * repeat), encoding="utf-8")
     tgt.write_text("".join(f"{t}\n" for _, t in pairs * repeat), encoding="utf-8")
@@ -17,7 +17,7 @@ def _text(tmp_path, pairs=WORDS, repeat=4):
 
 
 def test_links_for_every_pair_with_the_recipe(tmp_path, capsys):
-    src, tgt = _text(tmp_path)
+    src, tgt = write_bitext(tmp_path)
     out = tmp_path / "links.txt"
     assert cli.main(["align", "--src", str(src), "--tgt", str(tgt), "--out", str(out), "--ibm1-epochs", "3",
                      "--epochs", "2", "--batch-size", "8"]) == 0
@@ -35,7 +35,7 @@ def test_links_for_every_pair_with_the_recipe(tmp_path, capsys):
 
 
 def test_given_flags_win_over_the_recipe_and_other_networks_drop_its_options(tmp_path, capsys):
-    src, tgt = _text(tmp_path)
+    src, tgt = write_bitext(tmp_path)
     out = tmp_path / "links.txt"
     assert cli.main(["align", "--src", str(src), "--tgt", str(tgt), "--out", str(out), "--network", "ibm1",
                      "--epochs", "3", "--batch-size", "8", "--null-prob", "0.1", "--min-cooccurrence", "2"]) == 0
@@ -50,27 +50,13 @@ def test_given_flags_win_over_the_recipe_and_other_networks_drop_its_options(tmp
     assert hmm.network == "hmm" and hmm.options.table_prior == RECIPE["table_prior"] and hmm.options.agreement
 
 
-def _trained(tmp_path):
-    from pyro_attention.data.text import read_parallel
-    from pyro_attention.tasks.align.corpus import GoldCorpus
-    from pyro_attention.tasks.align.networks import ALIGN_NETWORKS
-
-    src, tgt = _text(tmp_path, WORDS + [("the small green cat", "die kleine grüne katze")], repeat=3)
-    config = recipe_config({"ibm1_epochs": 2, "epochs": 1, "batch_size": 8}, {"ibm1_epochs", "epochs", "batch_size"},
-                           out=str(tmp_path))
-    text = read_parallel(src, tgt)
-    corpus = GoldCorpus(text.source, text.target, None, [], [], "test")
-    forward, reverse = ALIGN_NETWORKS["hmm"].train_jointly(corpus, config, "marginal", lambda _: None)
-    return forward, reverse, text
-
-
-def test_links_are_the_mean_posterior_of_each_pair_whatever_the_batches(tmp_path):
+def test_links_are_the_mean_posterior_of_each_pair_whatever_the_batches(trained_recipe):
     import torch
 
     from pyro_attention.networks.lexical import with_null_word
     from pyro_attention.tasks.align.links import LINK_THRESHOLD, text_links
 
-    forward, reverse, text = _trained(tmp_path)
+    forward, reverse, text = trained_recipe
 
     def alone(trained, source, target):  # one pair in its own batch, the NULL column and </s> row dropped
         from pyro_attention.data.translation import collate
