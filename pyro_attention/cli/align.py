@@ -124,7 +124,7 @@ def add_align(sub) -> None:  # noqa: ANN001 - argparse's subparsers action
     add_config_options(al, Seq2SeqSizes, ("embedding", "encoder", "decoder", "attention"))
     add_config_options(al, TransformerSizes, ("layers", "heads", "feedforward", "embedding_values"))
     add_config_options(al, StagedOptions, ("ibm1_epochs", "ibm1_lr", "tension", "max_jump", "table_lr"))
-    add_config_options(al, HMMOptions, ("null_prob", "decoder_expert", "table_prior"))
+    add_config_options(al, HMMOptions, ("null_prob", "decoder_expert", "table_prior", "gibbs_sweeps", "gibbs_alpha"))
     add_config_options(al, IBM1Options, ("min_cooccurrence",))
     add_config_options(al, AlignConfig, ("gold_repeat", "source_prefix", "target_prefix"))
     al.add_argument("--both-directions", action="store_true",

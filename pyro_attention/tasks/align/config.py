@@ -241,12 +241,25 @@ class HMMOptions(StagedOptions):
     #: train both directions together by agreement (Liang et al. 2006; needs ``both_directions``):
     #: :mod:`pyro_attention.tasks.align.agreement`
     agreement: bool = False
+    gibbs_sweeps: int = option(0, "network hmm, linking --src/--tgt: also sample each direction's links by "
+                               "collapsed Gibbs sampling, the lexical tables integrated out under a Dirichlet"
+                               "(--gibbs-alpha) prior and the trained chain kept, this many sweeps (the first third "
+                               "discarded); a link's probability is then the mean of the exact and the sampled "
+                               "posteriors (0: the exact posterior alone)", low=0)
+    gibbs_alpha: float = option(1e-4, "network hmm: the Dirichlet prior of the tables --gibbs-sweeps integrates out",
+                                interval=(0.0, float("inf"), False, True))
 
     def check(self, config: AlignConfig) -> None:
         for name, value, flag in (("agreement", self.agreement, "--agreement"),
                                   ("table_prior", self.table_prior, f"--table-prior {self.table_prior:g}")):
             if value and not config.both_directions:
                 raise ValueError(f"{name}: {flag} trains both directions together; add --both-directions")
+        if self.gibbs_sweeps == 1:
+            raise ValueError("gibbs_sweeps: --gibbs-sweeps 1 leaves no sweep after the burn-in; use 0 (none) or >= 2")
+        if self.gibbs_sweeps and self.decoder_expert:
+            raise ValueError(f"gibbs_sweeps: the sampler integrates out a lexical table alone; with --decoder-expert "
+                             f"{self.decoder_expert} the emission is a product with the decoder's expert (use one of "
+                             "--gibbs-sweeps and --decoder-expert)")
         if self.table_prior and self.decoder_expert:
             raise ValueError(f"table_prior: the closed-form M-step sets a table alone; with --decoder-expert "
                              f"{self.decoder_expert} the emission is a product with the decoder's expert (use one of "

@@ -105,9 +105,10 @@ class GibbsChain:
         self.counts.index_add_(0, pair, ones)
         self.row_counts.index_add_(0, state.source.gather(1, z)[real], ones)
 
-    def sample(self, k: int) -> Tensor:
-        """Sweep batch ``k`` ``sampler.sweeps`` times; its link frequencies after the burn-in ``(B, T, S)`` (the
-        source positions as collated: the NULL word's column first when there is one)."""
+    def sample(self, k: int) -> tuple[Tensor, Tensor]:
+        """Sweep batch ``k`` ``sampler.sweeps`` times: its link frequencies after the burn-in and the trained HMM's
+        exact posterior, both ``(B, T, S)`` (the source positions as collated: the NULL word's column first when there
+        is one)."""
         with torch.no_grad():
             state = self._state(self.batches[k])
             links = self.links[k]
@@ -116,7 +117,7 @@ class GibbsChain:
                 self._sweep(state, links)
                 if sweep >= self.sampler.burn_in:
                     frequency.scatter_add_(2, links.unsqueeze(-1), state.target_mask.unsqueeze(-1).float())
-        return frequency / (self.sampler.sweeps - self.sampler.burn_in)
+        return frequency / (self.sampler.sweeps - self.sampler.burn_in), state.posterior
 
     def _sweep(self, state: GibbsBatch, links: Tensor) -> None:
         B, T = links.shape

@@ -23,6 +23,7 @@ from pyro_attention.data.translation import collate
 from pyro_attention.files import write_text
 from pyro_attention.tasks.align.config import AlignConfig
 from pyro_attention.tasks.align.corpus import GoldCorpus
+from pyro_attention.tasks.align.gibbs import CollapsedGibbs
 from pyro_attention.tasks.align.networks import ALIGN_NETWORKS, Trained
 
 __all__ = ["LINK_THRESHOLD", "RECIPE", "TextLinks", "align_text", "recipe_config", "text_links", "write_links"]
@@ -100,36 +101,53 @@ def _batches(src_ids: list[list[int]], tgt_ids: list[list[int]], largest: int) -
 
 def _posteriors(trained: Trained, src_ids: list[list[int]], tgt_ids: list[list[int]],
                 chunk: list[int]) -> list[torch.Tensor]:
-    """``p(z_t = s | x, y)`` of each pair of ``chunk``: ``(T, S)`` over the real words (the NULL word's column and
-    ``</s>``'s row dropped), by the network's exact posterior in one batch; copies, so the batch's padded tensor is
-    not kept."""
+    """``p(z_t = s | x, y)`` of each pair of ``chunk`` by the network's exact posterior in one batch."""
     from pyro_attention.networks.lexical import with_null_word
 
     null = int(trained.null_word)
     batch = collate([(with_null_word(src_ids[i]) if null else src_ids[i], tgt_ids[i]) for i in chunk])
-    posterior = trained.pair.network.likelihood_terms(batch)[2]
-    return [posterior[row, : len(tgt_ids[i]), null: null + len(src_ids[i])].clone() for row, i in enumerate(chunk)]
+    return _real_words(trained.pair.network.likelihood_terms(batch)[2], src_ids, tgt_ids, chunk, null)
+
+
+def _real_words(matrix: torch.Tensor, src_ids: list[list[int]], tgt_ids: list[list[int]], chunk: list[int],
+                null: int) -> list[torch.Tensor]:
+    """Each pair's ``(T, S)`` of a batch's ``(B, T', S')``: the real words (the NULL word's column and ``</s>``'s row
+    dropped); copies, so the batch's padded tensor is not kept."""
+    return [matrix[row, : len(tgt_ids[i]), null: null + len(src_ids[i])].clone() for row, i in enumerate(chunk)]
 
 
 def text_links(forward: Trained, reverse: Trained | None, source: list[list[str]], target: list[list[str]],
-               threshold: float = LINK_THRESHOLD, batch_size: int = 1024) -> list[set[tuple[int, int]]]:
+               threshold: float = LINK_THRESHOLD, batch_size: int = 1024,
+               sampler: CollapsedGibbs | None = None) -> list[set[tuple[int, int]]]:
     """``(source, target)`` links of every pair: where the mean of the forward posterior and the reverse one
-    (transposed) reaches ``threshold``; without ``reverse``, the forward posterior alone.  Pairs are linked a batch
-    at a time (both directions of the same pairs), so memory holds one batch's posteriors, not the text's."""
+    (transposed) reaches ``threshold``; without ``reverse``, the forward posterior alone.  With a ``sampler`` each
+    direction's probability is the mean of its exact posterior and its collapsed Gibbs posterior
+    (:mod:`~pyro_attention.tasks.align.gibbs`).  Pairs are linked a batch at a time (both directions of the same
+    pairs), so memory holds one batch's posteriors, not the text's."""
     src_ids, tgt_ids = [forward.src_vocab.encode(s) for s in source], [forward.tgt_vocab.encode(t) for t in target]
+    directions = [(forward, src_ids, tgt_ids)]
     if reverse is not None:
-        rev_src = [reverse.src_vocab.encode(t) for t in target]
-        rev_tgt = [reverse.tgt_vocab.encode(s) for s in source]
+        directions.append((reverse, [reverse.src_vocab.encode(t) for t in target],
+                           [reverse.tgt_vocab.encode(s) for s in source]))
+    for trained, _, _ in directions:
+        trained.pair.network.eval()
+    chunks = list(_batches(src_ids, tgt_ids, batch_size))
+    chains = None
+    if sampler is not None:
+        chains = [sampler.chain(trained.pair.network, list(zip(src, tgt, strict=True)), chunks,
+                                bool(trained.null_word)) for trained, src, tgt in directions]
     links: list[set[tuple[int, int]]] = [set()] * len(source)
-    for trained in (forward, reverse):
-        if trained is not None:
-            trained.pair.network.eval()
     with torch.no_grad():
-        for chunk in _batches(src_ids, tgt_ids, batch_size):
-            matrices = _posteriors(forward, src_ids, tgt_ids, chunk)
-            if reverse is not None:
-                matrices = [combine_posteriors(f, r, "posterior-mean")
-                            for f, r in zip(matrices, _posteriors(reverse, rev_src, rev_tgt, chunk), strict=True)]
+        for k, chunk in enumerate(chunks):
+            probs = []
+            for d, (trained, src, tgt) in enumerate(directions):
+                if chains is None:
+                    probs.append(_posteriors(trained, src, tgt, chunk))
+                else:
+                    frequency, posterior = chains[d].sample(k)
+                    probs.append(_real_words((frequency + posterior) / 2, src, tgt, chunk, int(trained.null_word)))
+            matrices = probs[0] if reverse is None else [combine_posteriors(f, r, "posterior-mean")
+                                                         for f, r in zip(*probs, strict=True)]
             for i, m in zip(chunk, matrices, strict=True):
                 links[i] = links_from_probs(m, threshold)
     return links
@@ -162,7 +180,13 @@ def align_text(config: AlignConfig, src: str | Path, tgt: str | Path, threshold:
     else:
         forward = network.train(corpus, config, model, False, log)
         reverse = network.train(corpus, config, model, True, log) if config.both_directions else None
-    links = text_links(forward, reverse, text.source, text.target, threshold)
+    options = config.options
+    sampler = (CollapsedGibbs(options.gibbs_sweeps, options.gibbs_alpha, config.seed)
+               if getattr(options, "gibbs_sweeps", 0) else None)
+    if sampler is not None:
+        log(f"linking: the exact posteriors averaged with collapsed Gibbs sampling's ({sampler.sweeps} sweeps, "
+            f"Dirichlet({sampler.alpha:g}) tables)")
+    links = text_links(forward, reverse, text.source, text.target, threshold, sampler=sampler)
     return TextLinks(links, len(kept), time.perf_counter() - start)
 
 

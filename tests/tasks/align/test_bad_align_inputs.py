@@ -68,6 +68,19 @@ CATALOGUE: list[m.Mistake] = [
         "Use one of the two: `--table-prior` (tables by EM) or `--decoder-expert` (trained by gradient).",
     ),
     m.Mistake(
+        "align-gibbs-one-sweep", m.CONFIG, "`--gibbs-sweeps 1` (its one sweep is the burn-in: nothing to average)",
+        lambda: AlignConfig(network="hmm", models=["marginal"], options=HMMOptions(gibbs_sweeps=1)),
+        ValueError, r"gibbs_sweeps: --gibbs-sweeps 1 leaves no sweep after the burn-in; use 0 \(none\) or >= 2",
+        "Use 0 (the exact posterior alone) or at least 2 sweeps.",
+    ),
+    m.Mistake(
+        "align-gibbs-decoder-expert", m.CONFIG, "`--gibbs-sweeps` with `--decoder-expert` (the sampler integrates "
+        "out a table alone)",
+        lambda: AlignConfig(network="hmm", models=["marginal"], options=HMMOptions(gibbs_sweeps=6, decoder_expert=8)),
+        ValueError, r"gibbs_sweeps: the sampler integrates out a lexical table alone; with --decoder-expert 8",
+        "Use one of the two.",
+    ),
+    m.Mistake(
         "links-format-without-gold-links", m.CONFIG, "`--links-format` (or `--links-order`) without `--gold-links` "
         "(ignored: the corpus's links have their own format)",
         lambda: AlignConfig(links_format="naacl"),

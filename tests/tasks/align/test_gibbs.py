@@ -31,7 +31,7 @@ def test_with_the_trained_table_the_sampler_is_the_hmm_posterior(null_prob, tens
             p.normal_(0.0, 1.0)
     null = null_prob is not None
     chain = CollapsedGibbs(sweeps=3000, alpha=None).chain(network, PAIRS, [[0, 1, 2]], null)
-    frequency = chain.sample(0)
+    frequency = chain.sample(0)[0]
     exact = network.smoothed_posterior(collate([(with_null_word(s) if null else s, t) for s, t in PAIRS]))
     assert ((exact > 0.1) & (exact < 0.9)).sum() >= 5  # a posterior with room to be wrong
     assert (frequency - exact).abs().max() < 0.04
@@ -45,7 +45,7 @@ def test_collapsed_sweeps_sample_a_sentence_given_the_others_by_brute_force(trai
     others = [i for i in range(len(pairs)) if i != one]
     sampler = CollapsedGibbs(sweeps=3000, alpha=0.5)
     chain = sampler.chain(network, pairs, [[one], others], null_word=True)
-    frequency = chain.sample(0)[0]
+    frequency = chain.sample(0)[0][0]
 
     # the other sentences' counts: the text's, less this sentence's links as the sweeps left them
     with torch.no_grad():
@@ -86,7 +86,7 @@ def test_counts_follow_the_links(trained_recipe):
     batches = [list(range(0, len(pairs), 2)), list(range(1, len(pairs), 2))]
     chain = CollapsedGibbs(sweeps=4, alpha=1e-3).chain(forward.pair.network, pairs, batches, null_word=True)
     for k in range(2):
-        frequency = chain.sample(k)
+        frequency = chain.sample(k)[0]
         state = GibbsBatch(forward.pair.network, collate([(with_null_word(pairs[i][0]), pairs[i][1])
                                                       for i in batches[k]]), True, True)
         assert torch.allclose(frequency.sum(-1), state.target_mask.float())

@@ -88,3 +88,21 @@ def test_linking_batches_bound_both_directions_cells(monkeypatch):
         t = max(len(tgt[i]) + 1 for i in chunk)
         s = max(len(src[i]) + 1 for i in chunk)
         assert len(chunk) <= 4 and (len(chunk) == 1 or len(chunk) * t * s * max(s, t) <= 2_000)
+
+
+def test_gibbs_links_average_the_exact_and_the_sampled_posteriors(tmp_path, capsys, trained_recipe):
+    from pyro_attention.tasks.align.gibbs import CollapsedGibbs
+    from pyro_attention.tasks.align.links import text_links
+
+    forward, reverse, text = trained_recipe
+    exact = text_links(forward, reverse, text.source, text.target)
+    sampled = text_links(forward, reverse, text.source, text.target, sampler=CollapsedGibbs(sweeps=6, seed=3))
+    assert sampled == text_links(forward, reverse, text.source, text.target, sampler=CollapsedGibbs(sweeps=6, seed=3))
+    assert len(sampled) == len(exact) and sum(map(len, sampled)) > 0
+    # the command: the flags reach the sampler
+    src, tgt = write_bitext(tmp_path)
+    out = tmp_path / "links.txt"
+    assert cli.main(["align", "--src", str(src), "--tgt", str(tgt), "--out", str(out), "--ibm1-epochs", "2",
+                     "--epochs", "1", "--batch-size", "8", "--gibbs-sweeps", "4", "--gibbs-alpha", "0.01"]) == 0
+    assert "collapsed Gibbs sampling's (4 sweeps, Dirichlet(0.01) tables)" in capsys.readouterr().out
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 24
