@@ -5,6 +5,7 @@ same text, wall time and peak memory of each whole process, interleaved.
         [--repeats 3] [--threads 1]
     python benchmarks/align_cost.py --corpus enfr|csen --data-dir DATA [--extra-size 29000] [--source-prefix 4]
     python benchmarks/align_cost.py --zipf-pairs 1000000 --zipf-vocab 100000 --min-cooccurrence 2
+    python benchmarks/align_cost.py --src TEXT.de --tgt TEXT.en --align-flags="--gibbs-sweeps 30"   # other flags
 
 A measurement, not a test.  Each repeat runs both aligners one after the other (the order alternating), each as
 its own process, and reads its peak resident memory from the kernel (``os.wait4``); the medians are printed and,
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -133,6 +135,8 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeats", type=int, default=1, help="runs of each aligner, interleaved (medians)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of pyro-attention align")
     parser.add_argument("--min-cooccurrence", type=int, default=1, help="pyro-attention align's table pruning")
+    parser.add_argument("--align-flags", default="", help="more flags for pyro-attention align, e.g. "
+                        "'--gibbs-sweeps 30'")
     parser.add_argument("--eflomal", default="eflomal-align", help="the eflomal-align program")
     parser.add_argument("--no-eflomal", action="store_true", help="time pyro-attention align alone")
     parser.add_argument("--json", help="write the measurements here")
@@ -157,7 +161,7 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         commands = {"pyro-attention": [sys.executable, "-m", "pyro_attention.cli", "align", "--src", str(src),
                                        "--tgt", str(tgt), "--out", str(folder / "ours.links"),
                                        "--threads", str(args.threads), "--min-cooccurrence",
-                                       str(args.min_cooccurrence)]}
+                                       str(args.min_cooccurrence), *shlex.split(args.align_flags)]}
         if eflomal is not None:
             commands["eflomal"] = [eflomal, "-s", str(src), "-t", str(tgt), "-f", str(folder / "fwd"), "-r",
                                    str(folder / "rev"), "--overwrite"]

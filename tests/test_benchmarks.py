@@ -413,7 +413,7 @@ def test_align_cost_tiny(tmp_path, capsys) -> None:
     assert all(len(s.split()) == len(t.split()) for s, t in zip(*lines, strict=True))  # a word per word
     out = tmp_path / "cost.json"
     args = align_cost.make_parser().parse_args(["--zipf-pairs", "40", "--zipf-vocab", "30", "--no-eflomal",
-                                                "--json", str(out)])
+                                                "--json", str(out), "--align-flags=--gibbs-sweeps 2"])
     result = align_cost.main(args)
     assert result["pairs"] == 40 and set(result) >= {"pyro-attention", "threads", "cpu"}
     measured = result["pyro-attention"]

@@ -173,24 +173,13 @@ class GibbsBatch:
         self.theta = network.transition.scores(S)  # (S', S)
         self.log_z = torch.logsumexp(self.theta.view(1, 1, S, S) + self.diagonal.unsqueeze(2), -1)  # (B, T, S')
         self.first = torch.log_softmax(self.diagonal[:, 0], -1)  # (B, S): the first position's distribution
+        # log sum_r first(r) J_t(s | r) (B, T, S): after NULL words only, the chain moves from the position the
+        # first NULL twin remembers, drawn from the first position's distribution
+        moves = self.theta.view(1, 1, S, S) - self.log_z.unsqueeze(-1) + self.first.view(B, 1, S, 1)
+        self.from_start = torch.logsumexp(moves, 2) + self.diagonal
         p0 = network.null_prob
         self.log_p0 = math.log(p0) if null_word else _NEG
         self.log_real = math.log(1.0 - p0) if null_word else 0.0
-
-    def _jump(self, t: Tensor, frm: Tensor | None, to: Tensor | None = None) -> Tensor:
-        """``log J_t(s | s')``: from ``frm`` ``(B,)`` to every ``s`` ``(B, S)``, or from every ``s'`` to ``to``."""
-        rows = torch.arange(len(t))
-        if to is None:
-            return self.theta[frm] + self.diagonal[rows, t] - self.log_z[rows, t, frm].unsqueeze(1)
-        return self.theta[:, to].T + self.diagonal[rows, t, to].unsqueeze(1) - self.log_z[rows, t]
-
-    def _from_start(self, t: Tensor) -> Tensor:
-        """``log sum_r first(r) J_t(s | r)`` ``(B, S)``: after NULL words only, the chain moves from the position
-        the first NULL twin remembers, drawn from the first position's distribution."""
-        rows = torch.arange(len(t))
-        S = self.theta.shape[0]
-        moves = self.theta.unsqueeze(0) - self.log_z[rows, t].unsqueeze(-1) + self.first.unsqueeze(-1)  # (B, r, s)
-        return torch.logsumexp(moves, 1) + self.diagonal[rows, t].view(-1, S)
 
     def into(self, t: int, last: Tensor) -> Tensor:
         """``log p(z_t = s | links before t)`` ``(B, S)`` (``last``: the last real position before ``t``)."""
@@ -198,8 +187,9 @@ class GibbsBatch:
         if t == 0:
             log_p = self.first
         else:
-            at = torch.full((B,), t, dtype=torch.long)
-            log_p = torch.where((last >= 0).unsqueeze(1), self._jump(at, last.clamp(min=0)), self._from_start(at))
+            frm = last.clamp(min=0)
+            jump = self.theta[frm] + self.diagonal[:, t] - self.log_z[torch.arange(B), t, frm].unsqueeze(1)
+            log_p = torch.where((last >= 0).unsqueeze(1), jump, self.from_start[:, t])
         log_p = log_p + self.log_real
         if self.null == 0:
             log_p = torch.cat([log_p.new_full((B, 1), self.log_p0), log_p[:, 1:]], 1)
@@ -210,9 +200,11 @@ class GibbsBatch:
         contribute ``p0`` whatever ``s``): from ``s`` when ``s`` is real, from the last real position when it is
         the NULL word."""
         rows = torch.arange(len(u))
-        out = self._jump(u, None, to=z_u)
+        into_u = self.diagonal[rows, u, z_u]
+        out = self.theta[:, z_u].T + into_u.unsqueeze(1) - self.log_z[rows, u]  # from every s' to z_u
         if self.null == 0:
-            stay = torch.where(last >= 0, self._jump(u, last.clamp(min=0))[rows, z_u],
-                               self._from_start(u)[rows, z_u])
+            frm = last.clamp(min=0)
+            stay = torch.where(last >= 0, self.theta[frm, z_u] + into_u - self.log_z[rows, u, frm],
+                               self.from_start[rows, u, z_u])
             out = torch.cat([stay.unsqueeze(1), out[:, 1:]], 1)
         return out
