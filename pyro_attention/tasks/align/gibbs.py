@@ -86,24 +86,26 @@ class GibbsChain:
         network.eval()
         with torch.no_grad():
             for chunk in batches:
-                state = self._state(chunk)
+                state = self._state(chunk, chain=False)
                 self.links.append(state.posterior.argmax(-1) * state.target_mask)
                 if self.counts is not None:
                     self._count(state, self.links[-1], +1.0)
 
-    def _state(self, chunk: list[int]) -> GibbsBatch:
+    def _state(self, chunk: list[int], chain: bool = True) -> GibbsBatch:
         pairs = [(with_null_word(self.pairs[i][0]) if self.null_word else self.pairs[i][0], self.pairs[i][1])
                  for i in chunk]
-        return GibbsBatch(self.network, collate(pairs), self.null_word, self.counts is not None)
+        return GibbsBatch(self.network, collate(pairs), self.null_word, self.counts is not None, chain)
 
     def _count(self, state: GibbsBatch, links: Tensor, sign: float, t: int | None = None) -> None:
         """Add ``sign`` to the counts of the links at target position ``t`` (all positions: ``None``)."""
-        at = slice(None) if t is None else slice(t, t + 1)
-        z, real = links[:, at], state.target_mask[:, at]
-        pair = state.pair[:, at].gather(2, z.unsqueeze(-1)).squeeze(-1)[real]
-        ones = torch.full(pair.shape, sign, dtype=torch.float64)
-        self.counts.index_add_(0, pair, ones)
-        self.row_counts.index_add_(0, state.source.gather(1, z)[real], ones)
+        if t is None:
+            z, weight, pair = links, state.target_mask, state.pair
+        else:
+            z, weight, pair = links[:, t: t + 1], state.target_mask[:, t: t + 1], state.pair[:, t]
+        at = pair.gather(-1, z.unsqueeze(-1) if t is None else z).flatten()
+        weight = weight.flatten().to(torch.float64) * sign
+        self.counts.index_add_(0, at, weight)
+        self.row_counts.index_add_(0, state.source.gather(1, z).flatten(), weight)
 
     def sample(self, k: int) -> tuple[Tensor, Tensor]:
         """Sweep batch ``k`` ``sampler.sweeps`` times: its link frequencies after the burn-in and the trained HMM's
@@ -121,28 +123,31 @@ class GibbsChain:
 
     def _sweep(self, state: GibbsBatch, links: Tensor) -> None:
         B, T = links.shape
-        rows = torch.arange(B)
         alpha = self.sampler.alpha
         last = torch.full((B,), -1, dtype=torch.long)  # the last real position before t (-1: none yet)
+        # the next real link after each target position: the positions after t still hold the last sweep's links
+        real = (links > state.null) & state.target_mask
+        position = torch.where(real, torch.arange(T), T)
+        after = torch.cat([position[:, 1:], position.new_full((B, 1), T)], 1)
+        following = after.flip(1).cummin(1).values.flip(1)  # (B, T): T where none
         for t in range(T):
             active = state.target_mask[:, t]
-            real = (links > state.null) & state.target_mask
-            if t + 1 < T:
-                later = real[:, t + 1:]
-                has_next = later.any(1)
-                u = t + 1 + later.float().argmax(1)  # the next real link's target position
-            else:
-                has_next, u = torch.zeros(B, dtype=torch.bool), torch.full((B,), t)
-            z_u = links[rows, u]
+            has_next = following[:, t] < T
+            u = following[:, t].clamp(max=T - 1)
+            z_u = links.gather(1, u.unsqueeze(1)).squeeze(1)
             if alpha is None:
                 emit = state.log_t[:, t]
             else:
                 self._count(state, links, -1.0, t)
-                emit = ((self.counts[state.pair[:, t]] + alpha).log()
-                        - (self.row_counts[state.source] + state.vocab * alpha).log()).float()
+                pair = self.counts.index_select(0, state.pair[:, t].flatten()).view(B, -1).float()
+                row = self.row_counts.index_select(0, state.source.flatten()).view(B, -1).float()
+                emit = (pair + alpha).log() - (row + state.vocab * alpha).log()
             score = emit + state.into(t, last) + state.out(u, z_u, last) * has_next.unsqueeze(1)
             score = score.masked_fill(~state.states, float("-inf"))
-            new = torch.multinomial(torch.softmax(score, -1), 1, generator=self.generator).squeeze(1)
+            # a draw from softmax(score) by its inverse CDF: the first state whose cumulative mass reaches u
+            mass = torch.softmax(score, -1).cumsum(-1)
+            u = torch.rand(B, 1, generator=self.generator) * mass[:, -1:]
+            new = (mass < u).sum(-1)
             links[:, t] = torch.where(active, new, links[:, t])
             if alpha is not None:
                 self._count(state, links, +1.0, t)
@@ -152,31 +157,46 @@ class GibbsChain:
 class GibbsBatch:
     """One batch's fixed quantities: emissions or table positions, and the chain's log-factors."""
 
-    def __init__(self, network: HMMNetwork, batch: TranslationBatch, null_word: bool, collapsed: bool) -> None:
+    def __init__(self, network: HMMNetwork, batch: TranslationBatch, null_word: bool, collapsed: bool,
+                 chain: bool = True) -> None:
         self.source, self.target_mask = batch.source, batch.target_mask
         words = batch.source_mask.clone()
         if null_word:
             words[:, 0] = False
         self.states = batch.source_mask  # the NULL word (column 0) and the real words
         self.null = 0 if null_word else -1  # links above it are real words
-        B, T = batch.target.shape
-        S = words.shape[1]
         log_t, _, self.posterior = network.likelihood_terms(batch)
         self.log_t = None if collapsed else log_t.detach()
         if collapsed:
             table = network.lexical.table
             self.pair = table.positions(batch.source, batch.target)  # (B, T, S)
             self.vocab = table.target_vocab
+        if chain:
+            self._chain(network, words, null_word)
+
+    def _chain(self, network: HMMNetwork, words: Tensor, null_word: bool) -> None:
+        """The chain's log-factors: the diagonal, the jumps' normalisers, the start after NULL words only."""
+        B, T = self.target_mask.shape
+        S = words.shape[1]
         diagonal = (torch.zeros(B, T, S) if network.diagonal is None
-                    else network.diagonal(batch.target_mask, words, offset=1 if null_word else 0))
+                    else network.diagonal(self.target_mask, words, offset=1 if null_word else 0))
         self.diagonal = diagonal.masked_fill(~words.unsqueeze(1), _NEG)  # (B, T, S)
         self.theta = network.transition.scores(S)  # (S', S)
-        self.log_z = torch.logsumexp(self.theta.view(1, 1, S, S) + self.diagonal.unsqueeze(2), -1)  # (B, T, S')
+        # sums of exponentials as matrix products in float64, each factor shifted by its largest value
+        theta = self.theta.double()
+        top = theta.max()
+        jumps = (theta - top).exp()  # (S', S)
+        diag = self.diagonal.double()
+        high = diag.max(-1, keepdim=True).values
+        # log_z[b, t, s'] = log sum_s exp(theta[s', s] + diagonal[b, t, s]): the jump's normaliser from s'
+        log_z = ((diag - high).exp() @ jumps.T).log() + high + top  # (B, T, S')
+        self.log_z = log_z.float()
         self.first = torch.log_softmax(self.diagonal[:, 0], -1)  # (B, S): the first position's distribution
         # log sum_r first(r) J_t(s | r) (B, T, S): after NULL words only, the chain moves from the position the
         # first NULL twin remembers, drawn from the first position's distribution
-        moves = self.theta.view(1, 1, S, S) - self.log_z.unsqueeze(-1) + self.first.view(B, 1, S, 1)
-        self.from_start = torch.logsumexp(moves, 2) + self.diagonal
+        weight = self.first.double().unsqueeze(1) - log_z  # (B, T, r)
+        most = weight.max(-1, keepdim=True).values
+        self.from_start = (((weight - most).exp() @ jumps).log() + most + top + diag).float()
         p0 = network.null_prob
         self.log_p0 = math.log(p0) if null_word else _NEG
         self.log_real = math.log(1.0 - p0) if null_word else 0.0
@@ -188,7 +208,7 @@ class GibbsBatch:
             log_p = self.first
         else:
             frm = last.clamp(min=0)
-            jump = self.theta[frm] + self.diagonal[:, t] - self.log_z[torch.arange(B), t, frm].unsqueeze(1)
+            jump = self.theta.index_select(0, frm) + self.diagonal[:, t] - self.log_z[:, t].gather(1, frm.unsqueeze(1))
             log_p = torch.where((last >= 0).unsqueeze(1), jump, self.from_start[:, t])
         log_p = log_p + self.log_real
         if self.null == 0:
@@ -199,12 +219,18 @@ class GibbsBatch:
         """``log p(z_u | z_t = s, ...)`` ``(B, S)`` of the next real link ``z_u`` at ``u`` (the NULL words between
         contribute ``p0`` whatever ``s``): from ``s`` when ``s`` is real, from the last real position when it is
         the NULL word."""
-        rows = torch.arange(len(u))
-        into_u = self.diagonal[rows, u, z_u]
-        out = self.theta[:, z_u].T + into_u.unsqueeze(1) - self.log_z[rows, u]  # from every s' to z_u
+        S = self.theta.shape[0]
+        into_u = _at(self.diagonal, u, z_u)
+        from_every = self.log_z.gather(1, u.view(-1, 1, 1).expand(-1, 1, S)).squeeze(1)
+        out = self.theta.T.index_select(0, z_u) + into_u.unsqueeze(1) - from_every  # from every s' to z_u
         if self.null == 0:
             frm = last.clamp(min=0)
-            stay = torch.where(last >= 0, self.theta[frm, z_u] + into_u - self.log_z[rows, u, frm],
-                               self.from_start[rows, u, z_u])
+            stay = torch.where(last >= 0, self.theta.flatten().index_select(0, frm * S + z_u) + into_u
+                               - _at(self.log_z, u, frm), _at(self.from_start, u, z_u))
             out = torch.cat([stay.unsqueeze(1), out[:, 1:]], 1)
         return out
+
+
+def _at(x: Tensor, t: Tensor, s: Tensor) -> Tensor:
+    """``x[b, t[b], s[b]]`` ``(B,)`` of ``x`` ``(B, T, S)``."""
+    return x.flatten(1).gather(1, (t * x.shape[2] + s).unsqueeze(1)).squeeze(1)
