@@ -27,6 +27,9 @@ def _align(args: argparse.Namespace) -> int:
         return _link_text(args, names)
     if args.threshold is not None:
         option_error(args.parser, "threshold: links a text of your own; give --src and --tgt", ["threshold"])
+    if args.gibbs_sweeps:
+        option_error(args.parser, "gibbs_sweeps: samples the links of a text of your own; give --src and --tgt",
+                     ["gibbs_sweeps"])
     try:  # a bad option or combination of options: exit status 2, naming the flag
         config = AlignConfig.from_flags(**{k: getattr(args, k) for k in names if k in vars(args) and k != "out"},
                                         out=args.out or RUNS)

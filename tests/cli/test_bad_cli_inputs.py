@@ -263,6 +263,13 @@ CATALOGUE: list[m.Mistake] = [
         "Drop `--threshold` (a gold-set run tunes its thresholds on held-out gold), or link a text with `--src`.",
     ),
     m.Mistake(
+        "align-gibbs-without-text", m.CONFIG, "`pyro-attention align --gibbs-sweeps` with a gold set",
+        lambda: m.run_cli("align", "--network", "hmm", "--gibbs-sweeps", "10"),
+        SystemExit, r"exit status 2: pyro-attention align: error: argument --gibbs-sweeps: samples the links of a "
+        r"text of your own; give --src and --tgt",
+        "Drop `--gibbs-sweeps` for a gold-set run, or link a text with `--src` and `--tgt`.",
+    ),
+    m.Mistake(
         "align-text-empty-line", m.FILES, "`pyro-attention align --src FILE` with an empty line",
         lambda: m.run_cli("align", "--src", m.work_file("e.src", "a b\n\n"), "--tgt",
                           m.work_file("e.tgt", "x y\nz\n"), "--out", m.work_path("links.txt")),
