@@ -81,29 +81,30 @@ class GibbsChain:
         self.counts: Tensor | None = None
         self.row_counts: Tensor | None = None
         if sampler.alpha is not None:
-            self.counts = torch.zeros(table.num_entries + table.source_vocab, dtype=torch.float64)
-            self.row_counts = torch.zeros(table.source_vocab, dtype=torch.float64)
+            self.counts = torch.zeros(table.num_entries + table.source_vocab, dtype=torch.int32)
+            self.row_counts = torch.zeros(table.source_vocab, dtype=torch.int32)
         network.eval()
         with torch.no_grad():
             for chunk in batches:
                 state = self._state(chunk, chain=False)
-                self.links.append(state.posterior.argmax(-1) * state.target_mask)
+                links = state.posterior.argmax(-1) * state.target_mask
                 if self.counts is not None:
-                    self._count(state, self.links[-1], +1.0)
+                    self._count(state, links, +1)
+                self.links.append(links.to(torch.int16))  # kept compact between a batch's sweeps
 
     def _state(self, chunk: list[int], chain: bool = True) -> GibbsBatch:
         pairs = [(with_null_word(self.pairs[i][0]) if self.null_word else self.pairs[i][0], self.pairs[i][1])
                  for i in chunk]
         return GibbsBatch(self.network, collate(pairs), self.null_word, self.counts is not None, chain)
 
-    def _count(self, state: GibbsBatch, links: Tensor, sign: float, t: int | None = None) -> None:
+    def _count(self, state: GibbsBatch, links: Tensor, sign: int, t: int | None = None) -> None:
         """Add ``sign`` to the counts of the links at target position ``t`` (all positions: ``None``)."""
         if t is None:
             z, weight, pair = links, state.target_mask, state.pair
         else:
             z, weight, pair = links[:, t: t + 1], state.target_mask[:, t: t + 1], state.pair[:, t]
         at = pair.gather(-1, z.unsqueeze(-1) if t is None else z).flatten()
-        weight = weight.flatten().to(torch.float64) * sign
+        weight = weight.flatten().to(torch.int32) * sign
         self.counts.index_add_(0, at, weight)
         self.row_counts.index_add_(0, state.source.gather(1, z).flatten(), weight)
 
@@ -113,12 +114,13 @@ class GibbsChain:
         is one)."""
         with torch.no_grad():
             state = self._state(self.batches[k])
-            links = self.links[k]
+            links = self.links[k].long()
             frequency = torch.zeros(state.log_t.shape if state.log_t is not None else state.pair.shape)
             for sweep in range(self.sampler.sweeps):
                 self._sweep(state, links)
                 if sweep >= self.sampler.burn_in:
                     frequency.scatter_add_(2, links.unsqueeze(-1), state.target_mask.unsqueeze(-1).float())
+            self.links[k] = links.to(torch.int16)
         return frequency / (self.sampler.sweeps - self.sampler.burn_in), state.posterior
 
     def _sweep(self, state: GibbsBatch, links: Tensor) -> None:
@@ -138,7 +140,7 @@ class GibbsChain:
             if alpha is None:
                 emit = state.log_t[:, t]
             else:
-                self._count(state, links, -1.0, t)
+                self._count(state, links, -1, t)
                 pair = self.counts.index_select(0, state.pair[:, t].flatten()).view(B, -1).float()
                 row = self.row_counts.index_select(0, state.source.flatten()).view(B, -1).float()
                 emit = (pair + alpha).log() - (row + state.vocab * alpha).log()
@@ -150,7 +152,7 @@ class GibbsChain:
             new = (mass < u).sum(-1)
             links[:, t] = torch.where(active, new, links[:, t])
             if alpha is not None:
-                self._count(state, links, +1.0, t)
+                self._count(state, links, +1, t)
             last = torch.where(active & (links[:, t] > state.null), links[:, t], last)
 
 

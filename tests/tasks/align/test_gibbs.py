@@ -51,11 +51,11 @@ def test_collapsed_sweeps_sample_a_sentence_given_the_others_by_brute_force(trai
     with torch.no_grad():
         state = GibbsBatch(network, collate([(with_null_word(pairs[one][0]), pairs[one][1])]), True, True)
     T, S = state.pair.shape[1:]
-    pair, source, final = state.pair[0], state.source[0], chain.links[0][0]
+    pair, source, final = state.pair[0], state.source[0], chain.links[0][0].long()
     counts_other, rows = chain.counts.clone(), chain.row_counts.clone()
     for t in range(T):
-        counts_other[pair[t, final[t]]] -= 1.0
-        rows[source[final[t]]] -= 1.0
+        counts_other[pair[t, final[t]]] -= 1
+        rows[source[final[t]]] -= 1
     V, alpha = state.vocab, sampler.alpha
     joint = {}
     for z in itertools.product(range(S), repeat=T):
@@ -94,8 +94,8 @@ def test_counts_follow_the_links(trained_recipe):
     for k, batch in enumerate(batches):
         state = GibbsBatch(forward.pair.network, collate([(with_null_word(pairs[i][0]), pairs[i][1]) for i in batch]),
                        True, True)
-        counts.index_add_(0, state.pair.gather(2, chain.links[k].unsqueeze(-1)).squeeze(-1)[state.target_mask],
-                          torch.ones(int(state.target_mask.sum()), dtype=torch.float64))
+        counts.index_add_(0, state.pair.gather(2, chain.links[k].long().unsqueeze(-1)).squeeze(-1)[state.target_mask],
+                          torch.ones(int(state.target_mask.sum()), dtype=torch.int32))
     assert torch.equal(counts, chain.counts)
     assert chain.row_counts.sum() == counts.sum()
 
