@@ -2,8 +2,10 @@
 
 The best recipe known (:data:`RECIPE`, measured in docs/results.md) trains on the text itself -- an HMM aligner with
 a NULL word, both directions by agreement, lexical tables by EM under a Dirichlet prior, stored sparsely -- and
-every sentence pair gets the links where the mean of the two directions' exact posteriors (forward-backward) is
-at least :data:`LINK_THRESHOLD`, a threshold that needs no gold links.  The file holds one line per input pair:
+every sentence pair gets the links where the mean of the two directions' posteriors is at least
+:data:`LINK_THRESHOLD`, a threshold that needs no gold links; each direction's is the mean of its exact posterior
+(forward-backward) and its collapsed Gibbs posterior, the tables integrated out (:mod:`~pyro_attention.tasks.align.
+gibbs`; ``gibbs_sweeps=0``: the exact posterior alone).  The file holds one line per input pair:
 Pharaoh ``i-j`` links, 0-indexed, ``i`` counting source words (fast_align's and eflomal's output).
 """
 
@@ -29,11 +31,12 @@ from pyro_attention.tasks.align.networks import ALIGN_NETWORKS, Trained
 __all__ = ["LINK_THRESHOLD", "RECIPE", "TextLinks", "align_text", "recipe_config", "text_links", "write_links"]
 
 #: what ``align --src/--tgt`` trains unless a flag says otherwise: the configuration of docs/results.md with the
-#: lowest AER on the held-out German-English gold (``benchmarks/studies/align_recipe.py``)
+#: lowest AER on the held-out German-English gold (``benchmarks/studies/align_recipe.py``), then links averaged with
+#: ten sweeps of collapsed Gibbs sampling (:mod:`~pyro_attention.tasks.align.gibbs`)
 RECIPE: dict[str, Any] = {
     "network": "hmm", "models": ["marginal"], "both_directions": True, "agreement": True, "null_prob": 0.1,
     "table_prior": 0.001, "ibm1_epochs": 10, "epochs": 1, "batch_size": 64, "lr": 5e-3, "table_lr": 0.01,
-    "tension": 4.0, "max_jump": 5,
+    "tension": 4.0, "max_jump": 5, "gibbs_sweeps": 10,
 }
 
 #: a link where the two directions' mean posterior reaches this (a forward model alone: its posterior)
