@@ -14,10 +14,11 @@ target word's link given every other link is
 with ``n_{-t}`` the link counts of every other word of the text (the chain's factors: the trained jumps, diagonal and
 NULL word, Och & Ney's twins).  :class:`CollapsedGibbs` starts from the trained HMM's posterior argmax, sweeps each
 sentence's words in order, and averages the link indicators of the sweeps after the burn-in: a Monte Carlo estimate
-of ``p(z_t = s | x, y)`` under the collapsed model.  Batches of sentences are swept together, each reading the counts
-of the others as they stand; a batch runs all its sweeps with the other batches' links held (a blocked scan), so memory
-holds one batch's tensors and the counts.  With ``alpha=None`` the sampler reads the trained table instead: its
-average is then the HMM's own posterior (the tests hold it to forward-backward).
+of ``p(z_t = s | x, y)`` under the collapsed model.  The sentences of a batch are swept in parallel, so at step ``t``
+a sentence does not see the counts of the links the others redraw at the same step; a batch runs all its sweeps with
+the other batches' links held (a blocked scan), so memory holds one batch's tensors, the counts and the links.  With
+``alpha=None`` the sampler reads the trained table instead: its average is then the HMM's own posterior (the tests
+hold it to forward-backward).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class CollapsedGibbs:
     """How to sample: ``sweeps`` over each batch (the first ``sweeps // 3`` discarded), a ``Dirichlet(alpha)``
     prior on every table row (``None``: the trained table, not integrated out), and the random ``seed``."""
 
-    sweeps: int = 30
+    sweeps: int = 10
     alpha: float | None = 1e-4
     seed: int = 0
 
