@@ -156,3 +156,25 @@ def test_the_identical_text_table_is_the_json_file() -> None:
         eflomal = sorted(r["aer"] for r in result["eflomal"]["runs"])
         want = [format(result["pyro-attention"]["aer"], ".2f"), f"{eflomal[0]:.2f}–{eflomal[-1]:.2f}"]
         assert any(all(w in cells for w in want) for cells in tables), f"{name}: {want} in no table of results.md"
+
+
+def test_the_sampled_links_table_is_the_json_file() -> None:
+    """results.md's table of sampled links prints ``docs/results/align-gibbs.json``: each variant's five AERs, and for
+    the later variants the change against the first (the exact posterior) with its standard error."""
+    from pyro_attention.tasks.align.links import RECIPE
+
+    data = json.loads((DOCS / "results" / "align-gibbs.json").read_text())
+    page = (DOCS / "results.md").read_text()
+    section = page[page.index("### Sampled links"):page.index("### A Transformer's alignments")]
+    tables = [[c.strip() for c in line.split("|")] for line in section.splitlines() if line.startswith("|")]
+    texts = ("deen", "enfr", "enfr-cut", "csen", "csen-cut")
+    variants = list(dict.fromkeys(r["flags"] for r in data["rows"]))
+    assert variants == ["--gibbs-sweeps 0", "", "--gibbs-sweeps 30"]
+    first = {r["text"]: r["aer"] for r in data["rows"] if r["flags"] == variants[0]}
+    for variant in variants:
+        rows = {r["text"]: r for r in data["rows"] if r["flags"] == variant}
+        want = [format(rows[t]["aer"], ".2f") if variant == variants[0] else
+                f"{rows[t]['aer']:.2f} ({rows[t]['aer'] - first[t]:+.2f} ± {rows[t]['se_against_first']:.2f})"
+                for t in texts]
+        assert any(cells[2:7] == want for cells in tables), f"{variant or 'the recipe'}: no row {want} in results.md"
+    assert RECIPE["gibbs_sweeps"] == 10
