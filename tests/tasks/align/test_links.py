@@ -16,16 +16,20 @@ def write_bitext(tmp_path, pairs=WORDS, repeat=4):
     return src, tgt
 
 
-def test_links_for_every_pair_with_the_recipe(tmp_path, capsys):
+def _link(tmp_path, capsys, *flags):
+    """``align --src --tgt --out`` on :func:`write_bitext`'s text with ``flags``: the link lines and what it printed."""
     src, tgt = write_bitext(tmp_path)
     out = tmp_path / "links.txt"
-    assert cli.main(["align", "--src", str(src), "--tgt", str(tgt), "--out", str(out), "--ibm1-epochs", "3",
-                     "--epochs", "2", "--batch-size", "8"]) == 0
-    printed = capsys.readouterr()
+    assert cli.main(["align", "--src", str(src), "--tgt", str(tgt), "--out", str(out), *flags]) == 0
+    return out.read_text(encoding="utf-8").splitlines(), capsys.readouterr()
+
+
+def test_links_for_every_pair_with_the_recipe(tmp_path, capsys):
+    lines, printed = _link(tmp_path, capsys, "--ibm1-epochs", "3", "--epochs", "2", "--batch-size", "8")
     assert "network hmm" in printed.out and "by agreement and tables by EM" in printed.out  # the recipe
     assert "hmm: lexical table of " in printed.out and "co-occurring in >= 1 sentence pairs" in printed.out
-    assert f"wrote {out}: links of 24 sentence pairs" in printed.err
-    lines = out.read_text(encoding="utf-8").splitlines()
+    assert "collapsed Gibbs sampling's (10 sweeps, Dirichlet(0.0001) tables)" in printed.out
+    assert f"wrote {tmp_path / 'links.txt'}: links of 24 sentence pairs" in printed.err
     assert len(lines) == 24
     for line, (s, t) in zip(lines, WORDS * 4, strict=True):
         links = {tuple(map(int, x.split("-"))) for x in line.split()}
@@ -35,12 +39,9 @@ def test_links_for_every_pair_with_the_recipe(tmp_path, capsys):
 
 
 def test_given_flags_win_over_the_recipe_and_other_networks_drop_its_options(tmp_path, capsys):
-    src, tgt = write_bitext(tmp_path)
-    out = tmp_path / "links.txt"
-    assert cli.main(["align", "--src", str(src), "--tgt", str(tgt), "--out", str(out), "--network", "ibm1",
-                     "--epochs", "3", "--batch-size", "8", "--null-prob", "0.1", "--min-cooccurrence", "2"]) == 0
-    assert "network ibm1" in capsys.readouterr().out
-    assert len(out.read_text(encoding="utf-8").splitlines()) == 24
+    lines, printed = _link(tmp_path, capsys, "--network", "ibm1", "--epochs", "3", "--batch-size", "8",
+                           "--null-prob", "0.1", "--min-cooccurrence", "2")
+    assert "network ibm1" in printed.out and len(lines) == 24
     config = recipe_config({"network": "ibm1", "epochs": 3, "min_cooccurrence": 2},
                            {"network", "epochs", "min_cooccurrence"}, out=str(tmp_path))
     assert config.network == "ibm1" and config.epochs == 3 and config.both_directions == RECIPE["both_directions"]
@@ -100,9 +101,6 @@ def test_gibbs_links_average_the_exact_and_the_sampled_posteriors(tmp_path, caps
     assert sampled == text_links(forward, reverse, text.source, text.target, sampler=CollapsedGibbs(sweeps=6, seed=3))
     assert len(sampled) == len(exact) and sum(map(len, sampled)) > 0
     # the command: the flags reach the sampler
-    src, tgt = write_bitext(tmp_path)
-    out = tmp_path / "links.txt"
-    assert cli.main(["align", "--src", str(src), "--tgt", str(tgt), "--out", str(out), "--ibm1-epochs", "2",
-                     "--epochs", "1", "--batch-size", "8", "--gibbs-sweeps", "4", "--gibbs-alpha", "0.01"]) == 0
-    assert "collapsed Gibbs sampling's (4 sweeps, Dirichlet(0.01) tables)" in capsys.readouterr().out
-    assert len(out.read_text(encoding="utf-8").splitlines()) == 24
+    lines, printed = _link(tmp_path, capsys, "--ibm1-epochs", "2", "--epochs", "1", "--batch-size", "8",
+                           "--gibbs-sweeps", "4", "--gibbs-alpha", "0.01")
+    assert "collapsed Gibbs sampling's (4 sweeps, Dirichlet(0.01) tables)" in printed.out and len(lines) == 24
