@@ -142,15 +142,15 @@ class GibbsChain:
                 emit = state.log_t[:, t]
             else:
                 self._count(state, links, -1, t)
-                pair = self.counts.index_select(0, state.pair[:, t].flatten()).view(B, -1).float()
-                row = self.row_counts.index_select(0, state.source.flatten()).view(B, -1).float()
-                emit = (pair + alpha).log() - (row + state.vocab * alpha).log()
+                pairs = self.counts.index_select(0, state.pair[:, t].flatten()).view(B, -1).float()
+                rows = self.row_counts.index_select(0, state.source.flatten()).view(B, -1).float()
+                emit = (pairs + alpha).log() - (rows + state.vocab * alpha).log()
             score = emit + state.into(t, last) + state.out(u, z_u, last) * has_next.unsqueeze(1)
             score = score.masked_fill(~state.states, float("-inf"))
-            # a draw from softmax(score) by its inverse CDF: the first state whose cumulative mass reaches u
+            # a draw from softmax(score) by its inverse CDF: the first state whose cumulative mass reaches the draw
             mass = torch.softmax(score, -1).cumsum(-1)
-            u = torch.rand(B, 1, generator=self.generator) * mass[:, -1:]
-            new = (mass < u).sum(-1)
+            draw = torch.rand(B, 1, generator=self.generator) * mass[:, -1:]
+            new = (mass < draw).sum(-1)
             links[:, t] = torch.where(active, new, links[:, t])
             if alpha is not None:
                 self._count(state, links, +1, t)
