@@ -120,13 +120,21 @@ def _real_words(matrix: torch.Tensor, src_ids: list[list[int]], tgt_ids: list[li
 
 
 def text_links(forward: Trained, reverse: Trained | None, source: list[list[str]], target: list[list[str]],
-               threshold: float = LINK_THRESHOLD, batch_size: int = 1024,
-               sampler: CollapsedGibbs | None = None) -> list[set[tuple[int, int]]]:
+               threshold: float = LINK_THRESHOLD, batch_size: int = 1024, sampler: CollapsedGibbs | None = None,
+               log: Callable[[str], None] | None = None, progress: bool = False,
+               every: float = 60.0) -> list[set[tuple[int, int]]]:
     """``(source, target)`` links of every pair: where the mean of the forward posterior and the reverse one
     (transposed) reaches ``threshold``; without ``reverse``, the forward posterior alone.  With a ``sampler`` each
     direction's probability is the mean of its exact posterior and its collapsed Gibbs posterior
     (:mod:`~pyro_attention.tasks.align.gibbs`).  Pairs are linked a batch at a time (both directions of the same
-    pairs), so memory holds one batch's posteriors, not the text's."""
+    pairs), so memory holds one batch's posteriors, not the text's.  Progress: a tqdm bar with ``progress`` on a
+    terminal, else a line through ``log`` every ``every`` seconds."""
+    from tqdm.auto import tqdm
+
+    from pyro_attention.inference.loop import bar_shows
+
+    start = last = time.perf_counter()
+    lines = log is not None and not bar_shows(progress)
     src_ids, tgt_ids = [forward.src_vocab.encode(s) for s in source], [forward.tgt_vocab.encode(t) for t in target]
     directions = [(forward, src_ids, tgt_ids)]
     if reverse is not None:
@@ -137,10 +145,14 @@ def text_links(forward: Trained, reverse: Trained | None, source: list[list[str]
     chunks = list(_batches(src_ids, tgt_ids, batch_size))
     chains = None
     if sampler is not None:
+        if lines:
+            log("linking: each direction's sampler starts from its exact posterior's most probable links")
         chains = [sampler.chain(trained.pair.network, list(zip(src, tgt, strict=True)), chunks,
                                 bool(trained.null_word)) for trained, src, tgt in directions]
     links: list[set[tuple[int, int]]] = [set()] * len(source)
-    with torch.no_grad():
+    bar = tqdm(total=len(source), disable=None if progress else True, desc="linking", unit="pair", leave=False)
+    done = 0
+    with torch.no_grad(), bar:
         for k, chunk in enumerate(chunks):
             probs = []
             for d, (trained, src, tgt) in enumerate(directions):
@@ -153,6 +165,11 @@ def text_links(forward: Trained, reverse: Trained | None, source: list[list[str]
                                                          for f, r in zip(*probs, strict=True)]
             for i, m in zip(chunk, matrices, strict=True):
                 links[i] = links_from_probs(m, threshold)
+            done += len(chunk)
+            bar.update(len(chunk))
+            if lines and time.perf_counter() - last >= every:
+                last = time.perf_counter()
+                log(f"linking: {done:,} of {len(source):,} sentence pairs, {last - start:.0f} s")
     return links
 
 
@@ -189,7 +206,7 @@ def align_text(config: AlignConfig, src: str | Path, tgt: str | Path, threshold:
     if sampler is not None:
         log(f"linking: the exact posteriors averaged with collapsed Gibbs sampling's ({sampler.sweeps} sweeps, "
             f"Dirichlet({sampler.alpha:g}) tables)")
-    links = text_links(forward, reverse, text.source, text.target, threshold, sampler=sampler)
+    links = text_links(forward, reverse, text.source, text.target, threshold, sampler=sampler, log=log, progress=True)
     return TextLinks(links, len(kept), time.perf_counter() - start)
 
 

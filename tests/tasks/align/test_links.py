@@ -74,7 +74,11 @@ def test_links_are_the_mean_posterior_of_each_pair_whatever_the_batches(trained_
     assert any(expected)
     assert text_links(forward, reverse, text.source, text.target) == expected
     assert text_links(forward, reverse, text.source, text.target, batch_size=1) == expected
-    assert text_links(forward, reverse, text.source, text.target, batch_size=3) == expected
+    printed: list[str] = []
+    assert text_links(forward, reverse, text.source, text.target, batch_size=3, log=printed.append,
+                      every=0.0) == expected
+    n = len(text.source)
+    assert printed[-1].startswith(f"linking: {n} of {n} sentence pairs, ") and len(printed) == -(-n // 3)
 
 
 def test_linking_batches_bound_both_directions_cells(monkeypatch):
