@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyro_attention.tasks.common import OptimConfig, check_bounds, option, with_default
 from pyro_attention.tasks.translation.options import check_transformer_width
+
+if TYPE_CHECKING:
+    from pyro_attention.tasks.align.gibbs import CollapsedGibbs
 
 CORPORA = ("enfr", "csen")
 #: ``--links-format`` values: Pharaoh ``i-j`` / ``ipj`` 0- or 1-indexed, NAACL ``SNUM i j [S|P]``
@@ -142,6 +145,11 @@ class NetworkOptions:
         """Whether both directions are trained in one loop (:meth:`AlignNetwork.train_jointly`)."""
         return False
 
+    def link_sampler(self, seed: int) -> CollapsedGibbs | None:
+        """The sampler that joins the exact posterior when linking a text
+        (:func:`~pyro_attention.tasks.align.links.text_links`; none by default)."""
+        return None
+
     def settings(self) -> dict[str, Any]:
         """The options by name (for the rows' model names and notes)."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -267,6 +275,11 @@ class HMMOptions(StagedOptions):
 
     def trains_jointly(self) -> bool:
         return bool(self.agreement or self.table_prior)
+
+    def link_sampler(self, seed: int) -> CollapsedGibbs | None:
+        from pyro_attention.tasks.align.gibbs import CollapsedGibbs
+
+        return CollapsedGibbs(self.gibbs_sweeps, self.gibbs_alpha, seed) if self.gibbs_sweeps else None
 
 
 #: every family's options class

@@ -49,7 +49,8 @@ class CollapsedGibbs:
     def __post_init__(self) -> None:
         if isinstance(self.sweeps, bool) or not isinstance(self.sweeps, int) or self.sweeps < 2:
             raise ValueError(f"CollapsedGibbs: sweeps must be a whole number >= 2, got {self.sweeps!r}")
-        if self.alpha is not None and not 0.0 < self.alpha < float("inf"):
+        if self.alpha is not None and (isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float))
+                                       or not 0.0 < self.alpha < float("inf")):
             raise ValueError(f"CollapsedGibbs: alpha must be > 0 (or None: the trained table), got {self.alpha!r}")
 
     @property

@@ -200,9 +200,7 @@ def align_text(config: AlignConfig, src: str | Path, tgt: str | Path, threshold:
     else:
         forward = network.train(corpus, config, model, False, log)
         reverse = network.train(corpus, config, model, True, log) if config.both_directions else None
-    options = config.options
-    sampler = (CollapsedGibbs(options.gibbs_sweeps, options.gibbs_alpha, config.seed)
-               if getattr(options, "gibbs_sweeps", 0) else None)
+    sampler = config.options.link_sampler(config.seed)
     if sampler is not None:
         log(f"linking: the exact posteriors averaged with collapsed Gibbs sampling's ({sampler.sweeps} sweeps, "
             f"Dirichlet({sampler.alpha:g}) tables)")

@@ -104,6 +104,7 @@ def test_counts_follow_the_links(trained_recipe):
     (dict(sweeps=1), r"sweeps must be a whole number >= 2, got 1"),
     (dict(sweeps=2.5), r"sweeps must be a whole number >= 2, got 2\.5"),
     (dict(alpha=0.0), r"alpha must be > 0 \(or None: the trained table\), got 0\.0"),
+    (dict(alpha="0.1"), r"alpha must be > 0 \(or None: the trained table\), got '0\.1'"),
 ])
 def test_bad_sampler_options_are_named(kw, message):
     with pytest.raises(ValueError, match=message):
